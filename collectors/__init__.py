@@ -1,0 +1,1 @@
+"""Collectors, importers and the fleet simulator: everything that writes the raw Parquet datasets."""

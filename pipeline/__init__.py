@@ -1,0 +1,1 @@
+"""The Dagster pipeline, the DuckDB warehouse and the `wattline` command."""

@@ -1,0 +1,51 @@
+"""Options and errors shared by every subcommand."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import click
+
+from pipeline.constants import DATA_DIR_ENV, resolve_data_dir
+
+
+class UserError(click.ClickException):
+    """A mistake the user can fix: printed as one line, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def data_dir_option(func):
+    """`--data-dir DIR` (env WATTLINE_DATA_DIR, default ./data), resolved to an absolute Path."""
+    return click.option(
+        "--data-dir",
+        "data_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar=DATA_DIR_ENV,
+        default=None,
+        show_default="./data",
+        help=f"Data directory (env {DATA_DIR_ENV}).",
+        callback=lambda ctx, param, value: resolve_data_dir(value),
+    )(func)
+
+
+def parse_date(value: str) -> str:
+    try:
+        return dt.date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise UserError(f"bad date {value!r}: expected YYYY-MM-DD") from None
+
+
+def date_option(func):
+    return click.option(
+        "--date",
+        "date",
+        required=True,
+        metavar="YYYY-MM-DD",
+        help="The day (UTC) to process.",
+        callback=lambda ctx, param, value: parse_date(value),
+    )(func)

@@ -1,0 +1,8 @@
+"""`wattline demo` (being built)."""
+
+import click
+
+
+@click.command("demo")
+def command() -> None:
+    raise click.ClickException("not built yet")

@@ -1,0 +1,8 @@
+"""`wattline run` (being built)."""
+
+import click
+
+
+@click.command("run")
+def command() -> None:
+    raise click.ClickException("not built yet")

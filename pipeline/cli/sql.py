@@ -1,0 +1,8 @@
+"""`wattline sql` (being built)."""
+
+import click
+
+
+@click.command("sql")
+def command() -> None:
+    raise click.ClickException("not built yet")
