@@ -19,7 +19,7 @@ QUARANTINE_DIR = "quarantine"
 DAGSTER_HOME_DIR = ".dagster"
 REPORTS_DIR = REPO_ROOT / "reports" / "out"
 
-START_DATE = "2024-01-01"
+START_DATE = "2020-01-01"
 """First day of the daily partitions (earlier data cannot be materialized)."""
 
 DUCKDB_POOL = "duckdb_warehouse"

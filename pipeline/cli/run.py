@@ -1,8 +1,43 @@
-"""`wattline run` (being built)."""
+"""`wattline run --date D`: materialize every asset of one day's partition through Dagster."""
+
+from __future__ import annotations
+
+import time
 
 import click
 
+from pipeline import warehouse
+from pipeline.cli.common import UserError, data_dir_option, date_option
+
+
+def require_day_data(data_dir, date: str) -> None:
+    if not data_dir.is_dir():
+        raise UserError(f"data dir {data_dir} does not exist (run `wattline simulate` or point --data-dir at your data)")
+    if not any(warehouse.raw_files(data_dir, name, date) for name in ("power", "requests", "job_events")):
+        raise UserError(f"no power, requests or job_events Parquet for {date} under {data_dir}")
+
 
 @click.command("run")
-def command() -> None:
-    raise click.ClickException("not built yet")
+@date_option
+@click.option("--select", default=None, metavar="ASSET[,ASSET...]", help="Only these assets (default: all).")
+@data_dir_option
+def command(date: str, select: str | None, data_dir) -> None:
+    """Materialize all assets of the day's partition (the same job the UI and schedule run)."""
+    from pipeline.runner import run_day
+
+    require_day_data(data_dir, date)
+    started = time.monotonic()
+    outcome = run_day(data_dir, date, selection=select.split(",") if select else None)
+    seconds = time.monotonic() - started
+    for check in outcome.failed_checks:
+        click.echo(f"check {check.severity}: {check.asset}.{check.check}: {check.description}".rstrip(": "), err=True)
+    if not outcome.success:
+        click.echo(f"run {outcome.run_id} failed after {seconds:.1f} s: {outcome.error}", err=True)
+        raise SystemExit(1)
+    status = "ok" if outcome.ok else "finished with failed ERROR checks"
+    click.echo(
+        f"{date}: {len(outcome.materialized)} assets materialized in {seconds:.1f} s, "
+        f"{len(outcome.failed_checks)} failed check(s): {status} (run {outcome.run_id})"
+    )
+    if not outcome.ok:
+        raise SystemExit(1)

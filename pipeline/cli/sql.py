@@ -1,8 +1,66 @@
-"""`wattline sql` (being built)."""
+"""`wattline sql "QUERY"`: read-only ad-hoc SQL on the warehouse."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
 
 import click
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from pipeline.cli.common import UserError, data_dir_option
+from pipeline.readonly import ReadOnlyError, run_query
+
+
+def _render_table(table: pa.Table, max_rows: int) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    view = Table(show_header=True, header_style="bold", box=None if table.num_columns > 8 else None)
+    for name in table.column_names:
+        view.add_column(name, overflow="fold")
+    for row in table.slice(0, max_rows).to_pylist():
+        view.add_row(*("NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in row.values()))
+    buf = io.StringIO()
+    Console(file=buf, width=max(120, 14 * table.num_columns), force_terminal=False).print(view)
+    more = f"({table.num_rows} rows, {max_rows} shown)\n" if table.num_rows > max_rows else f"({table.num_rows} rows)\n"
+    return buf.getvalue() + more
 
 
 @click.command("sql")
-def command() -> None:
-    raise click.ClickException("not built yet")
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
+@click.option("--max-rows", type=int, default=50, show_default=True, help="Rows shown by --format table.")
+@data_dir_option
+def command(query: str, fmt: str, out: Path | None, max_rows: int, data_dir) -> None:
+    """Run one read-only SQL statement on the warehouse (tables: see README).
+
+    Writes, ATTACH, COPY, INSTALL/LOAD and reading files outside the data dir are refused.
+    """
+    try:
+        table = run_query(data_dir, query)
+    except ReadOnlyError as exc:
+        raise UserError(str(exc)) from None
+    if fmt == "table":
+        text = _render_table(table, max_rows)
+    elif fmt == "csv":
+        buf = pa.BufferOutputStream()
+        pacsv.write_csv(table, buf)
+        text = buf.getvalue().to_pybytes().decode()
+    elif fmt == "json":
+        text = json.dumps(table.to_pylist(), default=str, indent=None) + "\n"
+    else:
+        if out is None and sys.stdout.isatty():
+            raise UserError("--format parquet needs --out FILE (or a pipe)")
+        target = str(out) if out else pa.PythonFile(sys.stdout.buffer, mode="w")
+        pq.write_table(table, target, compression="zstd")
+        return
+    if out:
+        out.write_text(text)
+    else:
+        click.echo(text, nl=False)

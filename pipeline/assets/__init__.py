@@ -1,0 +1,1 @@
+"""Assets, one module per domain. Every module here is loaded by ``pipeline.definitions``."""

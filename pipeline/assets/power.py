@@ -1,0 +1,76 @@
+"""Power reduced to seconds: per GPU (`power_1s`) and per host, cluster, role and fleet (`fleet_power_1s`)."""
+
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+
+from pipeline import sqlfiles
+from pipeline.checks import POWER_1S_CHECKS
+from pipeline.constants import DUCKDB_POOL
+from pipeline.partitions import daily_partitions
+from pipeline.resources import WarehouseResource
+
+
+@asset(
+    partitions_def=daily_partitions,
+    deps=["power"],
+    group_name="power",
+    kinds={"duckdb", "parquet"},
+    pool=DUCKDB_POOL,
+    check_specs=[c.spec("power_1s") for c in POWER_1S_CHECKS],
+)
+def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
+    """Per GPU per second: mean, min, max power (W), trapezoid energy (J), samples, gap flag.
+
+    Built from each GPU's best source per minute (nvml-buffer > nvml-field > nvidia-smi
+    instant > 1 s average); files that break the contract are left out and named by a check.
+    """
+    date = context.partition_key
+    good, rejected = warehouse.raw_files("power", date)
+    for path, why in rejected.items():
+        context.log.error(f"left out {path}: {why}")
+    with warehouse.connection(date, raw_files={"power": good}) as con:
+        rows = warehouse.write_partition(con, "power_1s", date, sqlfiles.query("power_1s"))
+        gpus, energy_j, sources = con.execute(
+            """SELECT count(DISTINCT (host, gpu)), coalesce(sum(energy_j), 0), string_agg(DISTINCT source, ', ')
+               FROM power_1s WHERE date = getvariable('partition_date')"""
+        ).fetchone()
+        checks = [c.run(con, rejected_files=rejected) for c in POWER_1S_CHECKS]
+    return MaterializeResult(
+        metadata={
+            "rows": rows,
+            "gpus": gpus,
+            "energy_kwh": round(energy_j / 3.6e6, 3),
+            "sources": sources or "",
+            "files_used": len(good),
+            "files_rejected": len(rejected),
+            "dagster/row_count": rows,
+        },
+        check_results=checks,
+    )
+
+
+@asset(
+    partitions_def=daily_partitions,
+    deps=[power_1s],
+    group_name="power",
+    kinds={"duckdb", "parquet"},
+    pool=DUCKDB_POOL,
+)
+def fleet_power_1s(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    """Per second, summed power (W) and energy (J) of every host, cluster, role and fleet, with
+    provisioned power, % of provisioned and how many of the domain's GPUs reported."""
+    date = context.partition_key
+    with warehouse.connection(date) as con:
+        rows = warehouse.write_partition(con, "fleet_power_1s", date, sqlfiles.query("fleet_power_1s"))
+        peaks = con.execute(
+            """SELECT level, entity, max(power_pct) FROM fleet_power_1s
+               WHERE date = getvariable('partition_date') AND level IN ('role', 'fleet', 'cluster')
+               GROUP BY ALL ORDER BY 1, 2"""
+        ).fetchall()
+    return MaterializeResult(
+        metadata={
+            "rows": rows,
+            "dagster/row_count": rows,
+            "peak_pct_of_provisioned": MetadataValue.json({f"{lvl}:{ent}": round(p, 1) for lvl, ent, p in peaks}),
+        }
+    )

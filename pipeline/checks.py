@@ -1,0 +1,135 @@
+"""Data-quality checks, evaluated inside the asset that owns them (so they run per partition).
+
+Each check is a spec plus a function of the open connection returning an ``AssetCheckResult``.
+Severity ERROR means the day's numbers are wrong (``wattline run`` exits non-zero); WARN means
+they are incomplete but sound (a partial day is a normal input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec
+
+COVERAGE_WARN_BELOW = 0.95
+POWER_MAX_TDP_MULTIPLE = 2.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    description: str
+    run: Callable[..., AssetCheckResult]
+
+    def spec(self, asset: str) -> AssetCheckSpec:
+        return AssetCheckSpec(name=self.name, asset=asset, description=self.description)
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str):
+    return con.execute(sql).fetchone()[0]
+
+
+def no_duplicate_samples(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+    dup = _scalar(con, "SELECT coalesce(sum(duplicate_samples), 0) FROM power_1s WHERE date = getvariable('partition_date')")
+    return AssetCheckResult(
+        check_name="no_duplicate_samples",
+        passed=dup == 0,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"duplicate_samples": int(dup)},
+        description=None if dup == 0 else f"{dup} samples repeat a (host, gpu, source, ts) already seen: a file was written twice?",
+    )
+
+
+def timestamps_inside_partition(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+    outside = _scalar(
+        con,
+        "SELECT count(*) FROM power WHERE date = getvariable('partition_date') AND (ts < day_start() OR ts >= day_end())",
+    )
+    return AssetCheckResult(
+        check_name="timestamps_inside_partition",
+        passed=outside == 0,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"rows_outside_day": int(outside)},
+    )
+
+
+def power_within_bounds(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+    rows = con.execute(
+        f"""
+        SELECT p.host, p.gpu, min(p.min_w) AS min_w, max(p.max_w) AS max_w, any_value(i.tdp_w) AS tdp_w
+        FROM power_1s p JOIN inventory_gpus i USING (host, gpu)
+        WHERE p.date = getvariable('partition_date')
+        GROUP BY ALL
+        HAVING min(p.min_w) < 0 OR max(p.max_w) > {POWER_MAX_TDP_MULTIPLE} * any_value(i.tdp_w)
+        ORDER BY 1, 2
+        """
+    ).fetchall()
+    return AssetCheckResult(
+        check_name="power_within_bounds",
+        passed=not rows,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"gpus_out_of_bounds": len(rows), "examples": str(rows[:5])},
+        description=f"power outside [0, {POWER_MAX_TDP_MULTIPLE:g} × TDP]" if rows else None,
+    )
+
+
+def gpu_coverage(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+    rows = con.execute(
+        """
+        SELECT host || '/' || gpu AS gpu, count(*) / 86400.0 AS coverage
+        FROM power_1s WHERE date = getvariable('partition_date')
+        GROUP BY ALL ORDER BY coverage, gpu
+        """
+    ).fetchall()
+    low = [(g, round(c, 4)) for g, c in rows if c < COVERAGE_WARN_BELOW]
+    return AssetCheckResult(
+        check_name="gpu_coverage",
+        passed=bool(rows) and not low,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "gpus_reporting": len(rows),
+            "gpus_below_95pct": len(low),
+            "min_coverage": float(rows[0][1]) if rows else 0.0,
+            "lowest": str(low[:10]),
+        },
+        description=None if rows and not low else ("no GPU reported this day" if not rows else f"{len(low)} GPU(s) cover < 95% of the day"),
+    )
+
+
+def gpus_in_inventory(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+    rows = con.execute(
+        """
+        SELECT DISTINCT p.host, p.gpu FROM power_1s p
+        ANTI JOIN inventory_gpus i USING (host, gpu)
+        WHERE p.date = getvariable('partition_date') ORDER BY 1, 2
+        """
+    ).fetchall()
+    return AssetCheckResult(
+        check_name="gpus_in_inventory",
+        passed=not rows,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"unknown_gpus": len(rows), "examples": str(rows[:10])},
+        description=f"{len(rows)} GPU(s) report power but are not in inventory.yaml: left out of host/cluster sums" if rows else None,
+    )
+
+
+def files_follow_contract(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+    return AssetCheckResult(
+        check_name="files_follow_contract",
+        passed=not rejected_files,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"rejected_files": len(rejected_files), "reasons": str(dict(list(rejected_files.items())[:10]))},
+        description="; ".join(f"{p}: {why}" for p, why in list(rejected_files.items())[:3]) or None,
+    )
+
+
+POWER_1S_CHECKS = [
+    Check("files_follow_contract", "Every power file of the day reads and follows the data contract (bad files are left out and named).", files_follow_contract),
+    Check("no_duplicate_samples", "No (host, gpu, source, ts) appears twice.", no_duplicate_samples),
+    Check("timestamps_inside_partition", "Every sample's ts lies inside its date= partition (UTC).", timestamps_inside_partition),
+    Check("power_within_bounds", "Power within [0, 2 × TDP] for every GPU.", power_within_bounds),
+    Check("gpu_coverage", "Each reporting GPU covers ≥ 95% of the day's seconds (WARN: partial days are normal).", gpu_coverage),
+    Check("gpus_in_inventory", "Every reporting GPU is listed in inventory.yaml.", gpus_in_inventory),
+]

@@ -1,0 +1,33 @@
+"""Loads the SQL kept in ``sql/``: one query per derived table, shared macros in ``sql/views/``.
+
+Queries read their parameters with ``getvariable('partition_date')`` (and ``data_dir``), so a
+file runs unchanged in the DuckDB CLI after ``SET VARIABLE partition_date = DATE '2026-11-30'``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pipeline.constants import SQL_DIR
+
+
+@functools.cache
+def query(name: str) -> str:
+    """The text of ``sql/<name>.sql`` without its trailing semicolon."""
+    path = SQL_DIR / f"{name}.sql"
+    if not path.exists():
+        raise FileNotFoundError(f"no SQL file {path}")
+    return path.read_text().strip().rstrip(";")
+
+
+@functools.cache
+def macros() -> tuple[str, ...]:
+    """Every statement in ``sql/views/*.sql`` (macros and views shared by several queries)."""
+    statements: list[str] = []
+    for path in sorted((SQL_DIR / "views").glob("*.sql")):
+        statements += [s.strip() for s in path.read_text().split(";\n") if s.strip() and not _only_comments(s)]
+    return tuple(statements)
+
+
+def _only_comments(text: str) -> bool:
+    return all(not line.strip() or line.strip().startswith("--") for line in text.splitlines())

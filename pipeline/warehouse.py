@@ -1,0 +1,253 @@
+"""The DuckDB side of the pipeline: compute connections, partition writes and the published catalog.
+
+Design (see README, "Architecture"): assets compute with an in-memory DuckDB that reads the
+raw Parquet datasets and writes each derived table's partition as one Parquet file under
+``<data-dir>/derived/<table>/date=D/``, replaced atomically (the idempotent
+"delete the partition, insert it again"). ``warehouse.duckdb`` is then only a catalog of views
+over those files plus the inventory tables; it is rebuilt into a temporary file and renamed
+into place, so readers (``wattline sql``, the DuckDB CLI, the reports) open it read-only and
+never meet a writer's lock, and no two processes ever write the same DuckDB file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from collectors.contract import DATASETS
+from collectors.inventory import Inventory, load_inventory
+from collectors.parquet_sink import TMP_PREFIX, fsync_dir
+from pipeline import sqlfiles
+from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, derived_path, warehouse_path
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class WarehouseError(RuntimeError):
+    """The data dir cannot serve the request (missing, empty, or no such table)."""
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _check_ident(name: str) -> str:
+    if not _IDENT.match(name):
+        raise ValueError(f"not a table name: {name!r}")
+    return name
+
+
+def duckdb_config() -> dict:
+    """Settings for compute connections: bounded memory that spills, all cores unless told."""
+    config = {"preserve_insertion_order": False}
+    if os.environ.get("WATTLINE_DUCKDB_MEMORY"):
+        config["memory_limit"] = os.environ["WATTLINE_DUCKDB_MEMORY"]
+    if os.environ.get("WATTLINE_DUCKDB_THREADS"):
+        config["threads"] = int(os.environ["WATTLINE_DUCKDB_THREADS"])
+    return config
+
+
+def raw_files(data_dir: Path, dataset: str, date: str | None = None) -> list[Path]:
+    ds = DATASETS[dataset]
+    pattern = ds.glob() if date is None else ds.glob().replace("date=*", f"date={date}", 1)
+    return sorted(p for p in data_dir.glob(pattern) if not p.name.startswith(TMP_PREFIX))
+
+
+def derived_tables(data_dir: Path) -> list[str]:
+    root = data_dir / DERIVED_DIR
+    if not root.exists():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("date=*/*.parquet")))
+
+
+def _raw_relation_sql(data_dir: Path, dataset: str, files: list[Path] | None = None) -> str:
+    ds = DATASETS[dataset]
+    if files is not None:
+        source = "[" + ", ".join(_quote(str(f)) for f in files) + "]"
+    else:
+        source = _quote(str(data_dir / ds.glob()))
+    return f"SELECT * FROM read_parquet({source}, hive_partitioning = true, hive_types = {{'date': DATE}})"
+
+
+def _derived_view_sql(data_dir: Path, table: str) -> str:
+    glob = _quote(str(derived_path(data_dir, table) / "date=*" / "*.parquet"))
+    return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet({glob}, hive_partitioning = false)"
+
+
+def _empty_relation_sql(dataset: str) -> str:
+    """A typed, empty relation for a dataset that has no files yet, so queries still bind."""
+    con = duckdb.connect()
+    con.register("_empty", pa.table({f.name: pa.array([], f.type) for f in DATASETS[dataset].schema}))
+    cols = con.execute("DESCRIBE SELECT * FROM _empty").fetchall()
+    con.close()
+    typed = ", ".join(f"NULL::{ctype} AS {name}" for name, ctype, *_ in cols)
+    return f"SELECT {typed}, NULL::DATE AS date WHERE false"
+
+
+def _create_inventory_tables(con: duckdb.DuckDBPyConnection, inventory: Inventory | None) -> None:
+    from pipeline.entities import entity_rows  # local: keeps the import graph one-way
+
+    gpu_rows = inventory.gpu_rows() if inventory else []
+    gpus = pa.Table.from_pylist(gpu_rows, schema=_INVENTORY_GPUS)
+    entities = pa.Table.from_pylist(entity_rows(inventory) if inventory else [], schema=_INVENTORY_ENTITIES)
+    con.register("_inventory_gpus", gpus)
+    con.register("_inventory_entities", entities)
+    con.execute("CREATE OR REPLACE TABLE inventory_gpus AS SELECT * FROM _inventory_gpus")
+    con.execute("CREATE OR REPLACE TABLE inventory_entities AS SELECT * FROM _inventory_entities")
+    con.unregister("_inventory_gpus")
+    con.unregister("_inventory_entities")
+
+
+_INVENTORY_GPUS = pa.schema(
+    [
+        ("fleet", pa.string()),
+        ("cluster", pa.string()),
+        ("host", pa.string()),
+        ("role", pa.string()),
+        ("gpu", pa.uint8()),
+        ("tdp_w", pa.float64()),
+        ("gpu_model", pa.string()),
+        ("endpoint", pa.string()),
+        ("job", pa.string()),
+        ("endpoint_tz_offset_h", pa.float64()),
+        ("host_provisioned_w", pa.float64()),
+        ("cluster_provisioned_w", pa.float64()),
+    ]
+)
+
+_INVENTORY_ENTITIES = pa.schema(
+    [
+        ("level", pa.string()),
+        ("entity", pa.string()),
+        ("provisioned_w", pa.float64()),
+        ("tdp_w", pa.float64()),
+        ("gpus", pa.int64()),
+    ]
+)
+
+
+def load_inventory_if_any(data_dir: Path) -> Inventory | None:
+    path = data_dir / INVENTORY_FILE
+    return load_inventory(path) if path.exists() else None
+
+
+def create_views(
+    con: duckdb.DuckDBPyConnection,
+    data_dir: Path,
+    *,
+    kind: str = "VIEW",
+    raw_overrides: dict[str, list[Path]] | None = None,
+) -> None:
+    """Define the raw datasets, derived tables, inventory tables and shared macros on ``con``."""
+    raw_overrides = raw_overrides or {}
+    for name in DATASETS:
+        files = raw_overrides.get(name)
+        if files is None and not raw_files(data_dir, name):
+            body = _empty_relation_sql(name)
+        elif files is not None and not files:
+            body = _empty_relation_sql(name)
+        else:
+            body = _raw_relation_sql(data_dir, name, files)
+        con.execute(f"CREATE OR REPLACE {kind} {name} AS {body}")
+    for table in derived_tables(data_dir):
+        con.execute(_derived_view_sql(data_dir, table))
+    _create_inventory_tables(con, load_inventory_if_any(data_dir))
+    for statement in sqlfiles.macros():
+        con.execute(statement)
+
+
+@contextlib.contextmanager
+def compute_connection(
+    data_dir: Path,
+    date: str | None = None,
+    raw_overrides: dict[str, list[Path]] | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory DuckDB with every dataset as a view and ``partition_date`` set."""
+    config = duckdb_config()
+    spill = data_dir / ".duckdb_tmp"
+    spill.mkdir(parents=True, exist_ok=True)
+    config["temp_directory"] = str(spill)
+    con = duckdb.connect(":memory:", config=config)
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        if date is not None:
+            if not _DATE.match(date):
+                raise ValueError(f"bad partition date {date!r}")
+            con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
+        con.execute(f"SET VARIABLE data_dir = {_quote(str(data_dir))}")
+        create_views(con, data_dir, raw_overrides=raw_overrides)
+        yield con
+    finally:
+        con.close()
+
+
+def write_partition(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, date: str, query: str) -> int:
+    """Replace ``table``'s partition ``date`` with the rows of ``query``; returns the row count.
+
+    The file is written beside its final name and renamed over it, so a reader sees the old
+    partition or the new one, never a mix; re-running a day replaces it (idempotent).
+    """
+    _check_ident(table)
+    if not _DATE.match(date):
+        raise ValueError(f"bad partition date {date!r}")
+    folder = derived_path(data_dir, table) / f"date={date}"
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / "part-0.parquet"
+    tmp = folder / f"{TMP_PREFIX}part-0.{uuid.uuid4().hex[:8]}.parquet"
+    try:
+        con.execute(
+            f"COPY ({query}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)"
+        )
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        fsync_dir(folder)
+    finally:
+        tmp.unlink(missing_ok=True)
+    con.execute(_derived_view_sql(data_dir, table))
+    return con.execute(f"SELECT count(*) FROM read_parquet({_quote(str(final))})").fetchone()[0]
+
+
+@contextlib.contextmanager
+def _publish_lock(data_dir: Path) -> Iterator[None]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / ".warehouse.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def publish(data_dir: Path) -> Path:
+    """Rebuild ``warehouse.duckdb`` as a catalog of views and swap it in atomically."""
+    target = warehouse_path(data_dir)
+    with _publish_lock(data_dir):
+        tmp = data_dir / f"{TMP_PREFIX}{target.name}.{uuid.uuid4().hex[:8]}"
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                con.execute("SET TimeZone = 'UTC'")
+                create_views(con, data_dir)
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            os.replace(tmp, target)
+            fsync_dir(data_dir)
+        finally:
+            tmp.unlink(missing_ok=True)
+            Path(f"{tmp}.wal").unlink(missing_ok=True)
+    return target
+
+
+def has_data(data_dir: Path) -> bool:
+    return any(raw_files(data_dir, name) for name in DATASETS)

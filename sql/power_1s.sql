@@ -1,0 +1,34 @@
+-- power_1s: per GPU and second of the partition day, from the GPU's best source (view power_day):
+-- mean/min/max power, energy by trapezoid integration of the samples (a segment is credited to
+-- the second its later sample falls in; segments longer than 2 s are gaps and not integrated),
+-- sample count, whether a gap precedes the second, and repeated timestamps (duplicates).
+WITH samples AS (
+    SELECT
+        host,
+        gpu,
+        ts,
+        power_w,
+        source,
+        is_average,
+        (epoch_ns(ts) - lag(epoch_ns(ts)) OVER w) / 1e9 AS dt_s,
+        lag(power_w) OVER w AS prev_w
+    FROM power_day
+    WINDOW w AS (PARTITION BY host, gpu ORDER BY ts)
+)
+SELECT
+    getvariable('partition_date') AS date,
+    host,
+    gpu,
+    time_bucket(INTERVAL 1 SECOND, ts) AS ts,
+    avg(power_w)::FLOAT AS mean_w,
+    min(power_w)::FLOAT AS min_w,
+    max(power_w)::FLOAT AS max_w,
+    sum(CASE WHEN dt_s <= 2.0 THEN (power_w + prev_w) / 2 * dt_s ELSE 0 END) AS energy_j,
+    count(*)::INTEGER AS samples,
+    bool_or(dt_s IS NULL OR dt_s > 2.0) AS gap_before,
+    count(*) FILTER (WHERE dt_s = 0)::INTEGER AS duplicate_samples,
+    any_value(source) AS source,
+    bool_or(is_average) AS is_average
+FROM samples
+GROUP BY ALL
+ORDER BY host, gpu, ts

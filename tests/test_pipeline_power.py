@@ -1,0 +1,100 @@
+"""The foundation pipeline on constructed signals: exact numbers, checks, idempotency."""
+
+import shutil
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.runner import run_day
+from tests.builders import DAY, write_square_fleet
+
+DATE = DAY.isoformat()
+
+
+def _table(data_dir, name):
+    return pq.read_table(data_dir / "derived" / name / f"date={DATE}" / "part-0.parquet")
+
+
+@pytest.fixture
+def built(data_dir):
+    write_square_fleet(data_dir, seconds=600)
+    outcome = run_day(data_dir, DATE)
+    assert outcome.success, outcome.error
+    return data_dir, outcome
+
+
+def test_power_1s_known_answers(built):
+    data_dir, outcome = built
+    con = duckdb.connect()
+    con.register("p", _table(data_dir, "power_1s"))
+    # 600 s × 4 GPUs; the square wave is high for 2 s then low for 2 s, 10 samples per second.
+    assert con.execute("select count(*) from p").fetchone()[0] == 600 * 4
+    assert con.execute("select min(samples), max(samples) from p").fetchone() == (10, 10)
+    rows = con.execute(
+        "select mean_w, min_w, max_w from p where host = 'train-0' and gpu = 0 order by ts limit 4"
+    ).fetchall()
+    assert rows == [(700.0, 700.0, 700.0), (700.0, 700.0, 700.0), (100.0, 100.0, 100.0), (100.0, 100.0, 100.0)]
+    # Trapezoid energy of a constant 200 W over 599.9 s of samples.
+    e = con.execute("select sum(energy_j) from p where host = 'infer-0' and gpu = 1").fetchone()[0]
+    assert e == pytest.approx(200 * 599.9, rel=1e-9)
+    # Square wave: 150 edges of 600 W each (except the last half period) integrate exactly.
+    e_train = con.execute("select sum(energy_j) from p where host = 'train-0' and gpu = 0").fetchone()[0]
+    expected = sum((a + b) / 2 * 0.1 for a, b in zip(_wave(), _wave()[1:]))
+    assert e_train == pytest.approx(expected, rel=1e-9)
+
+
+def _wave():
+    return [700.0 if (i * 0.1) % 4.0 < 2.0 else 100.0 for i in range(6000)]
+
+
+def test_fleet_power_sums_and_provisioned(built):
+    data_dir, _ = built
+    con = duckdb.connect()
+    con.register("f", _table(data_dir, "fleet_power_1s"))
+    levels = dict(con.execute("select level || ':' || entity, count(*) from f group by all").fetchall())
+    assert levels == {"host:train-0": 600, "host:infer-0": 600, "cluster:c0": 600, "role:training": 600, "role:inference": 600, "fleet:test": 600}
+    hi = con.execute("select power_w, provisioned_w, power_pct from f where level = 'cluster' order by ts limit 1").fetchone()
+    assert hi == (pytest.approx(1400 + 400), 4000.0, pytest.approx(45.0))
+    # The inference host has no provisioned_w: it defaults to the sum of its TDPs.
+    assert con.execute("select distinct provisioned_w from f where entity = 'infer-0'").fetchall() == [(1400.0,)]
+
+
+def test_rematerializing_gives_identical_tables(built):
+    data_dir, _ = built
+    before = {n: _table(data_dir, n) for n in ("power_1s", "fleet_power_1s")}
+    again = run_day(data_dir, DATE)
+    assert again.success
+    for name, table in before.items():
+        assert _table(data_dir, name).equals(table), name
+
+
+def test_checks_pass_on_clean_partial_day(built):
+    _, outcome = built
+    failed = {c.check: c.severity for c in outcome.failed_checks}
+    # Ten minutes of a day: coverage warns, nothing else fails.
+    assert failed == {"gpu_coverage": "WARN"}
+    assert outcome.ok
+
+
+def test_duplicate_file_fails_the_duplicate_check(built):
+    data_dir, _ = built
+    src = next((data_dir / "power" / f"date={DATE}" / "host=train-0").glob("*.parquet"))
+    shutil.copy(src, src.with_name("copy-of-" + src.name))
+    outcome = run_day(data_dir, DATE)
+    failed = {c.check: c.severity for c in outcome.failed_checks}
+    assert failed.get("no_duplicate_samples") == "ERROR"
+    assert not outcome.ok
+
+
+def test_file_with_wrong_type_is_left_out_and_named(built):
+    data_dir, _ = built
+    folder = data_dir / "power" / f"date={DATE}" / "host=infer-0"
+    src = next(folder.glob("*.parquet"))
+    table = pq.read_table(src)
+    bad = table.set_column(table.schema.get_field_index("power_w"), "power_w", table.column("power_w").cast("int32"))
+    pq.write_table(bad, folder / "drifted.parquet")
+    outcome = run_day(data_dir, DATE)
+    check = next(c for c in outcome.failed_checks if c.check == "files_follow_contract")
+    assert "drifted.parquet" in check.description and "power_w" in check.description
+    assert outcome.success  # the rest of the day is still computed
