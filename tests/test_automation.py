@@ -46,6 +46,8 @@ def test_sensor_skips_today(data_dir):
 def test_schedule_materializes_yesterdays_partition():
     with DagsterInstance.ephemeral() as instance:
         when = dt.datetime(2026, 12, 1, 1, 15, tzinfo=dt.timezone.utc)
-        context = build_schedule_context(instance=instance, scheduled_execution_time=when)
+        context = build_schedule_context(
+            instance=instance, scheduled_execution_time=when, repository_def=defs.get_repository_def()
+        )
         requests = defs.resolve_schedule_def("daily_job_schedule").evaluate_tick(context).run_requests
     assert [r.partition_key for r in requests] == ["2026-11-30"]
