@@ -118,24 +118,21 @@ def _host_power(args: tuple) -> tuple[list[Path], int]:
     for g in plan.gpus:
         r = _rng(seed, "gpu", plan.name, g)
         state[g] = dict(energy_j=round(float(r.uniform(1e5, 5e8)), 3), gain=float(r.normal(1.0, 0.02)),
-                        temp_off=float(r.uniform(-2.5, 2.5)), temp=None, end_s=None)
+                        temp_off=float(r.uniform(-2.5, 2.5)), ema_w=None, end_s=None)
     for d, window in enumerate(windows):
-        readings = []
         for g in plan.gpus:
             st = state[g]
             if st["end_s"] is not None:
-                st["energy_j"] += st["temp"] * (window[0] - st["end_s"])
-            rec, st["temp"] = power.sample_gpu(
+                st["energy_j"] += st["ema_w"] * (window[0] - st["end_s"])
+            rec, st["ema_w"] = power.sample_gpu(
                 _rng(seed, "power", plan.name, g, d), plan.timelines[g], window, epoch_ns,
-                st["energy_j"], plan.mem_mib[g], st["gain"], st["temp_off"], st["temp"],
+                st["energy_j"], plan.mem_mib[g], st["gain"], st["temp_off"], st["ema_w"],
             )
             st["energy_j"] = float(rec.energy_j[-1])
             st["end_s"] = window[1]
-            readings.append((g, gpu_uuid(seed, plan.name, g), rec))
-        table = writer.power_table(plan.name, readings)
-        rows += table.num_rows
-        paths += writer.write(table, data_dir, "power")
-        del table, readings
+            table = writer.power_table(plan.name, g, gpu_uuid(seed, plan.name, g), rec)
+            rows += table.num_rows
+            paths += writer.write(table, data_dir, "power", prefix=f"{writer.PREFIX}-gpu{g:03d}")
     return paths, rows
 
 

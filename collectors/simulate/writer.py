@@ -23,32 +23,25 @@ def _repeat_str(value: str, n: int) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
 
 
-def power_table(host: str, gpus: list[tuple[int, str, GpuReadings]]) -> pa.Table:
-    """One host's rows, already in (gpu, ts) order so the sink need not sort 7 M rows."""
-    gpus = sorted(gpus, key=lambda g: g[0])
-    counts = [len(r.ts_ns) for _, _, r in gpus]
-    n = sum(counts)
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(r, name) for _, _, r in gpus])
-
-    uuid_idx = np.repeat(np.arange(len(gpus), dtype=np.int32), counts)
+def power_table(host: str, gpu: int, gpu_uuid: str, r: GpuReadings) -> pa.Table:
+    """One GPU's rows for one window, already in time order: one file per GPU keeps memory small."""
+    n = len(r.ts_ns)
     columns = {
-        "ts": pa.array(cat("ts_ns"), type=pa.int64()).cast(TS),
-        "host": _repeat_str(host, n).cast(pa.string()),
-        "gpu": pa.array(np.repeat(np.array([g for g, _, _ in gpus], np.uint8), counts)),
-        "gpu_uuid": pa.DictionaryArray.from_arrays(pa.array(uuid_idx), pa.array([u for _, u, _ in gpus])).cast(pa.string()),
-        "power_w": cat("power_w"),
-        "power_avg_w": cat("power_avg_w"),
-        "energy_j": cat("energy_j"),
-        "sm_clock_mhz": cat("sm_clock_mhz"),
-        "gpu_util_pct": cat("gpu_util_pct"),
-        "mem_used_mib": cat("mem_used_mib"),
-        "temp_c": cat("temp_c"),
+        "ts": pa.array(r.ts_ns, type=pa.int64()).cast(TS),
+        "host": _repeat_str(host, n),
+        "gpu": np.full(n, gpu, np.uint8),
+        "gpu_uuid": _repeat_str(gpu_uuid, n),
+        "power_w": r.power_w,
+        "power_avg_w": r.power_avg_w,
+        "energy_j": r.energy_j,
+        "sm_clock_mhz": r.sm_clock_mhz,
+        "gpu_util_pct": r.gpu_util_pct,
+        "mem_used_mib": r.mem_used_mib,
+        "temp_c": r.temp_c,
         "power_limit_w": np.full(n, POWER_LIMIT_W, np.float32),
         "source": _repeat_str("simulated", n),
     }
-    return pa.table({f.name: columns[f.name] for f in POWER}, schema=POWER)
+    return pa.table(columns)
 
 
 def _ts(epoch_ns: int, s: np.ndarray) -> pa.Array:
