@@ -23,8 +23,8 @@ STEP_W = (680.0, 720.0)
 EVAL_W = (430.0, 520.0)
 PREFILL_W = (620.0, 820.0)
 """Prefill level from a single small prompt to a full token budget (capture: median 717 W, p95 878 W)."""
-DECODE_BASE_W = 228.0
-DECODE_SPAN_W = 230.0
+DECODE_BASE_W = 245.0
+DECODE_SPAN_W = 200.0
 DECODE_SCALE_SEQS = 48.0
 PEAK_W = 960.0
 """Highest instantaneous reading: compute-bound phases overshoot TDP for milliseconds (capture max 915 W)."""
@@ -38,7 +38,7 @@ UTIL_PCT = np.array([0, 0, 100, 93, 100, 35, 3, 97], dtype=np.float32)
 
 
 def decode_w(running: np.ndarray | int) -> np.ndarray:
-    """Decode is memory-bound: ~230 W at batch 1, rising towards ~460 W as the batch fills."""
+    """Decode is memory-bound: ~250 W at batch 1, rising towards ~445 W as the batch fills."""
     return DECODE_BASE_W + DECODE_SPAN_W * (1 - np.exp(-np.asarray(running, dtype=np.float64) / DECODE_SCALE_SEQS))
 
 
