@@ -5,7 +5,7 @@ A workload is a timeline of segments (start_s, kind, level_w); :mod:`power` samp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,7 +54,6 @@ class Timeline:
     start_s: np.ndarray
     kind: np.ndarray
     level_w: np.ndarray
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def constant(cls, kind: int, level_w: float) -> "Timeline":
