@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from collectors.contract import POWER, REQUESTS, JOB_EVENTS, TS
+from collectors.contract import JOB_EVENTS, REQUESTS, TS
 from collectors.parquet_sink import write_dataset
 from collectors.simulate.power import GpuReadings
 
