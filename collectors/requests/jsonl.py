@@ -1,0 +1,141 @@
+"""Canonical request log lines (JSONL) → a parsed batch plus rejects.
+
+Fast path: the whole chunk through ``polars.read_ndjson`` and vectorised checks. Any row the
+vectorised checks cannot vouch for (and every row of a chunk polars cannot read: bad JSON,
+bad UTF-8, odd types) is re-checked by :func:`records.validate`, the single source of truth
+for what is accepted and why something is not.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import polars as pl
+
+from collectors.contract import REQUEST_STATUSES
+from collectors.requests.lines import Line
+from collectors.requests.quarantine import Reject
+from collectors.requests.records import DEFAULT_STATUS, INT32_MAX, REQUIRED_TS, TS_FIELDS, BadRecord, validate
+from collectors.requests.store import FRAME_SCHEMA, empty_frame
+from collectors.requests.timestamps import BadTimestamp, column_to_ns, to_ns
+
+_TEXT_OK = (pl.String, pl.Null)
+_TS_OK = (pl.String, pl.Int64, pl.Float64, pl.Null)
+_INT_OK = (pl.Int64, pl.Null)
+
+
+def parse_lines(lines: list[Line], source: str, default_endpoint: str | None = None) -> tuple[pl.DataFrame, list[Reject]]:
+    """Parse a chunk of lines of one file; rows keep the input order."""
+    rejects: list[Reject] = []
+    candidates: list[Line] = []
+    for line in lines:
+        if line.too_long:
+            rejects.append(Reject(source, line.number, "line too long", line.data, line.length))
+        elif line.data.strip():  # blank lines carry no record
+            candidates.append(line)
+    fast_ok = [ln for ln in candidates if ln.complete]
+    slow = [ln for ln in candidates if not ln.complete]
+    good = empty_frame()
+    if fast_ok:
+        good, unsure = _vectorised(fast_ok, source, default_endpoint)
+        slow = unsure + slow
+    if slow:
+        rows, more = _per_line(slow, source, default_endpoint)
+        rejects += more
+        if rows.height:
+            good = pl.concat([good, rows]).sort("_line")
+    return good, sorted(rejects, key=lambda r: r.line_no)
+
+
+def _per_line(lines: list[Line], source: str, default_endpoint: str | None) -> tuple[pl.DataFrame, list[Reject]]:
+    rows, rejects = [], []
+    for line in lines:
+        obj = None
+        try:
+            try:
+                text = line.data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadRecord(f"invalid UTF-8 at byte {exc.start}") from None
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                what = "truncated last line (no newline at end of file)" if not line.complete else "invalid JSON"
+                raise BadRecord(f"{what}: {exc.msg} at column {exc.colno}") from None
+            row = validate(obj, default_endpoint)
+        except BadRecord as exc:
+            rejects.append(Reject(source, line.number, str(exc), line.data, line.length, _arrival_day(obj)))
+            continue
+        row.update(_src=source, _line=line.number, _raw=line.data)
+        rows.append(row)
+    return pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row") if rows else empty_frame(), rejects
+
+
+def _arrival_day(obj) -> str | None:
+    """The day a rejected line belongs to, when its arrival time is readable."""
+    if isinstance(obj, dict) and obj.get("arrival_ts") is not None:
+        try:
+            ns = to_ns(obj["arrival_ts"])
+        except BadTimestamp:
+            return None
+        return pl.from_epoch(pl.Series([ns]), time_unit="ns").dt.strftime("%Y-%m-%d")[0]
+    return None
+
+
+def _vectorised(lines: list[Line], source: str, default_endpoint: str | None) -> tuple[pl.DataFrame, list[Line]]:
+    """(rows the vectorised checks accept, lines to re-check one by one)."""
+    try:
+        df = pl.read_ndjson(io.BytesIO(b"\n".join(ln.data for ln in lines)), infer_schema_length=None)
+    except Exception:  # bad JSON or UTF-8 anywhere, or types polars will not unify
+        return empty_frame(), lines
+    if df.height != len(lines) or not _types_ok(df.schema):
+        return empty_frame(), lines
+
+    def col(name: str, dtype=pl.String) -> pl.Expr:
+        return pl.col(name) if name in df.schema else pl.lit(None, dtype)
+
+    endpoint = col("endpoint")
+    if default_endpoint is not None:
+        endpoint = endpoint.fill_null(pl.lit(default_endpoint))
+    ns = {name: column_to_ns(name, df.schema.get(name)) for name in TS_FIELDS}
+    parsed = df.select(
+        request_id=col("request_id"),
+        endpoint=endpoint,
+        **ns,
+        prompt_tokens=col("prompt_tokens", pl.Int64),
+        output_tokens=col("output_tokens", pl.Int64),
+        status=col("status").fill_null(pl.lit(DEFAULT_STATUS)),
+        _given=pl.struct(*(col(n, pl.Null).is_not_null().alias(n) for n in TS_FIELDS)),
+    )
+    clean = (
+        (pl.col("request_id").str.len_bytes() > 0)
+        & (pl.col("endpoint").str.len_bytes() > 0)
+        & pl.col("status").is_in(REQUEST_STATUSES)
+        & pl.all_horizontal(pl.col(t).is_between(0, INT32_MAX) for t in ("prompt_tokens", "output_tokens"))
+        & pl.all_horizontal(pl.col(n).is_not_null() for n in REQUIRED_TS)
+        # a value given but not converted by the fast parser: let the per-line parser decide
+        & pl.all_horizontal(pl.col(n).is_not_null() | ~pl.col("_given").struct.field(n) for n in TS_FIELDS)
+        & _ordered()
+    ).fill_null(False)
+    parsed = parsed.with_columns(_src=pl.lit(source), _line=pl.Series([ln.number for ln in lines], dtype=pl.Int64))
+    parsed = parsed.with_columns(_raw=pl.Series([ln.data for ln in lines], dtype=pl.Binary), _clean=clean)
+    unsure_idx = parsed.with_row_index("_i").filter(~pl.col("_clean"))["_i"].to_list()
+    good = parsed.filter(pl.col("_clean")).select(list(FRAME_SCHEMA)).cast(FRAME_SCHEMA)
+    return good, [lines[i] for i in unsure_idx]
+
+
+def _types_ok(schema: pl.Schema) -> bool:
+    allowed = {"request_id": _TEXT_OK, "endpoint": _TEXT_OK, "status": _TEXT_OK}
+    allowed.update({n: _TS_OK for n in TS_FIELDS})
+    allowed.update({n: _INT_OK for n in ("prompt_tokens", "output_tokens")})
+    return all(schema[name] in ok for name, ok in allowed.items() if name in schema)
+
+
+def _ordered() -> pl.Expr:
+    """Every pair of present timestamps in contract order (equivalent to the per-line consecutive check)."""
+    checks = [
+        pl.col(a).is_null() | pl.col(b).is_null() | (pl.col(b) >= pl.col(a))
+        for i, a in enumerate(TS_FIELDS)
+        for b in TS_FIELDS[i + 1 :]
+    ]
+    return pl.all_horizontal(checks)
