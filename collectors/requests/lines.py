@@ -9,6 +9,7 @@ next newline, so a 1 GB line costs one read buffer.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
@@ -113,3 +114,57 @@ class LineReader:
         self._buf.clear()
         self._skipped = 0
         return line
+
+
+@dataclass(frozen=True)
+class Block:
+    """Many complete lines at once (for vectorised parsers): ``data`` ends with ``\\n`` unless final."""
+
+    data: bytes
+    first_line: int
+    n_lines: int
+    end: int  # byte offset just past the block
+
+
+def iter_blocks(
+    fh: BinaryIO,
+    block_bytes: int = 8 << 20,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    start: int = 0,
+    line_no: int = 1,
+) -> Iterator[Block | Line]:
+    """Blocks of whole lines of ``fh`` from ``start`` (line ``line_no``), with the memory of one block.
+
+    Where a block holds a line over ``max_line_bytes`` (or one line never ends), that stretch
+    comes out as :class:`Line` objects from a :class:`LineReader` instead, so the caller
+    quarantines the long line rather than parsing it.
+    """
+    fh.seek(start)
+    carry = b""
+    while True:
+        chunk = fh.read(block_bytes)
+        data = carry + chunk
+        if not data:
+            return
+        if not chunk or (len(data) > max_line_bytes and b"\n" not in data):
+            # An unterminated last line, or one endless line: the line reader bounds it.
+            line = next(LineReader(fh, start, line_no, max_line_bytes).read(final=True))
+            yield line
+            if not chunk:
+                return
+            fh.seek(line.end)
+            start, line_no, carry = line.end, line.number + 1, b""
+            continue
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        body, carry = data[: cut + 1], data[cut + 1 :]
+        n = body.count(b"\n")
+        if len(body) > max_line_bytes and max(map(len, body.split(b"\n"))) > max_line_bytes:
+            # Offsets of these lines are relative to the block: bulk readers only use numbers.
+            yield from LineReader(io.BytesIO(body), 0, line_no, max_line_bytes).read()
+        else:
+            yield Block(body, line_no, n, start + len(body))
+        start += len(body)
+        line_no += n
