@@ -118,7 +118,7 @@ class LineReader:
 
 @dataclass(frozen=True)
 class Block:
-    """Many complete lines at once (for vectorised parsers): ``data`` ends with ``\\n`` unless final."""
+    """Many complete lines at once (for vectorised parsers); only a file's last block may lack the final newline."""
 
     data: bytes
     first_line: int
@@ -146,8 +146,11 @@ def iter_blocks(
         data = carry + chunk
         if not data:
             return
+        if not chunk and len(data) <= max_line_bytes:  # an unterminated last line
+            yield Block(data, line_no, 1, start + len(data))
+            return
         if not chunk or (len(data) > max_line_bytes and b"\n" not in data):
-            # An unterminated last line, or one endless line: the line reader bounds it.
+            # One endless line: the line reader bounds it.
             line = next(LineReader(fh, start, line_no, max_line_bytes).read(final=True))
             yield line
             if not chunk:
