@@ -69,7 +69,7 @@ def write_quarantine(rejects: list[Reject], data_dir: Path, fmt: str) -> int:
     """Write ``rejects`` (atomically, one file per day); returns how many were new."""
     if not rejects:
         return 0
-    now_ns = time.time_ns()
+    now_ns = time.time_ns() // 1000 * 1000  # µs: readable as datetime anywhere
     by_day: dict[str, list[Reject]] = {}
     for r in rejects:
         by_day.setdefault(r.day or today_utc(), []).append(r)

@@ -5,8 +5,8 @@ Accepted forms:
 * RFC 3339 strings with an explicit offset: ``2026-12-02T13:05:00.123456789Z``, ``...+02:00``
   (a space or ``T`` between date and time; up to 9 fractional digits are kept, more are cut).
   A string without an offset is rejected: guessing a zone is how clocks end up skewed by hours.
-* JSON numbers since the Unix epoch, unit told apart by magnitude (the ranges cannot overlap
-  for any date between 1973 and 2286):
+* JSON numbers since the Unix epoch, unit told apart by magnitude (for any date between 1973 and
+  2262 the four ranges cannot be confused):
 
   ========================  ============
   value                     unit
