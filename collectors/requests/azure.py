@@ -60,6 +60,8 @@ def _check_header(fh) -> int:
 
 def _block_strings(block: Block) -> tuple[pl.DataFrame, list[tuple[int, str, bytes]]]:
     """(string columns + line numbers, [(line, reason, raw)] for lines that are not 3 fields)."""
+    if block.data.count(b",") != 2 * block.n_lines:  # some row is not 3 fields: name it, per line
+        return _split_lines(block)
     try:
         df = pl.read_csv(io.BytesIO(block.data), has_header=False, new_columns=_STR, infer_schema=False,
                          quote_char=None)
@@ -67,6 +69,10 @@ def _block_strings(block: Block) -> tuple[pl.DataFrame, list[tuple[int, str, byt
             return df.with_columns(_line=pl.int_range(block.first_line, block.first_line + df.height, dtype=pl.Int64)), []
     except Exception:
         pass
+    return _split_lines(block)
+
+
+def _split_lines(block: Block) -> tuple[pl.DataFrame, list[tuple[int, str, bytes]]]:
     rows, bad = [], []
     for i, raw in enumerate(block.data.split(b"\n")[: block.n_lines]):
         line_no = block.first_line + i
