@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 
 from collectors.requests.azure import NotAzureTrace, read_azure
-from collectors.requests.jsonl import parse_lines
-from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, LineReader
+from collectors.requests.jsonl import parse_block, parse_lines
+from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, Block, Line, iter_blocks
 from collectors.requests.progress import byte_progress
 from collectors.requests.quarantine import Reject, write_quarantine
 from collectors.requests.store import RequestStore, empty_frame
@@ -24,8 +24,8 @@ from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
 FORMATS = ("jsonl", "azure", "vllm-bench")
 PATTERNS = {"jsonl": ("*.jsonl", "*.jsonl.*", "*.ndjson"), "azure": ("*.csv",), "vllm-bench": ("*.json",)}
 """Which files of a directory each format takes."""
-CHUNK_LINES = 200_000
-"""JSONL lines parsed per batch."""
+CHUNK_LINES = 250_000
+"""JSONL rows per commit (one Parquet file per day per commit)."""
 COMMIT_ROWS = 1_000_000
 """Trace rows per Parquet file in bulk imports (fewer, larger files)."""
 
@@ -103,18 +103,23 @@ class Ingestor:
                 advance(size)
 
     def _ingest_jsonl(self, path: Path, advance) -> None:
+        frames, rejects, done = [], [], 0
         with open(path, "rb") as fh:
-            reader = LineReader(fh, max_line_bytes=self.max_line_bytes)
-            chunk, done = [], 0
-            for line in reader.read(final=True):
-                chunk.append(line)
-                if len(chunk) >= CHUNK_LINES:
-                    self.commit(*parse_lines(chunk, str(path), self.endpoint))
-                    advance(line.end - done)
-                    chunk, done = [], line.end
-            if chunk:
-                self.commit(*parse_lines(chunk, str(path), self.endpoint))
-            advance(max(0, reader.pos - done))
+            for item in iter_blocks(fh, max_line_bytes=self.max_line_bytes):
+                frame, bad = (parse_block if isinstance(item, Block) else _parse_line)(item, str(path), self.endpoint)
+                frames.append(frame)
+                rejects += bad
+                advance(max(0, item.end - done))
+                done = max(done, item.end)
+                if sum(f.height for f in frames) >= CHUNK_LINES:
+                    self.commit(pl.concat(frames), rejects)
+                    frames, rejects = [], []
+        if frames or rejects:
+            self.commit(pl.concat(frames) if frames else empty_frame(), rejects)
+
+
+def _parse_line(line: Line, source: str, endpoint: str | None):
+    return parse_lines([line], source, endpoint)
 
 
 def expand(targets: list[Path], fmt: str) -> list[Path]:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import polars as pl
 
 from collectors.contract import REQUEST_STATUSES
-from collectors.requests.lines import Line
+from collectors.requests.lines import Block, Line
 from collectors.requests.quarantine import Reject
 from collectors.requests.records import DEFAULT_STATUS, INT32_MAX, REQUIRED_TS, TS_FIELDS, BadRecord, validate
 from collectors.requests.store import FRAME_SCHEMA, empty_frame
@@ -23,6 +24,11 @@ from collectors.requests.timestamps import BadTimestamp, column_to_ns, to_ns
 _TEXT_OK = (pl.String, pl.Null)
 _TS_OK = (pl.String, pl.Int64, pl.Float64, pl.Null)
 _INT_OK = (pl.Int64, pl.Null)
+_STRING_ID = re.compile(rb'"request_id"\s*:\s*"')
+_STRING_ENDPOINT = re.compile(rb'"endpoint"\s*:\s*"')
+INFER_ROWS = 1000
+"""polars infers column types from this many rows and fails (→ per-line path) on a later type change;
+inferring from every row would double the parse time."""
 
 
 def parse_lines(lines: list[Line], source: str, default_endpoint: str | None = None) -> tuple[pl.DataFrame, list[Reject]]:
@@ -38,11 +44,31 @@ def parse_lines(lines: list[Line], source: str, default_endpoint: str | None = N
     slow = [ln for ln in candidates if not ln.complete]
     good = empty_frame()
     if fast_ok:
-        good, unsure = _vectorised(fast_ok, source, default_endpoint)
-        slow = unsure + slow
+        raws = [ln.data for ln in fast_ok]
+        good, unsure = _vectorised(raws, pl.Series([ln.number for ln in fast_ok], dtype=pl.Int64), source, default_endpoint)
+        slow = [fast_ok[i] for i in unsure] + slow
+    return _with_slow(good, rejects, slow, source, default_endpoint)
+
+
+def parse_block(block: Block, source: str, default_endpoint: str | None = None) -> tuple[pl.DataFrame, list[Reject]]:
+    """Parse a block of whole lines without a Python object per line (the bulk path)."""
+    raws = block.data.split(b"\n")[: block.n_lines]
+    complete = block.data.endswith(b"\n")
+
+    def as_line(i: int) -> Line:
+        return Line(block.first_line + i, 0, 0, raws[i], len(raws[i]), complete=complete or i < block.n_lines - 1)
+
+    if b"\n\n" in block.data or block.data.startswith(b"\n") or not complete:  # row i is not line i, or a last line to judge alone
+        return parse_lines([as_line(i) for i in range(len(raws))], source, default_endpoint)
+    numbers = pl.int_range(block.first_line, block.first_line + len(raws), dtype=pl.Int64, eager=True)
+    good, unsure = _vectorised(raws, numbers, source, default_endpoint, data=block.data)
+    return _with_slow(good, [], [as_line(i) for i in unsure], source, default_endpoint)
+
+
+def _with_slow(good, rejects, slow, source, default_endpoint) -> tuple[pl.DataFrame, list[Reject]]:
     if slow:
         rows, more = _per_line(slow, source, default_endpoint)
-        rejects += more
+        rejects = rejects + more
         if rows.height:
             good = pl.concat([good, rows]).sort("_line")
     return good, sorted(rejects, key=lambda r: r.line_no)
@@ -82,14 +108,20 @@ def _arrival_day(obj) -> str | None:
     return None
 
 
-def _vectorised(lines: list[Line], source: str, default_endpoint: str | None) -> tuple[pl.DataFrame, list[Line]]:
-    """(rows the vectorised checks accept, lines to re-check one by one)."""
+def _vectorised(
+    raws: list[bytes], numbers: pl.Series, source: str, default_endpoint: str | None, data: bytes | None = None
+) -> tuple[pl.DataFrame, list[int]]:
+    """(rows the vectorised checks accept, indices of lines to re-check one by one)."""
+    everything = list(range(len(raws)))
+    data = data if data is not None else b"\n".join(raws)
+    if not _ids_are_strings(data, len(raws)):
+        return empty_frame(), everything
     try:
-        df = pl.read_ndjson(io.BytesIO(b"\n".join(ln.data for ln in lines)), infer_schema_length=None)
-    except Exception:  # bad JSON or UTF-8 anywhere, or types polars will not unify
-        return empty_frame(), lines
-    if df.height != len(lines) or not _types_ok(df.schema):
-        return empty_frame(), lines
+        df = pl.read_ndjson(io.BytesIO(data), infer_schema_length=INFER_ROWS)
+    except Exception:  # bad JSON or UTF-8 anywhere, or a type change after the first rows
+        return empty_frame(), everything
+    if df.height != len(raws) or not _types_ok(df.schema):
+        return empty_frame(), everything
 
     def col(name: str, dtype=pl.String) -> pl.Expr:
         return pl.col(name) if name in df.schema else pl.lit(None, dtype)
@@ -117,11 +149,21 @@ def _vectorised(lines: list[Line], source: str, default_endpoint: str | None) ->
         & pl.all_horizontal(pl.col(n).is_not_null() | ~pl.col("_given").struct.field(n) for n in TS_FIELDS)
         & _ordered()
     ).fill_null(False)
-    parsed = parsed.with_columns(_src=pl.lit(source), _line=pl.Series([ln.number for ln in lines], dtype=pl.Int64))
-    parsed = parsed.with_columns(_raw=pl.Series([ln.data for ln in lines], dtype=pl.Binary), _clean=clean)
-    unsure_idx = parsed.with_row_index("_i").filter(~pl.col("_clean"))["_i"].to_list()
+    parsed = parsed.with_columns(_src=pl.lit(source), _line=numbers, _raw=pl.Series(raws, dtype=pl.Binary), _clean=clean)
+    unsure = parsed.with_row_index("_i").filter(~pl.col("_clean"))["_i"].to_list()
     good = parsed.filter(pl.col("_clean")).select(list(FRAME_SCHEMA)).cast(FRAME_SCHEMA)
-    return good, [lines[i] for i in unsure_idx]
+    return good, unsure
+
+
+def _ids_are_strings(data: bytes, n_lines: int) -> bool:
+    """Every line names ``request_id`` (and any ``endpoint``) literally, with a string value.
+
+    polars would read ``"request_id": 7`` into a string column as ``"7"``; the contract (and the
+    per-line path) rejects it, so such chunks must not take the fast path.
+    """
+    if data.count(b'"request_id"') != n_lines or len(_STRING_ID.findall(data)) != n_lines:
+        return False
+    return data.count(b'"endpoint"') == len(_STRING_ENDPOINT.findall(data))
 
 
 def _types_ok(schema: pl.Schema) -> bool:
