@@ -258,3 +258,18 @@ def test_cli_summary_and_exit_codes(tmp_path):
     assert result.exit_code == 2 and "no such file" in result.output
     result = runner.invoke(main, ["ingest", "requests", "--format", "azure", "--follow", str(log)])
     assert result.exit_code == 2 and "--follow works with --format jsonl only" in result.output
+
+
+def test_long_lines_amid_a_bulk_file_keep_their_neighbours_in_blocks(tmp_path):
+    from collectors.requests.lines import Block, Line, iter_blocks
+
+    data = jl(rec(0), rec(1)) + b"x" * 5000 + b"\n" + jl(rec(2)) + b"y" * 3000 + b"\n" + jl(rec(3))[:-1]
+    items = list(iter_blocks(io.BytesIO(data), block_bytes=1 << 16, max_line_bytes=2048))
+    assert [(type(i).__name__, getattr(i, "first_line", getattr(i, "number", None))) for i in items] == [
+        ("Block", 1), ("Line", 3), ("Block", 4), ("Line", 5), ("Block", 6)
+    ]
+    assert isinstance(items[1], Line) and items[1].too_long and items[1].length == 5000
+    assert isinstance(items[-1], Block) and items[-1].end == len(data)
+    summary, data_dir = ingest(tmp_path, data, max_line_bytes=2048)
+    assert (summary.ingested, summary.quarantined) == (4, 2)
+    assert sorted(read_quarantine(data_dir).column("line_no").to_pylist()) == [3, 5]

@@ -158,11 +158,9 @@ def read_azure(
         on_bytes(start)
         done = start
         for item in iter_blocks(fh, max_line_bytes=max_line_bytes, start=start, line_no=2):
-            if isinstance(item, Line):
-                if item.too_long:
-                    yield _empty(), [Reject(source, item.number, "line too long", item.data, item.length)]
-                    continue
-                item = Block(item.data, item.number, 1, item.end)  # pragma: no cover - blocks carry short lines
+            if isinstance(item, Line):  # iter_blocks hands out single lines only when too long
+                yield _empty(), [Reject(source, item.number, "line too long", item.data, item.length)]
+                continue
             strings, bad = _block_strings(item)
             rejects = [Reject(source, n, why, raw, len(raw)) for n, why, raw in bad]
             checked = _validate(strings)

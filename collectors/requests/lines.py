@@ -135,9 +135,9 @@ def iter_blocks(
 ) -> Iterator[Block | Line]:
     """Blocks of whole lines of ``fh`` from ``start`` (line ``line_no``), with the memory of one block.
 
-    Where a block holds a line over ``max_line_bytes`` (or one line never ends), that stretch
-    comes out as :class:`Line` objects from a :class:`LineReader` instead, so the caller
-    quarantines the long line rather than parsing it.
+    Single :class:`Line` objects are always too long. A line over ``max_line_bytes`` comes out alone as a :class:`Line` (``too_long``, only its
+    prefix kept, read through a :class:`LineReader`), so the caller quarantines it rather than
+    parsing it; the lines around it still come in blocks.
     """
     fh.seek(start)
     carry = b""
@@ -165,9 +165,28 @@ def iter_blocks(
         body, carry = data[: cut + 1], data[cut + 1 :]
         n = body.count(b"\n")
         if len(body) > max_line_bytes and max(map(len, body.split(b"\n"))) > max_line_bytes:
-            # Offsets of these lines are relative to the block: bulk readers only use numbers.
-            yield from LineReader(io.BytesIO(body), 0, line_no, max_line_bytes).read()
+            yield from _runs(LineReader(io.BytesIO(body), 0, line_no, max_line_bytes).read(), start)
         else:
             yield Block(body, line_no, n, start + len(body))
         start += len(body)
         line_no += n
+
+
+def _runs(lines: Iterator[Line], base: int) -> Iterator[Block | Line]:
+    """Regroup lines (offsets relative to ``base``) into blocks, around the too-long ones."""
+    run: list[Line] = []
+
+    def block() -> Block:
+        data = b"\n".join(ln.data for ln in run) + b"\n"
+        return Block(data, run[0].number, len(run), base + run[-1].end)
+
+    for line in lines:
+        if line.too_long:
+            if run:
+                yield block()
+                run = []
+            yield Line(line.number, base + line.start, base + line.end, line.data, line.length, True)
+        else:
+            run.append(line)
+    if run:
+        yield block()
