@@ -273,3 +273,14 @@ def test_long_lines_amid_a_bulk_file_keep_their_neighbours_in_blocks(tmp_path):
     summary, data_dir = ingest(tmp_path, data, max_line_bytes=2048)
     assert (summary.ingested, summary.quarantined) == (4, 2)
     assert sorted(read_quarantine(data_dir).column("line_no").to_pylist()) == [3, 5]
+
+
+def test_a_field_first_seen_late_in_a_chunk_is_not_dropped(tmp_path):
+    # polars infers columns from the first rows only; a later first_token_ts must still be read and checked
+    records = [rec(i) for i in range(1500)]
+    records.append(rec(1500, first_token_ts=T0_S + 1501))
+    records.append(rec(1501, first_token_ts=T0_S))  # before its arrival: must be caught
+    summary, data = ingest(tmp_path, jl(*records))
+    assert (summary.ingested, summary.quarantined) == (1501, 1)
+    row = stored(data).filter(pl.col("request_id") == "r1500").row(0, named=True)
+    assert row["first_token_ts"] == T0 + dt.timedelta(seconds=1501)

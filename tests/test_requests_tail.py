@@ -259,3 +259,29 @@ def test_cli_follow_flushes_and_stops_cleanly_on_sigterm(dirs):
     assert proc.returncode == 0, err
     assert "ingested 6 request(s), quarantined 0, duplicates 0" in out
     assert_exactly(data, range(6))
+
+
+def test_failed_flush_keeps_lines_and_retries(dirs, monkeypatch):
+    import threading
+
+    from collectors.requests import store
+
+    logs, data = dirs
+    log = logs / "app.jsonl"
+    write(log, range(3))
+    real = store.write_dataset
+    calls = {"n": 0}
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(28, "No space left on device")
+        return real(*a, **k)
+
+    monkeypatch.setattr(store, "write_dataset", flaky)
+    warnings = []
+    f = Follower([log], Ingestor(data, "jsonl", progress=False), flush_interval_s=0.0, poll_interval_s=0.01,
+                 close_after_s=0, warn=warnings.append)
+    f.run(threading.Event(), max_s=0.3)
+    assert any("No space left" in w for w in warnings)
+    assert_exactly(data, range(3))

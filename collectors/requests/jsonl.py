@@ -26,6 +26,7 @@ _TS_OK = (pl.String, pl.Int64, pl.Float64, pl.Null)
 _INT_OK = (pl.Int64, pl.Null)
 _STRING_ID = re.compile(rb'"request_id"\s*:\s*"')
 _STRING_ENDPOINT = re.compile(rb'"endpoint"\s*:\s*"')
+CONTRACT_FIELDS = ("request_id", "endpoint", *TS_FIELDS, "prompt_tokens", "output_tokens", "status")
 INFER_ROWS = 1000
 """polars infers column types from this many rows and fails (→ per-line path) on a later type change;
 inferring from every row would double the parse time."""
@@ -118,6 +119,9 @@ def _vectorised(
         return empty_frame(), everything
     try:
         df = pl.read_ndjson(io.BytesIO(data), infer_schema_length=INFER_ROWS)
+        if any(f'"{name}"'.encode() in data for name in CONTRACT_FIELDS if name not in df.schema):
+            # a field first seen after the inference window would be dropped silently: infer from all rows
+            df = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
     except Exception:  # bad JSON or UTF-8 anywhere, or a type change after the first rows
         return empty_frame(), everything
     if df.height != len(raws) or not _types_ok(df.schema):

@@ -105,10 +105,18 @@ class RequestStore:
             fresh = rows.join(stored.select(KEY), on=KEY, how="anti")
             if fresh.height:
                 new_parts.append(fresh)
-                self._days[day] = pl.concat([stored, fresh.select(COLUMNS)])
         if new_parts:
             fresh = pl.concat(new_parts)
-            write_dataset(to_contract(fresh), self.data_dir, "requests", prefix=self.prefix, sort_by=["arrival_ts"])
+            try:
+                write_dataset(to_contract(fresh), self.data_dir, "requests", prefix=self.prefix, sort_by=["arrival_ts"])
+            except BaseException:
+                for part in new_parts:  # some days may be on disk already: re-read them next time
+                    self._days.pop(part["_day"][0], None)
+                raise
+            # Only now are the rows stored: a failed write must leave them new for the retry.
+            for part in new_parts:
+                day = part["_day"][0]
+                self._days[day] = pl.concat([self._days[day], part.select(COLUMNS)])
             result.written = fresh.height
         return result
 

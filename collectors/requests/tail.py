@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ class Follower:
         flush_interval_s: float = 5.0,
         poll_interval_s: float = 0.25,
         close_after_s: float = 5.0,
+        warn=lambda msg: print(f"warning: {msg}", file=sys.stderr),
     ) -> None:
         self.targets = [Path(t) for t in targets]
         self.ingestor = ingestor
@@ -80,6 +82,7 @@ class Follower:
         self.flush_interval_s = flush_interval_s
         self.poll_interval_s = poll_interval_s
         self.close_after_s = close_after_s
+        self.warn = warn
         self.files: dict[tuple[int, int], _Followed] = {}
         self._saved = {p.identity: p for p in checkpoint.load(self.checkpoint_path)}
         self._last_saved: list[Position] | None = None
@@ -96,7 +99,10 @@ class Follower:
                 self.poll()
                 now = time.monotonic()
                 if now - last_flush >= self.flush_interval_s or self._pending() >= MAX_PENDING_LINES:
-                    self.flush()
+                    try:
+                        self.flush()
+                    except OSError as exc:  # e.g. disk full: keep the lines (reading pauses), retry
+                        self.warn(f"flush failed, will retry: {exc}")
                     last_flush = now
                 stop.wait(self.poll_interval_s)
         finally:
@@ -107,7 +113,7 @@ class Follower:
         """Discover files, then read every complete line now available."""
         named = self._discover()
         for ident, f in list(self.files.items()):
-            if f.finished:
+            if f.finished or self._pending() >= MAX_PENDING_LINES:  # backpressure while flushes fail
                 continue
             self._read(f)
             if ident not in named and time.monotonic() - f.last_growth >= self.close_after_s:
