@@ -53,17 +53,23 @@ def parse_lines(lines: list[Line], source: str, default_endpoint: str | None = N
 
 def parse_block(block: Block, source: str, default_endpoint: str | None = None) -> tuple[pl.DataFrame, list[Reject]]:
     """Parse a block of whole lines without a Python object per line (the bulk path)."""
+    if not block.data.endswith(b"\n"):  # the file's unterminated last line is judged on its own
+        cut = block.data.rfind(b"\n") + 1
+        last = Line(block.first_line + block.n_lines - 1, 0, 0, block.data[cut:], len(block.data) - cut, complete=False)
+        tail, tail_rejects = parse_lines([last], source, default_endpoint)
+        if cut == 0:
+            return tail, tail_rejects
+        head, head_rejects = parse_block(Block(block.data[:cut], block.first_line, block.n_lines - 1, 0), source, default_endpoint)
+        return pl.concat([head, tail]), head_rejects + tail_rejects
     raws = block.data.split(b"\n")[: block.n_lines]
-    complete = block.data.endswith(b"\n")
-
-    def as_line(i: int) -> Line:
-        return Line(block.first_line + i, 0, 0, raws[i], len(raws[i]), complete=complete or i < block.n_lines - 1)
-
-    if b"\n\n" in block.data or block.data.startswith(b"\n") or not complete:  # row i is not line i, or a last line to judge alone
-        return parse_lines([as_line(i) for i in range(len(raws))], source, default_endpoint)
+    lines = lambda idx: [Line(block.first_line + i, 0, 0, raws[i], len(raws[i])) for i in idx]  # noqa: E731
+    if b"\n\n" in block.data or block.data.startswith(b"\n"):  # blank lines: row i would not be line i
+        return parse_lines(lines(range(len(raws))), source, default_endpoint)
+    if not raws:
+        return empty_frame(), []
     numbers = pl.int_range(block.first_line, block.first_line + len(raws), dtype=pl.Int64, eager=True)
     good, unsure = _vectorised(raws, numbers, source, default_endpoint, data=block.data)
-    return _with_slow(good, [], [as_line(i) for i in unsure], source, default_endpoint)
+    return _with_slow(good, [], lines(unsure), source, default_endpoint)
 
 
 def _with_slow(good, rejects, slow, source, default_endpoint) -> tuple[pl.DataFrame, list[Reject]]:
