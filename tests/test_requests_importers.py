@@ -197,3 +197,29 @@ def test_vllm_bench_without_start_times_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, ["ingest", "requests", "--format", "vllm-bench", str(path), "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 2
     assert "missing per-request array(s): request_timestamps or start_times" in result.output
+
+
+def test_azure_non_utf8_row_and_wrong_header_via_cli(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.5,10,\xff\n2024-05-10 00:00:01,10,2\n")
+    not_azure = tmp_path / "other.csv"
+    not_azure.write_bytes(b"time,prompt,output\n1,2,3\n")
+    runner = CliRunner()
+    args = ["ingest", "requests", "--format", "azure", "--endpoint", "conv", "--data-dir", str(tmp_path / "d")]
+    result = runner.invoke(main, [*args, str(trace), str(not_azure)])
+    assert result.exit_code == 0, result.output
+    assert "ingested 1 request(s), quarantined 1, duplicates 0 (from 1 file(s); 1 unreadable)" in result.output
+    assert "other.csv: expected the header TIMESTAMP,ContextTokens,GeneratedTokens" in result.output
+    (q,) = read_quarantine(tmp_path / "d").to_pylist()
+    assert q["reason"].startswith("invalid UTF-8") and q["raw"] == b"2024-05-10 00:00:00.5,10,\xff"
+    result = runner.invoke(main, [*args, str(not_azure)])
+    assert result.exit_code == 2 and "nothing could be read" in result.output
+
+
+def test_progress_bar_only_on_a_terminal():
+    from collectors.requests.progress import byte_progress
+
+    with byte_progress(100, "x") as advance:  # pytest's stderr is not a TTY: a no-op
+        advance(50)
+    with byte_progress(100, "x", enabled=True) as advance:
+        advance(100)
