@@ -218,8 +218,15 @@ class Follower:
             f.last_growth = time.monotonic()
 
     def _restart(self, f: _Followed, size: int) -> None:
-        """Truncated or rewritten in place: keep what was read, then start over at byte 0."""
-        self.flush()
+        """Truncated or rewritten in place: keep what was read, then start over at byte 0.
+
+        Lines already read from the old content stay pending and are committed with the next
+        flush; flushing now just makes that window as short as possible.
+        """
+        try:
+            self.flush()
+        except OSError as exc:
+            self.warn(f"flush failed, will retry: {exc}")
         fp, fp_len = head_fingerprint(f.fh.fileno(), size)
         f.pos.fp, f.pos.fp_len, f.pos.offset, f.pos.line = fp, fp_len, 0, 1
         f.reader.reset(0, 1)
