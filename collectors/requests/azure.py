@@ -54,7 +54,7 @@ def _check_header(fh) -> int:
     head = fh.readline(4096)
     names = tuple(x.strip() for x in head.decode("utf-8-sig", "replace").strip().split(","))
     if names != HEADER:
-        raise NotAzureTrace(f"expected the header {','.join(HEADER)}, found {head[:80]!r}")
+        raise NotAzureTrace(f"{fh.name}: expected the header {','.join(HEADER)}, found {head[:80]!r}")
     return fh.tell()
 
 

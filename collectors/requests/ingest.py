@@ -73,11 +73,20 @@ class Ingestor:
     # ---- bulk
 
     def ingest(self, targets: list[Path]) -> Summary:
+        """Ingest every file; a file that cannot be read is noted and skipped. Errors writing
+        the data dir propagate: what was committed stays, and a re-run adds only the rest."""
         for path in expand(targets, self.fmt):
             try:
+                with open(path, "rb"):
+                    pass
                 self._ingest_file(path)
-            except (OSError, NotAzureTrace, NotBenchResult) as exc:
-                self.summary.errors.append(f"{path}: {exc}")
+            except (NotAzureTrace, NotBenchResult) as exc:
+                self.summary.errors.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+                continue
+            except OSError as exc:
+                if exc.filename not in (str(path), path):
+                    raise
+                self.summary.errors.append(f"{path}: {exc.strerror}")
                 continue
             self.summary.files_read += 1
         return self.summary

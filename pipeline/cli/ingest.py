@@ -44,7 +44,11 @@ def requests_command(paths, fmt, follow, endpoint, max_line_bytes, flush_interva
         missing = [str(p) for p in paths if not p.exists()]
         if missing:
             raise UserError(f"no such file or directory: {', '.join(missing)}")
-        ingestor.ingest(list(paths))
+        try:
+            ingestor.ingest(list(paths))
+        except OSError as exc:
+            raise UserError(f"writing to {data_dir} failed ({exc}); {ingestor.summary.line()} so far, "
+                            "and re-running the same command is safe") from None
     summary = ingestor.summary
     for error in summary.errors:
         click.echo(f"warning: {error}", err=True)
