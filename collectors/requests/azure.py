@@ -113,8 +113,10 @@ class _Occurrences:
     def number(self, good: pl.DataFrame) -> pl.Series:
         key = ["arrival_ns", "p", "o"]
         good = good.join(self.recent, on=key, how="left").with_columns(pl.col("_n").fill_null(0))
-        k = pl.int_range(pl.len(), dtype=pl.UInt32).over(key) + pl.col("_n")
-        good = good.with_columns(_k=k)
+        if good.select(pl.struct(key).is_duplicated().any()).item():
+            good = good.with_columns(_k=pl.int_range(pl.len(), dtype=pl.UInt32).over(key) + pl.col("_n"))
+        else:  # the usual case: every row distinct, no window needed
+            good = good.with_columns(_k=pl.col("_n"))
         seen = good.group_by(key).agg(_n=pl.col("_k").max() + 1)
         cutoff = good["arrival_ns"].max() - _NEAR_NS
         self.recent = (

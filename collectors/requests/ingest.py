@@ -132,10 +132,10 @@ def _parse_line(line: Line, source: str, endpoint: str | None):
 
 
 def expand(targets: list[Path], fmt: str) -> list[Path]:
-    """Files named directly, plus the matching files of named directories (sorted, no repeats)."""
+    """Files named directly, plus the matching files of named directories (absolute, sorted, no repeats)."""
     out: list[Path] = []
     for target in targets:
-        target = Path(target)
+        target = Path(os.path.abspath(target))  # one name per file in quarantine's source_file
         if target.is_dir():
             found = {p for pattern in PATTERNS[fmt] for p in target.glob(pattern) if p.is_file()}
             out += sorted(found, key=_natural)

@@ -76,7 +76,7 @@ class Follower:
         close_after_s: float = 5.0,
         warn=lambda msg: print(f"warning: {msg}", file=sys.stderr),
     ) -> None:
-        self.targets = [Path(t) for t in targets]
+        self.targets = [Path(os.path.abspath(t)) for t in targets]
         self.ingestor = ingestor
         self.checkpoint_path = checkpoint_path or default_checkpoint(ingestor.data_dir, self.targets)
         self.flush_interval_s = flush_interval_s
