@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pyarrow.dataset as pads
 import pytest
 
