@@ -284,3 +284,17 @@ def test_a_field_first_seen_late_in_a_chunk_is_not_dropped(tmp_path):
     assert (summary.ingested, summary.quarantined) == (1501, 1)
     row = stored(data).filter(pl.col("request_id") == "r1500").row(0, named=True)
     assert row["first_token_ts"] == T0 + dt.timedelta(seconds=1501)
+
+
+def test_two_writers_on_one_data_dir_do_not_duplicate(tmp_path):
+    # a follower and a bulk import of the same log, interleaved: each sees the other's files
+    log = tmp_path / "a.jsonl"
+    log.write_bytes(jl(*(rec(i) for i in range(10))))
+    one = Ingestor(tmp_path / "data", "jsonl", progress=False)
+    two = Ingestor(tmp_path / "data", "jsonl", progress=False)
+    one.ingest([log])
+    two.ingest([log])
+    log.write_bytes(jl(*(rec(i) for i in range(15))))
+    one.ingest([log])
+    assert (one.summary.ingested, two.summary.ingested, one.summary.duplicates, two.summary.duplicates) == (15, 0, 10, 10)
+    assert stored(tmp_path / "data")["request_id"].n_unique() == stored(tmp_path / "data").height == 15

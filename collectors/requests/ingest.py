@@ -18,7 +18,7 @@ from collectors.requests.jsonl import parse_block, parse_lines
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, Block, Line, iter_blocks
 from collectors.requests.progress import byte_progress
 from collectors.requests.quarantine import Reject, write_quarantine
-from collectors.requests.store import RequestStore, empty_frame
+from collectors.requests.store import RequestStore, empty_frame, writer_lock
 from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
 
 FORMATS = ("jsonl", "azure", "vllm-bench")
@@ -65,10 +65,11 @@ class Ingestor:
     def commit(self, frame: pl.DataFrame, rejects: list[Reject]) -> None:
         """Requests first, then quarantine: both are atomic files, and both are deduplicated,
         so repeating a commit after a crash between the two adds nothing."""
-        added = self.store.add(frame)
-        self.summary.ingested += added.written
-        self.summary.duplicates += added.duplicates
-        self.summary.quarantined += write_quarantine(rejects + added.conflicts, self.data_dir, self.fmt)
+        with writer_lock(self.data_dir):
+            added = self.store.add(frame)
+            self.summary.ingested += added.written
+            self.summary.duplicates += added.duplicates
+            self.summary.quarantined += write_quarantine(rejects + added.conflicts, self.data_dir, self.fmt)
 
     # ---- bulk
 

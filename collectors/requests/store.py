@@ -9,8 +9,11 @@ row's arrival day, so the store is idempotent by content.
 
 from __future__ import annotations
 
+import fcntl
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -41,6 +44,19 @@ FRAME_SCHEMA = {
 """A parsed batch: contract columns with timestamps as epoch ns, plus provenance."""
 
 
+@contextmanager
+def writer_lock(data_dir: Path) -> Iterator[None]:
+    """One request writer at a time per data dir (bulk imports and followers may overlap)."""
+    path = Path(data_dir) / "state" / "requests.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=FRAME_SCHEMA)
 
@@ -67,23 +83,31 @@ class AddResult:
 
 
 class RequestStore:
-    """The requests dataset under ``data_dir``, with each touched day's keys cached in memory."""
+    """The requests dataset under ``data_dir``, with each touched day's rows cached in memory.
+
+    Callers serialise :meth:`add` across processes (see :func:`writer_lock`); the cache then
+    only needs the files other writers added, which :meth:`_stored` picks up by name.
+    """
 
     def __init__(self, data_dir: Path, prefix: str = "req") -> None:
         self.data_dir = Path(data_dir)
         self.prefix = prefix
         self._days: dict[str, pl.DataFrame] = {}
+        self._files: dict[str, set[str]] = {}  # per day: the files already in ``_days``
 
     def _stored(self, day: str) -> pl.DataFrame:
+        """The day's stored rows, including files another writer added since we last looked."""
+        folder = DATASETS["requests"].partition_dir(self.data_dir, day)
+        known = self._files.setdefault(day, set())
+        new = sorted(p for p in folder.glob("*.parquet") if p.name not in known)
         if day not in self._days:
-            folder = DATASETS["requests"].partition_dir(self.data_dir, day)
-            files = sorted(folder.glob("*.parquet"))
-            if files:
-                table = pads.dataset(files, format="parquet").to_table(columns=COLUMNS)
-                stored = pl.from_arrow(table).with_columns(pl.col(TS_COLUMNS).dt.epoch("ns"))
-                self._days[day] = stored.cast({c: FRAME_SCHEMA[c] for c in COLUMNS}).unique(KEY, keep="first")
-            else:
-                self._days[day] = pl.DataFrame(schema={c: FRAME_SCHEMA[c] for c in COLUMNS})
+            self._days[day] = pl.DataFrame(schema={c: FRAME_SCHEMA[c] for c in COLUMNS})
+        if new:
+            table = pads.dataset(new, format="parquet").to_table(columns=COLUMNS)
+            rows = pl.from_arrow(table).with_columns(pl.col(TS_COLUMNS).dt.epoch("ns"))
+            rows = rows.cast({c: FRAME_SCHEMA[c] for c in COLUMNS})
+            self._days[day] = pl.concat([self._days[day], rows]).unique(KEY, keep="first", maintain_order=True)
+            known.update(p.name for p in new)
         return self._days[day]
 
     def add(self, batch: pl.DataFrame) -> AddResult:
@@ -107,16 +131,14 @@ class RequestStore:
                 new_parts.append(fresh)
         if new_parts:
             fresh = pl.concat(new_parts)
-            try:
-                write_dataset(to_contract(fresh), self.data_dir, "requests", prefix=self.prefix, sort_by=["arrival_ts"])
-            except BaseException:
-                for part in new_parts:  # some days may be on disk already: re-read them next time
-                    self._days.pop(part["_day"][0], None)
-                raise
-            # Only now are the rows stored: a failed write must leave them new for the retry.
+            # A failed write leaves the cache as it was: the rows stay new for the retry, and any
+            # day already on disk is picked up as another writer's file on the next look.
+            written = write_dataset(to_contract(fresh), self.data_dir, "requests", prefix=self.prefix, sort_by=["arrival_ts"])
             for part in new_parts:
                 day = part["_day"][0]
                 self._days[day] = pl.concat([self._days[day], part.select(COLUMNS)])
+            for path in written:
+                self._files[path.parent.name.removeprefix("date=")].add(path.name)
             result.written = fresh.height
         return result
 
