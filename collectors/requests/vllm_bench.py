@@ -45,17 +45,16 @@ def _count(value, name: str) -> int:
     return value
 
 
-def _record(doc: dict, starts: list, i: int, endpoint: str) -> dict:
-    def item(name, arr=None):
-        arr = doc[name] if arr is None else arr
-        if i >= len(arr):
+def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
+    def item(name):
+        if i >= len(doc[name]):
             raise BadRecord(f"{name} has no entry {i + 1}")
-        return arr[i]
+        return doc[name][i]
 
     try:
-        start_ns = epoch_to_ns(item("start", starts))
+        start_ns = epoch_to_ns(item(start_key))
     except BadTimestamp as exc:
-        raise BadRecord(f"start time: {exc}") from None
+        raise BadRecord(f"{start_key}: {exc}") from None
     prompt, output = _count(item("input_lens"), "input_lens"), _count(item("output_lens"), "output_lens")
     errors = doc.get("errors") if isinstance(doc.get("errors"), list) else []
     error = errors[i] if i < len(errors) else ""
@@ -93,22 +92,23 @@ def read_vllm_bench(path: Path, endpoint: str | None = None) -> tuple[pl.DataFra
     if not isinstance(doc, dict):
         raise NotBenchResult(f"{path}: expected a JSON object of per-request arrays")
     missing = [k for k in NEEDED if not isinstance(doc.get(k), list)]
-    starts = next((doc[k] for k in START_KEYS if isinstance(doc.get(k), list)), None)
-    if starts is None:
+    start_key = next((k for k in START_KEYS if isinstance(doc.get(k), list)), None)
+    if start_key is None:
         missing.append(" or ".join(START_KEYS))
     if missing:
         raise NotBenchResult(f"{path}: missing per-request array(s): {', '.join(missing)}")
     endpoint = endpoint or str(doc.get("model_id") or doc.get("model") or "vllm-bench")
-    n = max(len(starts), *(len(doc[k]) for k in NEEDED))
+    used = (start_key, *NEEDED, "errors")
     rows, rejects = [], []
-    for i in range(n):
+    for i in range(max(len(doc[k]) for k in (start_key, *NEEDED))):
+        # the request's entries as one JSON object: its "raw line" for quarantine
+        raw = json.dumps({k: doc[k][i] for k in used if isinstance(doc.get(k), list) and i < len(doc[k])}).encode()
         try:
-            row = _record(doc, starts, i, endpoint)
+            row = _record(doc, start_key, i, endpoint)
         except BadRecord as exc:
-            raw = json.dumps({k: doc[k][i] for k in (*NEEDED, "errors") if isinstance(doc.get(k), list) and i < len(doc[k])})
-            rejects.append(Reject(source, i + 1, str(exc), raw.encode(), len(raw)))
+            rejects.append(Reject(source, i + 1, str(exc), raw, len(raw)))
             continue
-        row.update(_src=source, _line=i + 1, _raw=None)
+        row.update(_src=source, _line=i + 1, _raw=raw)
         rows.append(row)
     frame = pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row") if rows else empty_frame()
     return frame, rejects
