@@ -98,7 +98,7 @@ def test_azure_2024_mixed_precision_and_bad_rows(tmp_path):
     trace = tmp_path / "AzureLLMInferenceTrace_conv_1week.csv"
     trace.write_bytes(
         b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
-        b"2024-05-10 00:00:00.009930,1020,129\n"
+        b"2024-05-10 00:00:00.009930+00:00,1020,129\n"  # with an explicit offset, as some releases write it
         b"2024-05-10 00:00:00,30,5\n"
         b"2024-05-10 00:00:01.5,30,5\n"
         b"2024-05-10 00:00:01.5,30,5\n"  # an identical second request: kept, numbered
