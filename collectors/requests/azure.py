@@ -14,7 +14,6 @@ ragged row) is split in Python into the same string columns, so the checks are t
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 from pathlib import Path
 from typing import Iterator
@@ -26,6 +25,7 @@ from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, Block, Line, iter_
 from collectors.requests.quarantine import Reject
 from collectors.requests.records import INT32_MAX
 from collectors.requests.store import FRAME_SCHEMA
+from collectors.requests.timestamps import utc_day
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _STR = ["ts", "prompt", "output"]
@@ -168,17 +168,13 @@ def read_azure(
             checked = _validate(strings)
             for row in checked.filter(pl.col("reason").is_not_null()).iter_rows(named=True):
                 raw = ",".join(row[c] or "" for c in _STR).encode()
-                day = _day(row["arrival_ns"]) if row["arrival_ns"] is not None else None
+                day = utc_day(row["arrival_ns"]) if row["arrival_ns"] is not None else None
                 rejects.append(Reject(source, row["_line"], row["reason"], raw, len(raw), day))
             good = checked.filter(pl.col("reason").is_null())
             frame = _to_frame(good, occurrences.number(good), source, endpoint) if good.height else _empty()
             on_bytes(max(0, item.end - done) if isinstance(item, Block) else 0)
             done = max(done, item.end)
             yield frame, sorted(rejects, key=lambda r: r.line_no)
-
-
-def _day(ns: int) -> str:
-    return dt.datetime.fromtimestamp(ns // 1_000_000_000, dt.timezone.utc).date().isoformat()
 
 
 def _empty() -> pl.DataFrame:

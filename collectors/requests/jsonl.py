@@ -19,7 +19,7 @@ from collectors.requests.lines import Block, Line
 from collectors.requests.quarantine import Reject
 from collectors.requests.records import DEFAULT_STATUS, INT32_MAX, REQUIRED_TS, TS_FIELDS, BadRecord, validate
 from collectors.requests.store import FRAME_SCHEMA, empty_frame
-from collectors.requests.timestamps import BadTimestamp, column_to_ns, to_ns
+from collectors.requests.timestamps import BadTimestamp, column_to_ns, to_ns, utc_day
 
 _TEXT_OK = (pl.String, pl.Null)
 _TS_OK = (pl.String, pl.Int64, pl.Float64, pl.Null)
@@ -111,7 +111,7 @@ def _arrival_day(obj) -> str | None:
             ns = to_ns(obj["arrival_ts"])
         except BadTimestamp:
             return None
-        return pl.from_epoch(pl.Series([ns]), time_unit="ns").dt.strftime("%Y-%m-%d")[0]
+        return utc_day(ns)
     return None
 
 

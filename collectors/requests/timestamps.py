@@ -81,6 +81,11 @@ def rfc3339_to_ns(text: str) -> int:
     return ns
 
 
+def utc_day(ns: int) -> str:
+    """``YYYY-MM-DD`` of an epoch-ns instant: the partition a row (or a rejected line) belongs to."""
+    return (_EPOCH + dt.timedelta(microseconds=ns // 1000)).date().isoformat()
+
+
 def to_ns(value) -> int:
     """A JSON value (str or number) to epoch ns, or :class:`BadTimestamp`."""
     if isinstance(value, str):
