@@ -56,7 +56,7 @@ def _demo() -> dict:
                     {"name": "train-c0", "provisioned_w": 12500.0, "hosts": training},
                     {
                         "name": "infer-c0",
-                        "provisioned_w": 10500.0,
+                        "provisioned_w": 12500.0,
                         "hosts": [
                             _inference_host("infer-0", _endpoint("chat-us-0", lo, -8, **chat), _endpoint("code-us-0", hi, -5, **code)),
                             _inference_host("infer-1", _endpoint("chat-us-1", lo, -6, **chat), _endpoint("code-eu-0", hi, 1, **code)),
@@ -64,7 +64,7 @@ def _demo() -> dict:
                     },
                     {
                         "name": "infer-c1",
-                        "provisioned_w": 10500.0,
+                        "provisioned_w": 12500.0,
                         "hosts": [
                             _inference_host("infer-2", _endpoint("chat-eu-0", lo, 1, **chat), _endpoint("chat-eu-1", hi, 2, **chat)),
                             _inference_host("infer-3", _endpoint("chat-ap-0", lo, 9, **chat), _endpoint("code-ap-0", hi, 8, **code)),
