@@ -1,7 +1,4 @@
 """`python -m bench [throughput|storage|queries|all] [--sizes 8,64,256] [--work DIR]` (`make bench`).
-import warnings
-
-warnings.filterwarnings("ignore", module="dagster")
 
 Each benchmark prints a table, with ratios against baselines measured in the same run, and
 writes bench/results/<name>.json. The collector's overhead on a real GPU is bench/device_proof.py.
@@ -10,9 +7,12 @@ writes bench/results/<name>.json. The collector's overhead on a real GPU is benc
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
 from bench import queries, storage, throughput
+
+warnings.filterwarnings("ignore", module="dagster")
 
 
 def main() -> None:
