@@ -147,12 +147,16 @@ def test_power_rows_poll_grid_and_counters(sim, power):
         offset = (r["ts"] - EPOCH_NS) % 100_000_000
         assert offset.min() > 0 and offset.max() < 10_000_000, (host, gpu)
         assert np.all(np.diff(r["ts"]) > 80_000_000)
-        energy = np.diff(r["energy_j"])
-        integral = r["power_w"][1:] * np.diff(r["ts"]) / 1e9
-        assert np.allclose(energy, integral, atol=2e-3)
+        # The counter is read every 30 s, like the collector; between reads it advances by the integral.
+        read = np.flatnonzero(~np.isnan(r["energy_j"]))
+        assert len(read) == len(np.unique(r["ts"] // 30_000_000_000))
+        integral = np.concatenate(([0.0], np.cumsum(r["power_w"][1:] * np.diff(r["ts"]) / 1e9)))
+        assert np.allclose(np.diff(r["energy_j"][read]), np.diff(integral[read]), atol=2e-3)
         trailing = np.convolve(r["power_w"], np.ones(10) / 10, mode="valid")
         assert np.allclose(r["power_avg_w"][9:], trailing, atol=0.06)
-        assert 25 <= r["temp_c"].min() and r["temp_c"].max() <= 90
+        # Slow fields once a second, as the collector samples them.
+        assert np.count_nonzero(~np.isnan(r["temp_c"])) == len(np.unique(r["ts"] // 1_000_000_000))
+        assert 25 <= np.nanmin(r["temp_c"]) and np.nanmax(r["temp_c"]) <= 90
 
 
 # --- power envelope --------------------------------------------------------------------------
@@ -191,7 +195,7 @@ def test_inference_envelope_prefill_decode_and_loaded_idle(sim, power):
     assert sparse_idle.mean() > 0.5
     assert 110 <= np.median(s["power_w"][sparse_idle]) <= 135
     assert 230 <= np.median(s["power_w"][sparse_decode]) <= 300
-    assert np.median(s["gpu_util_pct"][sparse_idle]) == 0 and np.median(r["gpu_util_pct"][decode]) > 80
+    assert np.nanmedian(s["gpu_util_pct"][sparse_idle]) == 0 and np.nanmedian(r["gpu_util_pct"][decode]) > 80
 
 
 def test_tensor_parallel_gpus_share_phases_with_independent_noise(power):

@@ -55,7 +55,7 @@ def sample_gpu(
     lo_s, hi_s = window_s
     i0 = int(round(lo_s * 1e9)) // PERIOD_NS
     n = int(round((hi_s - lo_s) * 1e9)) // PERIOD_NS
-    grid_ns = (np.arange(n, dtype=np.int64) + i0) * PERIOD_NS + rng.integers(*JITTER_NS, n)
+    grid_ns = (np.arange(n, dtype=np.int64) + i0) * PERIOD_NS + rng.integers(*JITTER_NS, n) // 1000 * 1000  # the driver's µs clock
     t_s = grid_ns / 1e9
     idx = np.searchsorted(timeline.start_s, t_s, side="right") - 1
     kind = timeline.kind[idx]

@@ -17,15 +17,31 @@ from collectors.simulate.power import GpuReadings
 
 PREFIX = "sim"
 POWER_LIMIT_W = 700.0
+SLOW_FIELDS_EVERY_NS = 1_000_000_000
+ENERGY_EVERY_NS = 30_000_000_000
+"""The NVML collector's default cadences: slow fields once a second, the energy counter every 30 s
+(it costs ~4 ms of CPU per read). The simulator writes the same sparsity so its files look like
+the collector's and compress alike."""
 
 
 def _repeat_str(value: str, n: int) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
 
 
+def _first_of_period(ts_ns: np.ndarray, period_ns: int) -> np.ndarray:
+    """True on the first reading of each period (ts in time order)."""
+    period = ts_ns // period_ns
+    return np.concatenate(([True], period[1:] != period[:-1]))
+
+
+def _sparse(values: np.ndarray, keep: np.ndarray) -> pa.Array:
+    return pa.array(values, mask=~keep)
+
+
 def power_table(host: str, gpu: int, gpu_uuid: str, r: GpuReadings) -> pa.Table:
     """One GPU's rows for one window, already in time order: one file per GPU keeps memory small."""
     n = len(r.ts_ns)
+    slow = _first_of_period(r.ts_ns, SLOW_FIELDS_EVERY_NS)
     columns = {
         "ts": pa.array(r.ts_ns, type=pa.int64()).cast(TS),
         "host": _repeat_str(host, n),
@@ -33,12 +49,12 @@ def power_table(host: str, gpu: int, gpu_uuid: str, r: GpuReadings) -> pa.Table:
         "gpu_uuid": _repeat_str(gpu_uuid, n),
         "power_w": r.power_w,
         "power_avg_w": r.power_avg_w,
-        "energy_j": r.energy_j,
-        "sm_clock_mhz": r.sm_clock_mhz,
-        "gpu_util_pct": r.gpu_util_pct,
-        "mem_used_mib": r.mem_used_mib,
-        "temp_c": r.temp_c,
-        "power_limit_w": np.full(n, POWER_LIMIT_W, np.float32),
+        "energy_j": _sparse(r.energy_j, _first_of_period(r.ts_ns, ENERGY_EVERY_NS)),
+        "sm_clock_mhz": _sparse(r.sm_clock_mhz, slow),
+        "gpu_util_pct": _sparse(r.gpu_util_pct, slow),
+        "mem_used_mib": _sparse(r.mem_used_mib, slow),
+        "temp_c": _sparse(r.temp_c, slow),
+        "power_limit_w": _sparse(np.full(n, POWER_LIMIT_W, np.float32), slow),
         "source": _repeat_str("simulated", n),
     }
     return pa.table(columns)
