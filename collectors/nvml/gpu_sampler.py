@@ -1,0 +1,171 @@
+"""One thread per GPU: sample on absolute deadlines, survive every NVML error, leave honest gaps.
+
+A thread per GPU (not one loop over all) so that a GPU whose NVML call stalls for seconds, or
+that is lost, only leaves a gap in its own trace: the other GPUs keep their ticks. NVML calls
+are ctypes calls and release the GIL while they wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from collectors.nvml.buffer_drain import BufferCursor
+from collectors.nvml.counters import Counters
+from collectors.nvml.energy import EnergyCounter
+from collectors.nvml.nvml_source import SLOW_READS, describe_error, error_name
+from collectors.nvml.rows import BUFFER, FIELD, RowBuffer
+
+log = logging.getLogger("wattline.collect")
+
+_NO_SLOW = (None, None, None, None, None)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    interval_s: float = 0.1
+    slow_s: float = 1.0
+    energy_s: float = 30.0
+    buffer: bool = True
+    buffer_s: float = 1.0
+    backoff_min_s: float = 0.5
+    backoff_max_s: float = 30.0
+    slow_call_s: float = 1.0
+    """A tick whose NVML calls take longer than this is counted as a stalled call."""
+
+
+class GpuSampler(threading.Thread):
+    def __init__(self, reader, cfg: SamplingConfig, out: RowBuffer, counters: Counters,
+                 stop: threading.Event, buffer_since_us: int = 0):
+        super().__init__(name=f"gpu{reader.index}", daemon=True)
+        self.reader = reader
+        self.gpu = reader.index
+        self.cfg = cfg
+        self.out = out
+        self.counters = counters
+        self.stop_event = stop
+        self.cursor = BufferCursor(buffer_since_us)
+        self.energy = EnergyCounter()
+        self.disabled: set[str] = set()
+        self.failed_since: float | None = None
+        self.backoff_s = 0.0
+        self.retry_at = 0.0
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        cfg = self.cfg
+        start = time.monotonic()
+        self.next_slow = self.next_energy = self.next_drain = start
+        next_tick = start
+        if self.reader.handle is None:  # not opened yet (or failed at start): open on the first tick
+            self.failed_since, self.retry_at = start, start
+        while True:
+            delay = next_tick - time.monotonic()
+            if delay > 0 and self.stop_event.wait(delay):
+                break
+            if self.stop_event.is_set():
+                break
+            self._guarded_tick(next_tick)
+            next_tick += cfg.interval_s
+            late = time.monotonic() - next_tick
+            if late >= cfg.interval_s:  # a stall: skip the ticks we cannot make up, stay on the grid
+                missed = int(late / cfg.interval_s)
+                next_tick += missed * cfg.interval_s
+                self.counters.add_gpu(self.gpu, "missed_ticks", missed)
+        if self.failed_since is None:  # last energy read and buffer drain, so the final interval is covered
+            self._guarded_tick(time.monotonic(), final=True)
+
+    def _guarded_tick(self, deadline: float, final: bool = False) -> None:
+        now = time.monotonic()
+        if self.failed_since is not None:
+            if now < self.retry_at:
+                return
+            try:
+                self.reader.reopen()
+            except Exception as exc:
+                self._fail(exc, now)
+                return
+        t0 = time.perf_counter()
+        try:
+            self._tick(now, final)
+        except Exception as exc:  # NVMLError subclasses and anything unexpected: never kill the thread
+            self._fail(exc, now)
+            return
+        took = time.perf_counter() - t0
+        if took > self.cfg.slow_call_s:
+            self.counters.add_gpu(self.gpu, "stalled_calls")
+            log.warning("gpu %d: NVML calls took %.2f s (stalled); its ticks were skipped meanwhile", self.gpu, took)
+        if self.failed_since is not None:
+            gap = now - self.failed_since
+            self.counters.add_gpu(self.gpu, "recoveries")
+            self.counters.add_gpu(self.gpu, "gap_s", gap)
+            self.counters.set_gpu_state(self.gpu, "ok")
+            log.warning("gpu %d: recovered after a %.1f s gap", self.gpu, gap)
+            self.failed_since = None
+            self.backoff_s = 0.0
+
+    def _fail(self, exc: BaseException, now: float) -> None:
+        name = error_name(exc)
+        self.counters.add_gpu(self.gpu, f"errors_{name}")
+        self.backoff_s = min(max(self.backoff_s * 2, self.cfg.backoff_min_s), self.cfg.backoff_max_s)
+        self.retry_at = now + self.backoff_s
+        if self.failed_since is None:
+            self.failed_since = now
+            self.counters.set_gpu_state(self.gpu, f"error:{name}")
+            log.error("gpu %d: %s; gap in its trace, retrying with backoff (other GPUs keep sampling)",
+                      self.gpu, describe_error(exc))
+
+    # -- one tick -------------------------------------------------------------------------------
+    def _tick(self, now: float, final: bool = False) -> None:
+        r = self.reader
+        ts_ns, inst_w, avg_w = r.read_fast()
+        slow = _NO_SLOW
+        if now >= self.next_slow:
+            slow = tuple(None if col in self.disabled else self._optional(col, getattr(r, meth))
+                         for col, meth in SLOW_READS)
+            self.next_slow = _advance(self.next_slow, self.cfg.slow_s, now)
+        energy_j = None
+        if (final or now >= self.next_energy) and "energy_j" not in self.disabled:
+            raw = self._optional("energy_j", r.read_energy_j)
+            if raw is not None:
+                energy_j, event = self.energy.update(raw)
+                if event:
+                    self.counters.add_gpu(self.gpu, event)
+                    log.warning("gpu %d: energy counter went backwards (%s); series continued, not negative",
+                                self.gpu, event)
+            self.next_energy = _advance(self.next_energy, self.cfg.energy_s, now)
+        self.out.append((ts_ns, self.gpu, inst_w, avg_w, energy_j, *slow, FIELD))
+        if self.cfg.buffer and (final or now >= self.next_drain) and "buffer" not in self.disabled:
+            samples = self._optional("buffer", r.read_buffer, self.cursor.last_seen_us)
+            if samples:
+                new, overrun, lost = self.cursor.accept(samples)
+                if overrun:
+                    self.counters.add_gpu(self.gpu, "buffer_overruns")
+                    self.counters.add_gpu(self.gpu, "buffer_samples_lost_est", lost)
+                gpu = self.gpu
+                self.out.extend([(ts_us * 1000, gpu, w, None, None, None, None, None, None, None, BUFFER)
+                                 for ts_us, w in new])
+            self.next_drain = _advance(self.next_drain, self.cfg.buffer_s, now)
+
+    def _optional(self, what: str, fn, *args):
+        """A read this GPU may not support: NOT_SUPPORTED disables it (logged once); other errors propagate."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if error_name(exc) != "NotSupported":
+                raise
+            self.disabled.add(what)
+            self.counters.add_gpu(self.gpu, f"not_supported_{what}")
+            log.warning("gpu %d: %s not supported (%s); recorded as null from now on", self.gpu, what,
+                        describe_error(exc))
+            return None
+
+
+def _advance(deadline: float, period: float, now: float) -> float:
+    """Next absolute deadline on the grid; after a stall, the first grid point after now."""
+    deadline += period
+    if deadline <= now:
+        deadline += (int((now - deadline) / period) + 1) * period
+    return deadline

@@ -1,0 +1,3 @@
+"""`wattline collect`: the NVML power collector daemon (defined in collectors.nvml.cli so it runs standalone)."""
+
+from collectors.nvml.cli import command  # noqa: F401
