@@ -17,7 +17,7 @@ from pathlib import Path
 from collectors.nvml.compact import compact_power
 from collectors.nvml.counters import Counters, summary_line, write_status
 from collectors.nvml.flusher import Flusher
-from collectors.nvml.gpu_sampler import GpuSampler, SamplingConfig
+from collectors.nvml.gpu_sampler import GpuSampler, SamplerLoop, SamplingConfig
 from collectors.nvml.nvml_source import GpuReader, NvmlUnavailable, describe_error, load_nvml
 from collectors.nvml.resume import prepare
 from collectors.nvml.rows import RowBuffer, rows_to_table
@@ -53,6 +53,7 @@ class Collector:
         self.rows = RowBuffer()
         self.flusher = Flusher(cfg.data_dir, cfg.host, self.counters, cfg.max_pending_rows)
         self.samplers: list[GpuSampler] = []
+        self.loops: list[SamplerLoop] = []
 
     def open(self) -> None:
         nvml = load_nvml(self.cfg.nvml_module)
@@ -72,7 +73,7 @@ class Collector:
                 reader.reopen()
             except Exception as exc:  # the sampler retries it with backoff
                 log.error("gpu %d: cannot open (%s); will retry", i, describe_error(exc))
-            self.samplers.append(GpuSampler(reader, self.cfg.sampling, self.rows, self.counters, self.stop,
+            self.samplers.append(GpuSampler(reader, self.cfg.sampling, self.rows, self.counters,
                                             buffer_since_us=resume.get(i, 0)))
         log.info("collecting GPUs %s on host %s into %s (interval %.3f s, buffer %s, flush every %.0f s)",
                  indices, self.cfg.host, self.cfg.data_dir, self.cfg.sampling.interval_s,
@@ -112,20 +113,22 @@ class Collector:
 
     def run(self) -> int:
         cfg = self.cfg
-        for s in self.samplers:
-            s.start()
+        self.loops = [SamplerLoop(self.samplers, cfg.sampling, self.counters, self.stop)]
+        self.loops[0].start()
         start = time.monotonic()
         end = start + cfg.duration_s if cfg.duration_s else None
         next_flush = start + cfg.flush_s
         next_status = start + cfg.status_s
         next_compact = start + min(cfg.compact_every_s, 60.0)
+        watch_s = cfg.sampling.stall_split_s if len(self.samplers) > 1 else float("inf")
         while True:
-            wake = min(next_flush, end) if end else next_flush
+            wake = min(next_flush, end or next_flush, time.monotonic() + watch_s)
             if self.stop.wait(max(0.0, wake - time.monotonic())):
                 break
             now = time.monotonic()
             if end and now >= end:
                 break
+            self.watchdog(now)
             if now >= next_flush:
                 self.flush()
                 next_flush += cfg.flush_s
@@ -139,10 +142,19 @@ class Collector:
                 next_compact = now + cfg.compact_every_s
         return self.shutdown()
 
+    def watchdog(self, now: float) -> None:
+        """Move GPUs away from a loop that is blocked in one GPU's NVML call."""
+        for loop in list(self.loops):
+            new = loop.split_stalled(now, self.cfg.sampling.stall_split_s)
+            if new is not None:
+                self.loops.append(new)
+                new.start()
+
     def shutdown(self) -> int:
         self.stop.set()
-        for s in self.samplers:
-            s.join(timeout=max(5.0, 2 * self.cfg.sampling.slow_call_s))
+        deadline = time.monotonic() + max(5.0, 2 * self.cfg.sampling.slow_call_s)
+        for loop in self.loops:
+            loop.join(timeout=max(0.1, deadline - time.monotonic()))
         ok = self.flush()
         snap = self.snapshot()
         log.info("stopped; " + summary_line(snap))
@@ -156,8 +168,26 @@ class Collector:
         return 0
 
 
+def _lean_memory() -> None:
+    """A long-running daemon should hand memory back: Arrow's system allocator instead of its
+    caching one, and at most 2 glibc malloc arenas (one per thread otherwise)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-8, 2)  # M_ARENA_MAX
+    except Exception:
+        pass
+    try:
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())
+    except Exception:
+        pass
+
+
 def run_collector(cfg: CollectorConfig) -> int:
     """Open NVML, install SIGTERM/SIGINT handlers, collect until stopped; returns the exit code."""
+    _lean_memory()
     collector = Collector(cfg)
     collector.open()  # NvmlUnavailable propagates: the CLI prints it as one line, exit 2
 

@@ -1,8 +1,10 @@
 """One thread per GPU: sample on absolute deadlines, survive every NVML error, leave honest gaps.
 
-A thread per GPU (not one loop over all) so that a GPU whose NVML call stalls for seconds, or
-that is lost, only leaves a gap in its own trace: the other GPUs keep their ticks. NVML calls
-are ctypes calls and release the GIL while they wait.
+One thread samples all GPUs (each wake-up costs CPU: ~140 µs under gVisor, so one thread per
+GPU would multiply it). A GPU whose NVML call stalls must not hold the others back, so a watchdog
+(:meth:`SamplerLoop.split_stalled`, called by the main thread) moves the other GPUs to a new loop
+thread when a call has been blocked longer than ``stall_split_s``; the stuck GPU keeps its own
+thread from then on. NVML calls are ctypes calls and release the GIL while they block.
 """
 
 from __future__ import annotations
@@ -34,51 +36,31 @@ class SamplingConfig:
     backoff_max_s: float = 30.0
     slow_call_s: float = 1.0
     """A tick whose NVML calls take longer than this is counted as a stalled call."""
+    stall_split_s: float = 0.25
+    """A call blocked this long moves the other GPUs to a new sampler thread (watchdog period too)."""
 
 
-class GpuSampler(threading.Thread):
-    def __init__(self, reader, cfg: SamplingConfig, out: RowBuffer, counters: Counters,
-                 stop: threading.Event, buffer_since_us: int = 0):
-        super().__init__(name=f"gpu{reader.index}", daemon=True)
+class GpuSampler:
+    """One GPU's sampling state and its tick; driven by a :class:`SamplerLoop` thread."""
+
+    def __init__(self, reader, cfg: SamplingConfig, out: RowBuffer, counters: Counters, buffer_since_us: int = 0):
         self.reader = reader
         self.gpu = reader.index
         self.cfg = cfg
         self.out = out
         self.counters = counters
-        self.stop_event = stop
         self.cursor = BufferCursor(buffer_since_us)
         self.energy = EnergyCounter()
         self.disabled: set[str] = set()
-        self.failed_since: float | None = None
         self.backoff_s = 0.0
-        self.retry_at = 0.0
+        now = time.monotonic()
+        self.next_slow = self.next_energy = self.next_drain = now
+        # Not opened yet (or failed at start): the first tick opens it.
+        self.failed_since: float | None = now if reader.handle is None else None
+        self.retry_at = now
 
-    # -- the loop ---------------------------------------------------------------------------
-    def run(self) -> None:
-        cfg = self.cfg
-        start = time.monotonic()
-        self.next_slow = self.next_energy = self.next_drain = start
-        next_tick = start
-        if self.reader.handle is None:  # not opened yet (or failed at start): open on the first tick
-            self.failed_since, self.retry_at = start, start
-        stop = self.stop_event
-        while not stop.is_set():
-            delay = next_tick - time.monotonic()
-            if delay > 0:
-                # time.sleep, not Event.wait: half the CPU per wake-up, and stop latency ≤ 0.5 s is fine
-                time.sleep(min(delay, 0.5))
-                continue
-            self._guarded_tick(next_tick)
-            next_tick += cfg.interval_s
-            late = time.monotonic() - next_tick
-            if late >= cfg.interval_s:  # a stall: skip the ticks we cannot make up, stay on the grid
-                missed = int(late / cfg.interval_s)
-                next_tick += missed * cfg.interval_s
-                self.counters.add_gpu(self.gpu, "missed_ticks", missed)
-        if self.failed_since is None:  # last energy read and buffer drain, so the final interval is covered
-            self._guarded_tick(time.monotonic(), final=True)
-
-    def _guarded_tick(self, deadline: float, final: bool = False) -> None:
+    def guarded_tick(self, final: bool = False) -> None:
+        """One tick that never raises: errors become counters, a log line, a gap and a retry time."""
         now = time.monotonic()
         if self.failed_since is not None:
             if now < self.retry_at:
@@ -170,3 +152,69 @@ def _advance(deadline: float, period: float, now: float) -> float:
     if deadline <= now:
         deadline += (int((now - deadline) / period) + 1) * period
     return deadline
+
+
+class SamplerLoop(threading.Thread):
+    """Ticks a set of GPUs on absolute deadlines (``start + k × interval``: no drift)."""
+
+    _count = 0
+
+    def __init__(self, samplers: list[GpuSampler], cfg: SamplingConfig, counters: Counters,
+                 stop: threading.Event, start_at: float | None = None):
+        SamplerLoop._count += 1
+        super().__init__(name=f"sampler-{SamplerLoop._count}", daemon=True)
+        self.samplers = list(samplers)
+        self.cfg = cfg
+        self.counters = counters
+        self.stop_event = stop
+        self.start_at = start_at
+        self.busy: tuple[GpuSampler, float] | None = None  # the GPU whose tick is running, since when
+
+    def run(self) -> None:
+        cfg = self.cfg
+        if self.start_at is None:
+            self.start_at = time.monotonic()
+        next_tick = self.start_at
+        stop = self.stop_event
+        while not stop.is_set():
+            delay = next_tick - time.monotonic()
+            if delay > 0:
+                # time.sleep, not Event.wait: fewer syscalls per wake-up; stop latency ≤ 0.5 s is fine
+                time.sleep(min(delay, 0.5))
+                continue
+            self._tick_all()
+            next_tick += cfg.interval_s
+            late = time.monotonic() - next_tick
+            if late >= cfg.interval_s:  # a stall: skip the ticks we cannot make up, stay on the grid
+                missed = int(late / cfg.interval_s)
+                next_tick += missed * cfg.interval_s
+                for s in self.samplers:
+                    self.counters.add_gpu(s.gpu, "missed_ticks", missed)
+        for s in self.samplers:  # last energy read and buffer drain, so the final interval is covered
+            if s.failed_since is None:
+                s.guarded_tick(final=True)
+
+    def _tick_all(self) -> None:
+        for s in self.samplers[:]:
+            if s not in self.samplers:  # moved to another loop by split_stalled while we were blocked
+                continue
+            self.busy = (s, time.monotonic())
+            s.guarded_tick()
+            self.busy = None
+
+    def split_stalled(self, now: float, stall_s: float) -> "SamplerLoop | None":
+        """If this loop is blocked on one GPU for > stall_s, keep only that GPU here and return a new
+        loop (not started) for the others, on the same tick grid."""
+        busy = self.busy
+        if busy is None or now - busy[1] <= stall_s or len(self.samplers) < 2:
+            return None
+        stuck = busy[0]
+        others = [s for s in self.samplers if s is not stuck]
+        self.samplers = [stuck]
+        self.counters.add_gpu(stuck.gpu, "isolated_after_stall")
+        log.warning("gpu %d: NVML call blocked for %.2f s; moving GPUs %s to a new sampler thread",
+                    stuck.gpu, now - busy[1], [s.gpu for s in others])
+        grid = self.cfg.interval_s
+        origin = self.start_at if self.start_at is not None else now
+        return SamplerLoop(others, self.cfg, self.counters, self.stop_event,
+                           start_at=origin + (int((now - origin) / grid) + 1) * grid)

@@ -6,6 +6,7 @@ so the fake NVML in the tests only has to mimic the pynvml module, not the colle
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import time
@@ -71,6 +72,16 @@ class GpuReader:
         self.handle = None
         self.uuid: str | None = None
         self._success = getattr(nvml, "NVML_SUCCESS", 0)
+        self._direct = _direct_get_samples(nvml)
+        self._samples = None
+
+    @property
+    def direct_buffer(self) -> bool:
+        return self._direct is not None
+
+    @direct_buffer.setter
+    def direct_buffer(self, on: bool) -> None:
+        self._direct = _direct_get_samples(self.nvml) if on else None
 
     def reopen(self) -> None:
         """(Re-)acquire the handle, e.g. after a lost GPU; refuse a different board at the same index."""
@@ -113,6 +124,10 @@ class GpuReader:
 
     def read_buffer(self, since_us: int) -> list[tuple[int, float]]:
         """Driver power samples newer than ``since_us``: [(driver ts µs, W)], oldest first; [] when none."""
+        if self._direct is not None:
+            out = self._read_buffer_direct(since_us)
+            if out is not None:
+                return out
         try:
             vtype, samples = self.nvml.nvmlDeviceGetSamples(self.handle, TOTAL_POWER_SAMPLES, since_us)
         except self.nvml.NVMLError as exc:
@@ -122,6 +137,47 @@ class GpuReader:
         out = [(s.timeStamp, _union(s.sampleValue, vtype) / 1000.0) for s in samples if s.timeStamp > since_us]
         out.sort()
         return out
+
+
+    def _read_buffer_direct(self, since_us: int) -> list[tuple[int, float]] | None:
+        """One C call into a reused array (pynvml's wrapper makes two: size, then data).
+        None → use the wrapper (unexpected status; then this path is switched off)."""
+        nvml = self.nvml
+        if self._samples is None:
+            self._samples = (nvml.c_nvmlSample_t * BUFFER_CAPACITY)()
+        count = ctypes.c_uint(BUFFER_CAPACITY)
+        vtype = ctypes.c_int(0)
+        ret = self._direct(self.handle, ctypes.c_int(TOTAL_POWER_SAMPLES), ctypes.c_ulonglong(since_us),
+                           ctypes.byref(vtype), ctypes.byref(count), self._samples)
+        if ret == getattr(nvml, "NVML_ERROR_NOT_FOUND", 6):
+            return []
+        if ret != self._success:
+            if ret in (getattr(nvml, "NVML_ERROR_GPU_IS_LOST", 15), getattr(nvml, "NVML_ERROR_TIMEOUT", 10)):
+                raise nvml.NVMLError(ret)
+            self._direct = None
+            return None
+        t = vtype.value
+        n = min(count.value, BUFFER_CAPACITY)
+        arr = self._samples
+        out = [(arr[k].timeStamp, _union(arr[k].sampleValue, t) / 1000.0) for k in range(n)]
+        out = [s for s in out if s[0] > since_us]
+        out.sort()
+        return out
+
+
+BUFFER_CAPACITY = 256
+"""More than the driver keeps (~119 power samples), so one call always suffices."""
+
+
+def _direct_get_samples(nvml):
+    """The raw ``nvmlDeviceGetSamples`` C function, when the binding exposes it (real pynvml does)."""
+    getter = getattr(nvml, "_nvmlGetFunctionPointer", None)
+    if getter is None or not hasattr(nvml, "c_nvmlSample_t"):
+        return None
+    try:
+        return getter("nvmlDeviceGetSamples")
+    except Exception:
+        return None
 
 
 SLOW_READS = (

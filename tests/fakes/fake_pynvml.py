@@ -15,6 +15,7 @@ Faults, as JSON in env ``WATTLINE_FAKE_NVML`` or via :func:`configure` (times ar
 on that GPU raises GPU_IS_LOST / TIMEOUT), ``not_supported`` ({gpu: [what, ...]}, what in
 temperature, clock, utilization, memory, power_limit, energy, buffer, instant),
 ``stall`` ({gpu: [at_s, seconds]}: the first power read after at_s blocks that long),
+``driver_clock_offset_s`` (float: the driver's field timestamps run this far ahead of the host clock),
 ``energy_reset`` ({gpu: at_s}: counter restarts near zero), ``energy_glitch`` ({gpu: at_s}: one read 5 J low).
 """
 
@@ -176,7 +177,7 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         time.sleep(stall[1])  # a call that blocks, as a hung driver call does
     i, _ = _now_row(g)
     values = (c_nvmlFieldValue_t * len(fieldIds))()
-    ts = time.time_ns() // 1000
+    ts = time.time_ns() // 1000 + int(_cfg.get("driver_clock_offset_s", 0) * 1e6)
     unsupported = "instant" in _cfg.get("not_supported", {}).get(str(g), [])
     for k, fid in enumerate(fieldIds):
         v = values[k]
