@@ -100,7 +100,7 @@ class GpuReader:
         inst_w = _value(inst) / 1000.0 if inst.nvmlReturn == ok else None
         avg_w = _value(avg) / 1000.0 if avg.nvmlReturn == ok else None
         ts_us = inst.timestamp if inst.nvmlReturn == ok and inst.timestamp > 0 else 0
-        ts_ns = ts_us * 1000 if ts_us else time.time_ns()
+        ts_ns = ts_us * 1000 if ts_us else time.time_ns() // 1000 * 1000
         return ts_ns, inst_w, avg_w
 
     def read_sm_clock_mhz(self) -> int:

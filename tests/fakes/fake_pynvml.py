@@ -7,7 +7,8 @@ driver reports them.
 
 Replay: instant/average power, energy and slow fields from ``tests/data/nvml/h200_fields.csv``
 (20 s of a training loop swinging 120 ↔ 850 W), the ~20 ms driver buffer from
-``h200_buffer.csv``, both looped and mapped onto the wall clock; GPU g is shifted by g × 3.3 s.
+``h200_buffer.csv``, both looped and anchored to the wall clock (so a restarted collector sees the
+same buffer samples, as on a real GPU); GPU g is shifted by g × 3.3 s.
 
 Faults, as JSON in env ``WATTLINE_FAKE_NVML`` or via :func:`configure` (times are seconds since
 ``nvmlInit``; GPU keys are strings in JSON):
@@ -122,15 +123,19 @@ def _check(handle, what: str | None = None) -> int:
     return g
 
 
-def _index(gpu: int, elapsed_s: float) -> tuple[int, int]:
-    """(row index in the replay, completed loops) at a time since init."""
-    pos = elapsed_s + gpu * SHIFT_S
+EPOCH_S = 1_790_000_000  # replay loops are counted from here (keeps the energy counter small)
+
+
+def _index(gpu: int, wall_s: float) -> tuple[int, int]:
+    """(row index in the replay, completed loops) at a wall-clock time. The replay is anchored to
+    the wall clock, not to nvmlInit, so two collector processes see the same samples, as on a GPU."""
+    pos = wall_s - EPOCH_S + gpu * SHIFT_S
     loops, phase = divmod(pos, SPAN_S)
     return max(0, bisect.bisect_right(FIELDS["t"], phase) - 1), int(loops)
 
 
 def _now_row(gpu: int) -> tuple[int, int]:
-    return _index(gpu, _elapsed())
+    return _index(gpu, time.time())
 
 
 # -- the pynvml API the collector uses ------------------------------------------------------
@@ -214,17 +219,16 @@ def nvmlDeviceGetSamples(device, sampling_type, timeStamp):
     g = _check(device, "buffer")
     now_us = time.time_ns() // 1000
     lo_us = max(timeStamp + 1, now_us - BUFFER_SPAN_US)
-    shift_us = int(g * SHIFT_S * 1e6)
-    base = _start["wall_us"] - shift_us  # wall time of replay position 0 in loop 0
+    base = EPOCH_S * 1_000_000 - int(g * SHIFT_S * 1e6)  # wall time of replay position 0 in loop 0
     out = []
-    loop = max(0, (lo_us - base) // SPAN_US)
+    loop = max(0, (lo_us - base) // SPAN_US - 1)
     while base + loop * SPAN_US <= now_us:
         origin = base + loop * SPAN_US
         a = bisect.bisect_left(BUF_T_US, lo_us - origin)
         b = bisect.bisect_right(BUF_T_US, now_us - origin)
         out.extend((origin + BUF_T_US[k], BUF_MW[k]) for k in range(a, b))
         loop += 1
-    out = [s for s in out if s[0] >= _start["wall_us"] - BUFFER_SPAN_US][-BUFFER_MAX:]
+    out = out[-BUFFER_MAX:]
     if not out:
         raise NVMLError(NVML_ERROR_NOT_FOUND)
     arr = (c_nvmlSample_t * len(out))()
