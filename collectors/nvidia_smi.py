@@ -281,7 +281,7 @@ def _import_one(path: Path, data_dir: Path, host: str, zone, mode: str, res: Imp
         res.written += write_dataset(table, data_dir, "power", prefix=prefix, sort_by=["gpu", "ts"], unique_names=False)
         res.rows += n
     if bad:
-        now = time.time_ns()
+        now = time.time_ns() // 1000 * 1000  # µs: readable as datetime without pandas
         q = pa.table({"file": [str(path)] * len(bad), "line_no": [b[0] for b in bad], "raw_line": [b[1] for b in bad],
                       "reason": [b[2] for b in bad], "quarantined_at": pa.array([now] * len(bad), TS)}, schema=QUARANTINE)
         res.written.append(write_parquet_atomic(q, data_dir / "quarantine" / "power" / f"{prefix}.parquet"))
