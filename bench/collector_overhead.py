@@ -2,6 +2,7 @@
 
     python bench/collector_overhead.py --seconds 60 --fake-gpus 8          # CI machine, fake NVML
     python bench/collector_overhead.py --seconds 60                        # a GPU host, real NVML
+    python bench/collector_overhead.py --child-replicated 8 DATA_DIR       # 8 samplers on GPU 0 (see run_replicated)
 
 Prints one JSON object: steady-state CPU as % of one core (from t=warmup to the end, so the
 one-off import of pyarrow is not counted), the same per GPU per hour in CPU-seconds, and peak RSS.
@@ -68,7 +69,31 @@ def collector_cmd(data_dir: Path, extra: list[str], python: str = sys.executable
     return [python, "-m", "collectors.nvml", "--data-dir", str(data_dir), "--host", "bench", *extra]
 
 
+def run_replicated(copies: int, data_dir: Path, gpu: int = 0) -> int:
+    """Child mode: the real collector at its defaults, with ``copies`` samplers all reading GPU ``gpu``
+    through the real NVML and writing as GPUs 0..copies-1. A one-GPU host then shows the CPU cost of
+    sampling ``copies`` GPUs: every NVML call and every row is real, only the board is shared."""
+    sys.path.insert(0, str(REPO))
+    from collectors.nvml.daemon import Collector, CollectorConfig, _lean_memory
+    from collectors.nvml.gpu_sampler import GpuSampler
+    from collectors.nvml.nvml_source import GpuReader
+
+    _lean_memory()
+    c = Collector(CollectorConfig(data_dir=data_dir, host="replicated", gpus=[gpu]))
+    signal.signal(signal.SIGTERM, lambda *_: c.stop.set())
+    c.open()
+    for k in range(1, copies):
+        r = GpuReader(c.nvml, gpu)
+        r.reopen()
+        s = GpuSampler(r, c.cfg.sampling, c.rows, c.counters)
+        s.gpu = k
+        c.samplers.append(s)
+    return c.run()
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-replicated":
+        sys.exit(run_replicated(int(sys.argv[2]), Path(sys.argv[3])))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--warmup", type=float, default=10)

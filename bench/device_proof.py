@@ -4,8 +4,9 @@
 
 What it does, all in one run:
 1. starts ``python -m collectors.nvml`` at its defaults (100 ms, buffer on, flush 10 s, energy
-   30 s) into a scratch data dir, a second collector with ``--no-buffer`` (overhead breakdown
-   only) and ``nvidia-smi --query-gpu=timestamp,index,power.draw.instant --format=csv -lms 100``;
+   30 s) into a scratch data dir, a second collector with 8 samplers on the same GPU (overhead of
+   an 8-GPU host only; ``collector_overhead.run_replicated``) and
+   ``nvidia-smi --query-gpu=timestamp,index,power.draw.instant --format=csv -lms 100``;
 2. runs a PyTorch load on that GPU: ~3 s of back-to-back 8192² bf16 matmuls, ~2 s idle, repeated,
    logging each on/off edge's wall-clock time (on: just before the first launch; off: after the
    last synchronize);
@@ -163,9 +164,14 @@ def call_costs(gpu: int) -> dict:
 
     r = GpuReader(load_nvml(), gpu)
     r.reopen()
-    out = {}
+    out = {"buffer_samples_direct": len(r.read_buffer(0))}
+    r2 = GpuReader(r.nvml, gpu)
+    r2.reopen()
+    r2.direct_buffer = False
+    out["buffer_direct_path_available"] = r.direct_buffer
     for name, fn, n in (("read_fast (fields 186+185, one call)", r.read_fast, 500),
-                        ("read_buffer (driver samples)", lambda: r.read_buffer(0), 50),
+                        ("read_buffer (one direct C call)", lambda: r.read_buffer(0), 50),
+                        ("read_buffer (pynvml wrapper, two calls)", lambda: r2.read_buffer(0), 50),
                         ("read_energy_j", r.read_energy_j, 10),
                         ("slow reads (clock, util, mem, temp, limit)", lambda: (r.read_sm_clock_mhz(), r.read_util_pct(),
                          r.read_mem_used_mib(), r.read_temp_c(), r.read_power_limit_w()), 200),
@@ -174,6 +180,8 @@ def call_costs(gpu: int) -> dict:
         for _ in range(n):
             fn()
         out[name] = round((time.process_time() - t) / n * 1e6, 1)
+    out["buffer_direct_still_on"] = r.direct_buffer
+    out["buffer_samples_wrapper"] = len(r2.read_buffer(0))
     return out
 
 
@@ -185,6 +193,7 @@ def main() -> None:
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--on", type=float, default=3.0)
     ap.add_argument("--off", type=float, default=2.0)
+    ap.add_argument("--replicate", type=int, default=8, help="samplers of the overhead-only collector")
     ap.add_argument("--analyze", nargs=2, metavar=("DATA_DIR", "EDGES_CSV"))
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -194,22 +203,24 @@ def main() -> None:
         return
 
     work = Path("/tmp/wattline-proof")
-    data, data_nb = work / "data", work / "data-nobuffer"
+    data, data_nb = work / "data", work / "data-replicated"
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{os.environ.get('PYTHONPATH', '')}", PYTHONUNBUFFERED="1")
     base = [sys.executable, "-m", "collectors.nvml", "--host", "h200", "--gpus", str(a.gpu), "--status-seconds", "30"]
     work.mkdir(parents=True, exist_ok=True)
     log = open(a.out / "collector.log", "w")
-    log_nb = open(a.out / "collector-nobuffer.log", "w")
+    log_nb = open(a.out / "collector-replicated.log", "w")
     col = subprocess.Popen([*base, "--data-dir", str(data)], env=env, cwd=REPO, stderr=log, stdout=log)
-    col_nb = subprocess.Popen([*base, "--no-buffer", "--data-dir", str(data_nb)], env=env, cwd=REPO,
-                              stderr=log_nb, stdout=log_nb)
+    # 8 samplers on this one GPU through the real NVML: the CPU cost of an 8-GPU host (see run_replicated)
+    col_nb = subprocess.Popen([sys.executable, str(REPO / "bench" / "collector_overhead.py"), "--child-replicated",
+                               str(a.replicate), str(data_nb)], env=env, cwd=REPO, stderr=log_nb, stdout=log_nb)
     smi_out = open(a.out / "nvidia-smi.csv", "w")
     smi_cmd = ["nvidia-smi", f"--id={a.gpu}", "--query-gpu=timestamp,index,power.draw.instant", "--format=csv",
                "-lms", "100"]
     smi = subprocess.Popen(smi_cmd if not os.environ.get("PROOF_NO_SMI") else ["sleep", "100000"],
                            stdout=smi_out, stderr=subprocess.STDOUT)
     meters = [ProcessMeter(col, "wattline collect (defaults, buffer on)"),
-              ProcessMeter(col_nb, "wattline collect --no-buffer"), ProcessMeter(smi, " ".join(smi_cmd))]
+              ProcessMeter(col_nb, f"collector, {a.replicate} samplers on GPU {a.gpu} (defaults, buffer on)"),
+              ProcessMeter(smi, " ".join(smi_cmd))]
 
     import threading
     stop = threading.Event()
@@ -240,11 +251,14 @@ def main() -> None:
         w = csv.writer(fh)
         w.writerow(["edge", "wall_ns"])
         w.writerows(edges)
-    res = {"collector_exit_code": rc, "nobuffer_exit_code": rc_nb, "load_s": round(load_s, 1),
+    res = {"collector_exit_code": rc, "replicated_exit_code": rc_nb, "load_s": round(load_s, 1),
            "cycles": len(edges) // 2}
     status = data / "collector" / "h200.status.json"
     res["status"] = json.loads(status.read_text()) if status.exists() else None
-    res["overhead"] = [m.report(warmup_s=8.0, gpus=1) for m in meters]
+    res["overhead"] = [m.report(warmup_s=8.0, gpus=g) for m, g in zip(meters, (1, a.replicate, 1))]
+    rep = json.loads((data_nb / "collector" / "replicated.status.json").read_text()) \
+        if (data_nb / "collector" / "replicated.status.json").exists() else None
+    res["replicated_status"] = rep
     try:
         import pynvml
 
