@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.nvml.nvml_source import NvmlUnavailable, load_nvml
-from tests.nvml_helpers import collector_process, max_gap_s, read_power, series
+from tests.nvml_helpers import collector_process, read_power, series
 
 
 def _files(data_dir):

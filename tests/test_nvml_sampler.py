@@ -15,12 +15,14 @@ from tests.fakes import fake_pynvml as fake
 from tests.nvml_helpers import FAKE, max_gap_s, read_power, series
 
 
-def run_fake(tmp_path, seconds, fake_cfg, **sampling):
+def run_fake(tmp_path, seconds, fake_cfg, patch=None, **sampling):
     fake.configure(**fake_cfg)
     cfg = CollectorConfig(data_dir=tmp_path, host="t", sampling=SamplingConfig(**sampling), flush_s=1.0,
                           duration_s=seconds, nvml_module=FAKE, compact=False)
     c = Collector(cfg)
     c.open()
+    if patch:
+        patch(c)
     t0 = time.time()
     code = c.run()
     assert code == 0
@@ -103,3 +105,25 @@ def test_a_stalled_call_is_isolated_so_other_gpus_have_no_gap(tmp_path):
     assert max_gap_s(series(t, 0, "nvml-field")) >= 1.9
     assert c.counters.get("stalled_calls", gpu=0) == 1
     assert c.counters.get("isolated_after_stall", gpu=0) == 1
+
+
+def test_disk_full_mid_run_never_stops_sampling_and_nothing_is_lost(tmp_path):
+    import errno
+
+    from collectors.parquet_sink import write_parquet_atomic
+
+    t_start = time.monotonic()
+
+    def flaky_write(table, path):  # the disk is full from 0.5 s to 2.5 s into the run
+        if 0.5 <= time.monotonic() - t_start < 2.5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_parquet_atomic(table, path)
+
+    def patch(c):
+        c.flusher._write = flaky_write
+
+    c, t, _ = run_fake(tmp_path, 3.5, {"gpus": 2}, patch=patch)
+    assert c.counters.get("write_errors") >= 1 and c.counters.get("rows_dropped") == 0
+    for g in (0, 1):
+        field = series(t, g, "nvml-field")
+        assert len(field) >= 33 and max_gap_s(field) < 0.3  # sampled all along, written once space returned

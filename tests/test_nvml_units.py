@@ -179,3 +179,15 @@ def test_bad_options_are_user_errors():
     with pytest.raises(CollectError):
         parse_gpus("0,a")
     assert parse_gpus("1,0,1") == [0, 1]
+
+
+def test_compact_only_command_merges_closed_hours(tmp_path):
+    from click.testing import CliRunner
+
+    from collectors.nvml.cli import command
+
+    _write_hour_files(tmp_path, int(time.time() // 3600) - 2, 3)
+    r = CliRunner().invoke(command, ["--compact-only", "--data-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("compacted 1 hour(s): 3 files → 1")
+    assert len(list((tmp_path / "power").rglob("*.parquet"))) == 1

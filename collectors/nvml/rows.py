@@ -32,10 +32,13 @@ class RowBuffer:
         self._lock = threading.Lock()
 
     def append(self, row: tuple) -> None:
-        self._rows.append(row)  # list.append is atomic under the GIL; take() swaps under the lock
+        # under the lock: else a row appended to the list take() just swapped out could be lost
+        with self._lock:
+            self._rows.append(row)
 
     def extend(self, rows: list[tuple]) -> None:
-        self._rows.extend(rows)
+        with self._lock:
+            self._rows.extend(rows)
 
     def take(self) -> list[tuple]:
         with self._lock:
