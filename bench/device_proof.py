@@ -185,6 +185,40 @@ def call_costs(gpu: int) -> dict:
     return out
 
 
+def restart_check(out: Path, gpu: int, flush_s: float = 2.0) -> dict:
+    """kill -9 the collector mid-run on the real GPU, restart it at once, then check: every visible
+    file reads back, no (gpu, source, ts) is written twice, and how much of each trace was lost."""
+    data = Path("/tmp/wattline-restart")
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{os.environ.get('PYTHONPATH', '')}")
+    cmd = [sys.executable, "-m", "collectors.nvml", "--host", "h200", "--gpus", str(gpu),
+           "--flush-seconds", str(flush_s), "--data-dir", str(data)]
+    log = open(out / "restart.log", "w")
+    first = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=log)
+    time.sleep(6.3)
+    t_kill = time.time_ns()
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    second = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=log)
+    time.sleep(5.0)
+    second.send_signal(signal.SIGTERM)
+    rc = second.wait(timeout=60)
+    res = {"restart_exit_code": rc, "flush_s": flush_s}
+    files = sorted((data / "power").glob("date=*/host=*/*.parquet"))
+    res["files"] = len(files)
+    res["hidden_files_visible"] = len([p for p in files if p.name.startswith(".")])
+    for source in ("nvml-field", "nvml-buffer"):
+        ts, _, _, _ = load_trace(data, source, gpu)
+        gaps = np.diff(ts)
+        i = int(np.argmax(gaps))
+        res[source] = {"rows": int(len(ts)), "duplicates": int(len(ts) - len(np.unique(ts))),
+                       "largest_gap_s": round(float(gaps[i]) / 1e9, 3),
+                       "gap_starts_before_kill_s": round((t_kill - float(ts[i])) / 1e9, 3)}
+    res["pass"] = (rc == 0 and res["hidden_files_visible"] == 0
+                   and all(res[s]["duplicates"] == 0 for s in ("nvml-field", "nvml-buffer"))
+                   and res["nvml-field"]["gap_starts_before_kill_s"] <= flush_s + 0.2)
+    return res
+
+
 # -- the run --------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -195,8 +229,14 @@ def main() -> None:
     ap.add_argument("--off", type=float, default=2.0)
     ap.add_argument("--replicate", type=int, default=8, help="samplers of the overhead-only collector")
     ap.add_argument("--analyze", nargs=2, metavar=("DATA_DIR", "EDGES_CSV"))
+    ap.add_argument("--restart-check", action="store_true", help="only the kill -9 + restart check")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.restart_check:
+        res = restart_check(a.out, a.gpu)
+        (a.out / "restart.json").write_text(json.dumps(res, indent=1))
+        print(json.dumps(res, indent=1))
+        return
     if a.analyze:
         edges = [(r["edge"], int(r["wall_ns"])) for r in csv.DictReader(open(a.analyze[1]))]
         print(json.dumps(analyze(Path(a.analyze[0]), edges, a.gpu), indent=1))
