@@ -33,7 +33,8 @@ def load_nvml(module_name: str | None = None):
     try:
         nvml = importlib.import_module(name)
     except ImportError as exc:
-        raise NvmlUnavailable(f"cannot import the NVML binding {name!r} ({exc}); install nvidia-ml-py") from None
+        hint = "; install nvidia-ml-py" if name == DEFAULT_NVML_MODULE else ""
+        raise NvmlUnavailable(f"cannot import the NVML binding {name!r} ({exc}){hint}") from None
     try:
         nvml.nvmlInit()
     except Exception as exc:  # pynvml raises NVMLError subclasses: library not found, driver not loaded...

@@ -35,7 +35,9 @@ def prepare(data_dir: Path, host: str) -> dict[int, int]:
         if removed:
             log.warning("%s: removed %d temporary file(s) of an interrupted write", folder, removed)
         roll_forward(folder)
-        newest = sorted(folder.glob(f"{FILE_PREFIX}*.parquet"), key=lambda p: p.stat().st_mtime)[-3:]
+        # the newest small flush files hold the latest samples; merged hours are read only if nothing else is left
+        files = sorted(folder.glob(f"{FILE_PREFIX}*.parquet"), key=lambda p: p.stat().st_mtime)
+        newest = [p for p in files if "-compacted-" not in p.name][-3:] or files[-1:]
         for path in newest:
             try:
                 t = pq.read_table(path, columns=["gpu", "ts", "source"])
