@@ -112,3 +112,12 @@ def test_collect_and_import_are_registered_in_wattline():
     assert r.exit_code == 0 and "--buffer / --no-buffer" in r.output and "--energy-seconds" in r.output
     r = CliRunner().invoke(main, ["import", "nvidia-smi", "--help"])
     assert r.exit_code == 0 and "--tz" in r.output and "--power-draw" in r.output
+
+
+def test_unknown_gpu_index_is_one_line_and_exit_2(tmp_path):
+    from collectors.nvml.cli import command
+    from tests.fakes import fake_pynvml
+
+    fake_pynvml.configure(gpus=2)
+    r = CliRunner().invoke(command, ["--gpus", "5", "--data-dir", str(tmp_path), "--nvml-module", "tests.fakes.fake_pynvml"])
+    assert r.exit_code == 2 and r.output.strip() == "error: no such GPU index [5]: this machine has 2 GPU(s)"
