@@ -1,6 +1,6 @@
-"""One thread per GPU: sample on absolute deadlines, survive every NVML error, leave honest gaps.
+"""Sample GPUs on absolute deadlines, survive every NVML error, leave honest gaps.
 
-One thread samples all GPUs (each wake-up costs CPU: ~140 µs under gVisor, so one thread per
+One thread samples all GPUs (each wake-up costs CPU: 154 µs on the sandboxed H200 host, so one thread per
 GPU would multiply it). A GPU whose NVML call stalls must not hold the others back, so a watchdog
 (:meth:`SamplerLoop.split_stalled`, called by the main thread) moves the other GPUs to a new loop
 thread when a call has been blocked longer than ``stall_split_s``; the stuck GPU keeps its own
