@@ -20,6 +20,8 @@ def _register() -> None:
 
     for module in (simulate, run, sql, ui, demo, ingest):
         main.add_command(module.command)
+    main.add_command(__import__("pipeline.cli.collect", fromlist=["command"]).command)
+    main.add_command(__import__("pipeline.cli.import_", fromlist=["command"]).command)
 
 
 _register()
