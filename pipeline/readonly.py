@@ -1,7 +1,8 @@
 """Read-only access to the warehouse for ad-hoc SQL: one statement, SELECT-like, no host files.
 
 Three locks: the file is opened ``read_only`` (no writes to the catalog); only SELECT and
-EXPLAIN statements pass (no COPY, ATTACH, INSTALL/LOAD, SET, PRAGMA...); and external access
+EXPLAIN of a SELECT pass (no COPY, ATTACH, INSTALL/LOAD, SET, PRAGMA...: EXPLAIN ANALYZE runs
+what it explains, and allowed_directories lets DuckDB write inside the data dir); and external access
 is limited to the data dir and then the configuration is locked, so ``read_csv('/etc/passwd')``
 or a view that points elsewhere is refused by DuckDB itself.
 """
@@ -33,7 +34,39 @@ def check_statement(sql: str) -> str:
     kind = statements[0].type
     if kind not in ALLOWED_STATEMENTS:
         raise ReadOnlyError(f"read-only: {kind.name} statements are refused (only SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)")
+    if kind == duckdb.StatementType.EXPLAIN:
+        kinds = [_kind(inner) for inner in _explained(statements[0].query)]
+        if duckdb.StatementType.SELECT not in kinds:
+            # EXPLAIN ANALYZE runs its statement: `EXPLAIN ANALYZE COPY ... TO '<data-dir>/x'` would write.
+            name = next((k.name for k in kinds if k), "this")
+            raise ReadOnlyError(f"read-only: EXPLAIN of a {name} statement is refused (only EXPLAIN [ANALYZE] SELECT ...)")
     return sql
+
+
+def _kind(sql: str):
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error:
+        return None
+    return statements[0].type if len(statements) == 1 else None
+
+
+def _explained(query: str) -> list[str]:
+    """Candidates for the statement under ``EXPLAIN [ANALYZE] [(options)]``, found with DuckDB's
+    tokenizer: the text after the options group, and (for ``EXPLAIN (SELECT ...)``) without it."""
+    tokens = [(pos, kind) for pos, kind in duckdb.tokenize(query) if kind != duckdb.token_type.comment]
+    ends = [pos for pos, _ in tokens[1:]] + [len(query)]
+    text = [query[pos:end].strip() for (pos, _), end in zip(tokens, ends)]
+    i = 1  # tokens[0] is EXPLAIN
+    if i < len(text) and text[i].upper() in ("ANALYZE", "ANALYSE"):
+        i += 1
+    candidates = [query[tokens[i][0]:]] if i < len(tokens) else []
+    if i < len(text) and text[i] == "(":
+        while i < len(text) and text[i] != ")":
+            i += 1
+        if i + 1 < len(tokens):
+            candidates.append(query[tokens[i + 1][0]:])
+    return candidates
 
 
 def ensure_warehouse(data_dir: Path) -> Path:

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ class RunOutcome:
     materialized: list[str] = field(default_factory=list)
     failed_checks: list[FailedCheck] = field(default_factory=list)
     error: str | None = None
+    quarantined: list[dict] = field(default_factory=list)
+    """The day's files still in quarantine (every dataset, including ones no check covers yet)."""
 
     @property
     def error_checks(self) -> list[FailedCheck]:
@@ -50,15 +53,23 @@ def dagster_home(data_dir: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
     if not target.exists() or target.read_bytes() != REPO_DAGSTER_YAML.read_bytes():
-        shutil.copyfile(REPO_DAGSTER_YAML, target)
+        # Copy then rename: a concurrent `wattline run` must never read a half-copied file.
+        tmp = home / f".dagster.yaml.{os.getpid()}"
+        shutil.copyfile(REPO_DAGSTER_YAML, tmp)
+        os.replace(tmp, target)
     return home
 
 
 @contextlib.contextmanager
 def run_lock(data_dir: Path):
+    """Waits (saying so once on stderr) while another run holds this data dir; never fails."""
     data_dir.mkdir(parents=True, exist_ok=True)
     with open(data_dir / ".run.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another run on {data_dir} to finish...", file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -83,7 +94,9 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) ->
             run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("WATTLINE_LOG_LEVEL", "WARNING")}}}},
             asset_selection=[AssetKey(a) for a in selection] if selection else None,
         )
-    outcome = RunOutcome(date=date, success=result.success, run_id=result.run_id)
+    from pipeline import quarantine
+
+    outcome = RunOutcome(date=date, success=result.success, run_id=result.run_id, quarantined=quarantine.entries(data_dir, date))
     for event in result.get_asset_materialization_events():
         outcome.materialized.append(event.asset_key.to_user_string())
     for evaluation in result.get_asset_check_evaluations():

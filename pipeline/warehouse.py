@@ -161,6 +161,9 @@ def create_views(
     for table in derived_tables(data_dir):
         con.execute(_derived_view_sql(data_dir, table))
     _create_inventory_tables(con, load_inventory_if_any(data_dir))
+    from pipeline import quarantine  # local: quarantine reads raw_files from here
+
+    con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)
 
@@ -185,6 +188,10 @@ def compute_connection(
             con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
         con.execute(f"SET VARIABLE data_dir = {_quote(str(data_dir))}")
         create_views(con, data_dir, raw_overrides=raw_overrides)
+        for name, files in (raw_overrides or {}).items():
+            # The exact file list behind each raw view, for checks that must name files.
+            listed = ", ".join(_quote(str(f)) for f in files)
+            con.execute(f"SET VARIABLE files_{_check_ident(name)} = [{listed}]::VARCHAR[]")
         yield con
     finally:
         con.close()
@@ -202,7 +209,9 @@ def write_partition(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, 
     folder = derived_path(data_dir, table) / f"date={date}"
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / "part-0.parquet"
-    tmp = folder / f"{TMP_PREFIX}part-0.{uuid.uuid4().hex[:8]}.parquet"
+    # Not ending in .parquet: DuckDB's glob matches dot-files, and a reader of the view must
+    # never see the half-written (or the complete, not yet renamed) copy beside the old one.
+    tmp = folder / f"{TMP_PREFIX}part-0.parquet.{uuid.uuid4().hex[:8]}"
     try:
         con.execute(
             f"COPY ({query}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)"

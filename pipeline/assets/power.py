@@ -22,12 +22,12 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
     """Per GPU per second: mean, min, max power (W), trapezoid energy (J), samples, gap flag.
 
     Built from each GPU's best source per minute (nvml-buffer > nvml-field > nvidia-smi
-    instant > 1 s average); files that break the contract are left out and named by a check.
+    instant > 1 s average); files that break the contract are quarantined and named by a check.
     """
     date = context.partition_key
     good, rejected = warehouse.raw_files("power", date)
     for path, why in rejected.items():
-        context.log.error(f"left out {path}: {why}")
+        context.log.error(f"quarantined {path}: {why}")
     with warehouse.connection(date, raw_files={"power": good}) as con:
         rows = warehouse.write_partition(con, "power_1s", date, sqlfiles.query("power_1s"))
         gpus, energy_j, sources = con.execute(

@@ -29,6 +29,8 @@ def command(date: str, select: str | None, data_dir) -> None:
     started = time.monotonic()
     outcome = run_day(data_dir, date, selection=select.split(",") if select else None)
     seconds = time.monotonic() - started
+    for entry in outcome.quarantined:
+        click.echo(f"quarantined {entry['dataset']} file {entry['path']}: {entry['reason']} (now {entry['quarantined_path']})", err=True)
     for check in outcome.failed_checks:
         click.echo(f"check {check.severity}: {check.asset}.{check.check}: {check.description}".rstrip(": "), err=True)
     if not outcome.success:
