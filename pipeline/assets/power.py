@@ -27,7 +27,7 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
     date = context.partition_key
     good, rejected = warehouse.raw_files("power", date)
     for path, why in rejected.items():
-        context.log.error(f"quarantined {path}: {why}")
+        context.log.error(f"in quarantine: {path}: {why}")
     with warehouse.connection(date, raw_files={"power": good}) as con:
         rows = warehouse.write_partition(con, "power_1s", date, sqlfiles.query("power_1s"))
         gpus, energy_j, sources = con.execute(
