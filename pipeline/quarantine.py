@@ -87,7 +87,7 @@ def _sha256(path: Path) -> str:
 
 
 def _duplicates(files: list[Path]) -> dict[Path, Path]:
-    """Byte-identical copies: {copy: the first file (in sorted order) with the same bytes}.
+    """Byte-identical copies: {copy: the oldest file (mtime, then name) with the same bytes}.
     Only files of equal size are hashed, so a normal day costs one stat per file."""
     by_size: dict[int, list[Path]] = {}
     for f in files:
@@ -97,7 +97,7 @@ def _duplicates(files: list[Path]) -> dict[Path, Path]:
         if len(group) < 2:
             continue
         first_with: dict[str, Path] = {}
-        for f in sorted(group):
+        for f in sorted(group, key=lambda p: (p.stat().st_mtime_ns, p.name)):
             original = first_with.setdefault(_sha256(f), f)
             if original != f:
                 copies[f] = original

@@ -27,7 +27,8 @@ from collectors.parquet_sink import write_dataset
 from pipeline import quarantine
 from pipeline.readonly import run_query
 from pipeline.runner import run_day
-from tests.builders import DAY, power_table, square_wave, write_square_fleet
+from collectors.contract import TS
+from tests.builders import DAY, day_start_ns, power_table, square_wave, write_square_fleet
 from tests.faults import inject
 
 DATE = DAY.isoformat()
@@ -44,9 +45,28 @@ def _write_clean(data_dir):
     )
     (data_dir / "inventory.full.yaml").write_text(yaml.safe_dump(inv))
     shutil.copyfile(data_dir / "inventory.full.yaml", data_dir / "inventory.yaml")
+    _requests_and_job_events(data_dir)
     for gpu in range(2):
         t, p = square_wave(SECONDS, 1.0, 300.0, 300.0)
         write_dataset(power_table("extra-0", gpu, t, p), data_dir, "power", prefix=f"extra-0-{gpu}", unique_names=False)
+
+
+def _requests_and_job_events(data_dir):
+    """A few requests and training steps, so every raw dataset has a file on the day."""
+    t0 = day_start_ns()
+    ts = lambda offsets_s: pa.array([t0 + int(o * 1e9) for o in offsets_s], pa.int64()).cast(TS)  # noqa: E731
+    requests = pa.table({
+        "request_id": ["r1", "r2"], "endpoint": ["ep-a", "ep-a"], "arrival_ts": ts([1, 2]),
+        "prefill_start_ts": ts([1.1, 2.1]), "first_token_ts": ts([1.5, 2.5]), "end_ts": ts([3, 4]),
+        "prompt_tokens": pa.array([1000, 2000], pa.int32()), "output_tokens": pa.array([100, 200], pa.int32()),
+        "status": ["ok", "ok"],
+    })
+    steps = pa.table({
+        "job": ["job-a"] * 2, "host": ["train-0"] * 2, "step": pa.array([1, 2], pa.int64()), "kind": ["step"] * 2,
+        "start_ts": ts([0, 2]), "end_ts": ts([2, 4]), "tokens": pa.array([4096, 4096], pa.int64()),
+    })
+    write_dataset(requests, data_dir, "requests", prefix="requests", unique_names=False)
+    write_dataset(steps, data_dir, "job_events", prefix="steps", unique_names=False)
 
 
 def _file(data_dir, host, gpu):
@@ -74,7 +94,8 @@ def scenario(tmp_path_factory):
     s = {"clean": _tables(clean), "clean_dir": clean}
 
     d = root / "faulted"
-    shutil.copytree(clean / "power", d / "power")
+    for dataset in ("power", "requests", "job_events"):
+        shutil.copytree(clean / dataset, d / dataset)
     shutil.copyfile(clean / "inventory.full.yaml", d / "inventory.full.yaml")
     # Fault: extra-0 reports power but the inventory predates it.
     inv = yaml.safe_load((clean / "inventory.full.yaml").read_text())
@@ -83,7 +104,13 @@ def scenario(tmp_path_factory):
     late = _file(d, "extra-0", 1)
     s["late_bytes"] = late.read_bytes()
     late.unlink()
+    requests_file = d / "requests" / f"date={DATE}" / "requests.parquet"
+    steps_file = d / "job_events" / f"date={DATE}" / "steps.parquet"
+    s.update(requests_file=requests_file, steps_file=steps_file)
     s["good"] = {path: path.read_bytes() for path in (_file(d, h, g) for h, g in [("train-0", 0), ("infer-0", 0), ("infer-0", 1)])}
+    s["good"].update({path: path.read_bytes() for path in (requests_file, steps_file)})
+    inject.truncate_footer(requests_file)
+    inject.retype_column(steps_file, "tokens", pa.float64())
     corrupt = _file(d, "train-0", 0)
     s["corrupt_bytes"] = inject.truncate_footer(corrupt)
     inject.retype_column(_file(d, "infer-0", 0), "power_w", pa.int32())
@@ -95,6 +122,8 @@ def scenario(tmp_path_factory):
     s["faulted"] = run_day(d, DATE)
     s["faulted_tables"] = _tables(d)
     s["faulted_power_rows"] = run_query(d, "select count(*) as n from power").to_pylist()[0]["n"]
+    s["faulted_other_rows"] = run_query(d, "select (select count(*) from requests) as requests, (select count(*) from job_events) as job_events").to_pylist()[0]
+    s["quarantine_sql_faulted"] = run_query(d, "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1").to_pylist()
     s["faulted_log_rows"] = len(quarantine.entries(d, present_only=False))
     s["left_in_dataset"] = [e["path"] for e in s["faulted"].quarantined if Path(e["path"]).exists()]
     s["in_quarantine"] = {e["path"]: Path(e["quarantined_path"]).read_bytes() for e in s["faulted"].quarantined}
@@ -191,6 +220,18 @@ def test_same_rows_in_a_rewritten_file_fail_the_duplicate_check_naming_both_file
     assert pa.compute.sum(got["samples"]).as_py() == 2 * pa.compute.sum(want["samples"]).as_py()
 
 
+def test_requests_and_job_events_files_are_validated_like_power(scenario):
+    """Fault: a truncated requests file and a job_events file with float tokens, on a branch
+    where no asset reads them yet. Must survive: both files (quarantined with a reason by the
+    shared validation every compute connection goes through), the run's report of them (the
+    CLI prints outcome.quarantined), and `wattline sql` on those views."""
+    s = scenario
+    assert _quarantined(s, s["requests_file"])["kind"] == "unreadable"
+    steps = _quarantined(s, s["steps_file"])
+    assert steps["kind"] == "schema" and "column 'tokens' is double" in steps["reason"]
+    assert s["faulted_other_rows"] == {"requests": 0, "job_events": 0}
+
+
 def test_gpu_missing_from_inventory_is_named_and_kept_per_gpu(scenario):
     """Fault: a host reports power but is not in inventory.yaml. Must survive: its per-GPU
     seconds (in power_1s), the fleet sums of the known GPUs (unchanged: it cannot be placed in
@@ -211,8 +252,8 @@ def test_late_file_for_a_built_day_is_included_on_rerun(scenario):
     assert ("extra-0", 1) not in _gpus(s["faulted_tables"]["power_1s"])
     late = _rows_of(s["late_tables"]["power_1s"], "extra-0", 1)
     assert late.equals(_rows_of(s["clean"]["power_1s"], "extra-0", 1))
-    assert s["late_log_rows"] == s["faulted_log_rows"] == 4
-    assert "files_follow_contract" in _failed(s["late"]) and len(s["late"].quarantined) == 4
+    assert s["late_log_rows"] == s["faulted_log_rows"] == 6
+    assert "files_follow_contract" in _failed(s["late"]) and len(s["late"].quarantined) == 6
 
 
 def test_rerun_after_the_fix_equals_a_clean_run(scenario):
@@ -226,9 +267,16 @@ def test_rerun_after_the_fix_equals_a_clean_run(scenario):
 
 
 def test_quarantine_is_countable_in_sql(scenario):
-    """The report counts quarantined files from the catalog: the `quarantined_files` view."""
-    rows = run_query(scenario["dir"], "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1").to_pylist()
-    assert rows == [{"kind": "duplicate", "n": 1, "still": 0}, {"kind": "schema", "n": 2, "still": 0}, {"kind": "unreadable", "n": 1, "still": 0}]
+    """The report counts quarantined files from the catalog (`quarantined_files` view); a
+    file whose quarantined copy was deleted (loss accepted, or fixed) stays in the log."""
+    s = scenario
+    q = "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1"
+    assert s["quarantine_sql_faulted"] == [
+        {"kind": "duplicate", "n": 1, "still": 1}, {"kind": "schema", "n": 3, "still": 3}, {"kind": "unreadable", "n": 2, "still": 2}
+    ]
+    assert run_query(s["dir"], q).to_pylist() == [
+        {"kind": "duplicate", "n": 1, "still": 0}, {"kind": "schema", "n": 3, "still": 0}, {"kind": "unreadable", "n": 2, "still": 0}
+    ]
 
 
 def test_a_day_with_no_data_through_the_job_gives_a_check_failure_not_a_crash(tmp_path):
