@@ -69,22 +69,29 @@ def _explained(query: str) -> list[str]:
     return candidates
 
 
+def _require_data(data_dir: Path) -> None:
+    if not warehouse.has_data(data_dir) and not warehouse.derived_tables(data_dir):
+        raise ReadOnlyError(f"data dir {data_dir} has no Parquet data yet (run `wattline simulate`, `collect` or `ingest`)")
+
+
 def ensure_warehouse(data_dir: Path) -> Path:
     """The warehouse file, built first if the data dir has Parquet but no warehouse yet."""
     if not data_dir.is_dir():
         raise ReadOnlyError(f"data dir {data_dir} does not exist (run `wattline simulate` or pass --data-dir)")
     path = warehouse_path(data_dir)
     if not path.exists():
-        if not warehouse.has_data(data_dir) and not warehouse.derived_tables(data_dir):
-            raise ReadOnlyError(f"data dir {data_dir} has no Parquet data yet (run `wattline simulate`, `collect` or `ingest`)")
+        _require_data(data_dir)
         warehouse.publish(data_dir)
     return path
 
 
 def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPyConnection:
+    """Open the catalog read-only; wait out a lock (someone's read-write DuckDB CLI), rebuild a
+    damaged catalog once (it holds only views and inventory tables), else one clear error."""
     path = ensure_warehouse(data_dir)
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     deadline = time.monotonic() + retries_s
+    rebuilt = False
     while True:
         try:
             con = duckdb.connect(str(path), read_only=True, config=config)
@@ -93,22 +100,35 @@ def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPy
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
             return con
-        except duckdb.IOException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            elif not rebuilt and "not a valid DuckDB database file" in str(exc):
+                warehouse.publish(data_dir)
+                rebuilt = True
+            else:
+                raise ReadOnlyError(f"cannot open {path}: {_first_line(exc)}") from None
 
 
 def run_query(data_dir: Path, sql: str) -> duckdb.DuckDBPyRelation:
-    """Execute one read-only statement and return its result as an Arrow table."""
+    """Execute one read-only statement and return its result as an Arrow table.
+
+    A catalog whose views point at files deleted since it was built ("No files found") is
+    rebuilt once and the query retried, so deleting a dataset does not break every query."""
     check_statement(sql)
-    con = connect_readonly(data_dir)
-    try:
-        return con.sql(sql).to_arrow_table()
-    except duckdb.Error as exc:
-        raise ReadOnlyError(_first_line(exc)) from None
-    finally:
-        con.close()
+    for attempt in (1, 2):
+        con = connect_readonly(data_dir)
+        try:
+            return con.sql(sql).to_arrow_table()
+        except duckdb.IOException as exc:
+            if attempt == 2 or "No files found that match the pattern" not in str(exc):
+                raise ReadOnlyError(_first_line(exc)) from None
+        except duckdb.Error as exc:
+            raise ReadOnlyError(_first_line(exc)) from None
+        finally:
+            con.close()
+        _require_data(data_dir)
+        warehouse.publish(data_dir)
 
 
 def _first_line(exc: Exception) -> str:

@@ -11,6 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.contract import TS
+from collectors.parquet_sink import write_dataset
+from tests.builders import day_start_ns
+
 
 def truncate_footer(path: Path, cut: int = 20) -> bytes:
     """Cut the last ``cut`` bytes (the footer's length and magic), as a writer killed mid-close
@@ -45,3 +49,22 @@ def rewrite_same_rows(path: Path, name: str) -> Path:
     target = path.with_name(name)
     pq.write_table(pq.read_table(path), target, compression="snappy", row_group_size=100)
     return target
+
+
+def write_requests_and_job_events(data_dir):
+    """Clean input: two requests and two training steps on tests.builders.DAY, so every raw
+    dataset has a file (requests/.../requests.parquet, job_events/.../steps.parquet)."""
+    t0 = day_start_ns()
+    ts = lambda offsets_s: pa.array([t0 + int(o * 1e9) for o in offsets_s], pa.int64()).cast(TS)  # noqa: E731
+    requests = pa.table({
+        "request_id": ["r1", "r2"], "endpoint": ["ep-a", "ep-a"], "arrival_ts": ts([1, 2]),
+        "prefill_start_ts": ts([1.1, 2.1]), "first_token_ts": ts([1.5, 2.5]), "end_ts": ts([3, 4]),
+        "prompt_tokens": pa.array([1000, 2000], pa.int32()), "output_tokens": pa.array([100, 200], pa.int32()),
+        "status": ["ok", "ok"],
+    })
+    steps = pa.table({
+        "job": ["job-a"] * 2, "host": ["train-0"] * 2, "step": pa.array([1, 2], pa.int64()), "kind": ["step"] * 2,
+        "start_ts": ts([0, 2]), "end_ts": ts([2, 4]), "tokens": pa.array([4096, 4096], pa.int64()),
+    })
+    write_dataset(requests, data_dir, "requests", prefix="requests", unique_names=False)
+    write_dataset(steps, data_dir, "job_events", prefix="steps", unique_names=False)

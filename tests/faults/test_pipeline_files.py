@@ -27,8 +27,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline import quarantine
 from pipeline.readonly import run_query
 from pipeline.runner import run_day
-from collectors.contract import TS
-from tests.builders import DAY, day_start_ns, power_table, square_wave, write_square_fleet
+from tests.builders import DAY, power_table, square_wave, write_square_fleet
 from tests.faults import inject
 
 DATE = DAY.isoformat()
@@ -45,28 +44,10 @@ def _write_clean(data_dir):
     )
     (data_dir / "inventory.full.yaml").write_text(yaml.safe_dump(inv))
     shutil.copyfile(data_dir / "inventory.full.yaml", data_dir / "inventory.yaml")
-    _requests_and_job_events(data_dir)
+    inject.write_requests_and_job_events(data_dir)
     for gpu in range(2):
         t, p = square_wave(SECONDS, 1.0, 300.0, 300.0)
         write_dataset(power_table("extra-0", gpu, t, p), data_dir, "power", prefix=f"extra-0-{gpu}", unique_names=False)
-
-
-def _requests_and_job_events(data_dir):
-    """A few requests and training steps, so every raw dataset has a file on the day."""
-    t0 = day_start_ns()
-    ts = lambda offsets_s: pa.array([t0 + int(o * 1e9) for o in offsets_s], pa.int64()).cast(TS)  # noqa: E731
-    requests = pa.table({
-        "request_id": ["r1", "r2"], "endpoint": ["ep-a", "ep-a"], "arrival_ts": ts([1, 2]),
-        "prefill_start_ts": ts([1.1, 2.1]), "first_token_ts": ts([1.5, 2.5]), "end_ts": ts([3, 4]),
-        "prompt_tokens": pa.array([1000, 2000], pa.int32()), "output_tokens": pa.array([100, 200], pa.int32()),
-        "status": ["ok", "ok"],
-    })
-    steps = pa.table({
-        "job": ["job-a"] * 2, "host": ["train-0"] * 2, "step": pa.array([1, 2], pa.int64()), "kind": ["step"] * 2,
-        "start_ts": ts([0, 2]), "end_ts": ts([2, 4]), "tokens": pa.array([4096, 4096], pa.int64()),
-    })
-    write_dataset(requests, data_dir, "requests", prefix="requests", unique_names=False)
-    write_dataset(steps, data_dir, "job_events", prefix="steps", unique_names=False)
 
 
 def _file(data_dir, host, gpu):
