@@ -73,7 +73,7 @@ def _verdict(path: Path, dataset: str) -> tuple[str, str] | None:
             check_file_schema(path, DATASETS[dataset].schema)
             _verdicts[key] = None
         except SchemaError as exc:
-            reason = str(exc).removeprefix(f"{path}: ")
+            reason = " ".join(str(exc).removeprefix(f"{path}: ").split())  # one line
             _verdicts[key] = ("unreadable" if reason.startswith("not a readable Parquet file") else "schema", reason)
     return _verdicts[key]
 
@@ -127,6 +127,27 @@ def usable_files(data_dir: Path, dataset: str, date: str) -> list[Path]:
         if bad:
             _quarantine(data_dir, dataset, date, bad)
         return [f for f in good if f not in bad]
+
+
+def quarantine_damaged(data_dir: Path, dataset: str, date: str) -> int:
+    """Decode every usable file of the day in full and quarantine those that fail; returns how
+    many. The footer check cannot see damaged data pages: this runs only after a query failed."""
+    import duckdb
+
+    with _lock(data_dir):
+        bad = {}
+        con = duckdb.connect()
+        try:
+            for f in raw_files(data_dir, dataset, date):
+                try:
+                    con.sql("SELECT * FROM read_parquet('" + str(f).replace("'", "''") + "')").to_arrow_table()
+                except duckdb.Error as exc:
+                    bad[f] = ("unreadable", "damaged data: " + " ".join(str(exc).split()))
+        finally:
+            con.close()
+        if bad:
+            _quarantine(data_dir, dataset, date, bad)
+        return len(bad)
 
 
 def _destination(data_dir: Path, path: Path) -> Path:

@@ -34,13 +34,15 @@ class WarehouseResource(ConfigurableResource):
         Every raw dataset goes through here (see :meth:`connection`), so requests and
         job_events files are validated and quarantined exactly like power files.
         """
-        good = quarantine.usable_files(self.path, dataset, date)
-        rejected = {
+        return quarantine.usable_files(self.path, dataset, date), self.rejected_files(dataset, date)
+
+    def rejected_files(self, dataset: str, date: str) -> dict[str, str]:
+        """{path: reason} of the day's files in quarantine that lose data (not byte-identical copies)."""
+        return {
             e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
             for e in quarantine.entries(self.path, date, dataset)
             if e["kind"] != "duplicate"
         }
-        return good, rejected
 
     @contextlib.contextmanager
     def connection(self, date: str | None = None, raw_files: dict[str, list[Path]] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -56,6 +58,14 @@ class WarehouseResource(ConfigurableResource):
 
     def write_partition(self, con: duckdb.DuckDBPyConnection, table: str, date: str, query: str) -> int:
         """Replace the day's partition of ``table`` and republish the catalog; returns rows written."""
-        rows = warehouse.write_partition(con, self.path, table, date, query)
+        try:
+            rows = warehouse.write_partition(con, self.path, table, date, query)
+        except duckdb.Error:
+            # A file whose footer is sound but whose data is damaged fails the query, not the
+            # footer check: find it, quarantine it and compute the rest of the day once more.
+            if not sum(quarantine.quarantine_damaged(self.path, name, date) for name in DATASETS):
+                raise
+            warehouse.create_views(con, self.path, raw_overrides={n: quarantine.usable_files(self.path, n, date) for n in DATASETS})
+            rows = warehouse.write_partition(con, self.path, table, date, query)
         warehouse.publish(self.path)
         return rows

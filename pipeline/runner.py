@@ -91,7 +91,9 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) ->
             partition_key=date,
             instance=instance,
             raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("WATTLINE_LOG_LEVEL", "WARNING")}}}},
+            # Dagster's console logger prints stack traces for failed steps: the CLI reports
+            # failures and quarantined files itself in one line each; the UI keeps the details.
+            run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("WATTLINE_LOG_LEVEL", "CRITICAL")}}}},
             asset_selection=[AssetKey(a) for a in selection] if selection else None,
         )
     from pipeline import quarantine
@@ -110,10 +112,18 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) ->
                 )
             )
     if not result.success:
-        failures = [e for e in result.all_events if e.is_failure]
-        outcome.error = "; ".join(
-            f"{e.step_key}: {e.step_failure_data.error.message.strip().splitlines()[-1] if e.step_failure_data and e.step_failure_data.error else e.message}"
-            for e in failures
-            if e.step_key
-        ) or "run failed"
+        failures = [e for e in result.all_events if e.is_failure and e.step_key]
+        outcome.error = "; ".join(f"{e.step_key}: {_root_cause(e)}" for e in failures) or "run failed"
     return outcome
+
+
+def _root_cause(event) -> str:
+    """The first line of the innermost error of a failed step (the DuckDB or Python error that
+    caused it, not Dagster's wrapper)."""
+    error = event.step_failure_data.error if event.step_failure_data else None
+    if error is None:
+        return event.message or "failed"
+    while error.cause is not None:
+        error = error.cause
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else error.cls_name or "failed"

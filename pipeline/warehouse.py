@@ -158,6 +158,9 @@ def create_views(
         else:
             body = _raw_relation_sql(data_dir, name, files)
         con.execute(f"CREATE OR REPLACE {kind} {name} AS {body}")
+        if files is not None:  # the exact file list behind the view, for checks that name files
+            listed = ", ".join(_quote(str(f)) for f in files)
+            con.execute(f"SET VARIABLE files_{name} = [{listed}]::VARCHAR[]")
     for table in derived_tables(data_dir):
         con.execute(_derived_view_sql(data_dir, table))
     _create_inventory_tables(con, load_inventory_if_any(data_dir))
@@ -188,10 +191,6 @@ def compute_connection(
             con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
         con.execute(f"SET VARIABLE data_dir = {_quote(str(data_dir))}")
         create_views(con, data_dir, raw_overrides=raw_overrides)
-        for name, files in (raw_overrides or {}).items():
-            # The exact file list behind each raw view, for checks that must name files.
-            listed = ", ".join(_quote(str(f)) for f in files)
-            con.execute(f"SET VARIABLE files_{_check_ident(name)} = [{listed}]::VARCHAR[]")
         yield con
     finally:
         con.close()

@@ -34,6 +34,8 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
             """SELECT count(DISTINCT (host, gpu)), coalesce(sum(energy_j), 0), string_agg(DISTINCT source, ', ')
                FROM power_1s WHERE date = getvariable('partition_date')"""
         ).fetchone()
+        rejected = warehouse.rejected_files("power", date)  # files with damaged data are found while writing
+        files_used = con.execute("SELECT len(getvariable('files_power'))").fetchone()[0]
         checks = [c.run(con, rejected_files=rejected) for c in POWER_1S_CHECKS]
     return MaterializeResult(
         metadata={
@@ -41,7 +43,7 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
             "gpus": gpus,
             "energy_kwh": round(energy_j / 3.6e6, 3),
             "sources": sources or "",
-            "files_used": len(good),
+            "files_used": files_used,
             "files_rejected": len(rejected),
             "dagster/row_count": rows,
         },

@@ -68,3 +68,13 @@ def write_requests_and_job_events(data_dir):
     })
     write_dataset(requests, data_dir, "requests", prefix="requests", unique_names=False)
     write_dataset(steps, data_dir, "job_events", prefix="steps", unique_names=False)
+
+
+def damage_data_pages(path: Path, column: str = "power_w") -> None:
+    """Flip the bytes of one column's data pages, leaving the footer intact (bit rot, a bad
+    disk block): the file passes a footer check and fails only when the data is read."""
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(pq.read_schema(path).get_field_index(column))
+    data = bytearray(path.read_bytes())
+    for i in range(chunk.data_page_offset + 5, chunk.data_page_offset + chunk.total_compressed_size - 2):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))

@@ -271,3 +271,24 @@ def test_a_day_with_no_data_through_the_job_gives_a_check_failure_not_a_crash(tm
     check = _failed(outcome)["gpu_coverage"]
     assert "no power samples this day" in check.description
     assert pq.read_table(data_dir / "derived" / "power_1s" / f"date={empty_day}" / "part-0.parquet").num_rows == 0
+
+
+def test_damaged_data_pages_are_found_when_read_and_the_day_computed(tmp_path):
+    """Fault: a file with a sound footer but damaged data pages (passes the footer check, fails
+    the query). Must survive: the rest of the day (the failing query finds the file by decoding
+    the day's files, quarantines it and runs again), the file (in quarantine), and the user's
+    screen: `wattline run` prints one line per problem, no stack trace."""
+    from tests.cli_util import invoke
+
+    data_dir = tmp_path / "data"
+    write_square_fleet(data_dir, seconds=10)
+    damaged = _file(data_dir, "train-0", 0)
+    inject.damage_data_pages(damaged)
+    result = invoke("run", "--date", DATE, "--data-dir", str(data_dir))
+    assert result.exit_code == 1, result.output  # the ERROR check, not a failed asset
+    assert "Traceback" not in result.output and "Stack Trace" not in result.output
+    assert f"quarantined power file {damaged}: damaged data" in result.output
+    assert "2 assets materialized" in result.output
+    assert _gpus(_tables(data_dir)["power_1s"]) == {("train-0", 1), ("infer-0", 0), ("infer-0", 1)}
+    [entry] = quarantine.entries(data_dir)
+    assert entry["kind"] == "unreadable" and entry["path"] == str(damaged)
