@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from collectors.inventory import InventoryError
 from pipeline import warehouse
 from pipeline.constants import warehouse_path
 
@@ -69,6 +70,14 @@ def _explained(query: str) -> list[str]:
     return candidates
 
 
+def _publish(data_dir: Path) -> None:
+    """(Re)build the catalog; a broken inventory.yaml is the user's to fix: one line."""
+    try:
+        warehouse.publish(data_dir)
+    except InventoryError as exc:
+        raise ReadOnlyError(" ".join(str(exc).split())) from None
+
+
 def _require_data(data_dir: Path) -> None:
     if not warehouse.has_data(data_dir) and not warehouse.derived_tables(data_dir):
         raise ReadOnlyError(f"data dir {data_dir} has no Parquet data yet (run `wattline simulate`, `collect` or `ingest`)")
@@ -81,7 +90,7 @@ def ensure_warehouse(data_dir: Path) -> Path:
     path = warehouse_path(data_dir)
     if not path.exists():
         _require_data(data_dir)
-        warehouse.publish(data_dir)
+        _publish(data_dir)
     return path
 
 
@@ -104,7 +113,7 @@ def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPy
             if "lock" in str(exc).lower() and time.monotonic() < deadline:
                 time.sleep(0.2)
             elif not rebuilt and "not a valid DuckDB database file" in str(exc):
-                warehouse.publish(data_dir)
+                _publish(data_dir)
                 rebuilt = True
             else:
                 raise ReadOnlyError(f"cannot open {path}: {_first_line(exc)}") from None
@@ -128,7 +137,7 @@ def run_query(data_dir: Path, sql: str) -> duckdb.DuckDBPyRelation:
         finally:
             con.close()
         _require_data(data_dir)
-        warehouse.publish(data_dir)
+        _publish(data_dir)
 
 
 def _first_line(exc: Exception) -> str:

@@ -65,3 +65,12 @@ def test_damaged_catalog_is_rebuilt(tmp_path):
     warehouse.publish(tmp_path).write_bytes(b"not a database" * 1000)
     ok = invoke("sql", "select count(*) as n from power", "--format", "csv", "--data-dir", str(tmp_path))
     assert ok.exit_code == 0 and ok.output.splitlines() == ['"n"', "40"], ok.output
+
+
+def test_broken_inventory_is_one_line(tmp_path):
+    """Fault: inventory.yaml is cut short (a bad edit). Nothing sound can be computed without it;
+    must survive: the user's understanding: `run` and `sql` say which file and why, in one line."""
+    write_square_fleet(tmp_path, seconds=1)
+    (tmp_path / "inventory.yaml").write_text("fleets: [ {name: x, clusters: [\n")
+    one_line_error(invoke("run", "--date", "2026-11-30", "--data-dir", str(tmp_path)), "inventory.yaml: not valid YAML")
+    one_line_error(invoke("sql", "select 1", "--data-dir", str(tmp_path)), "inventory.yaml: not valid YAML")
