@@ -86,7 +86,10 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) ->
 
     defs = build_definitions(str(data_dir))
     job = defs.resolve_job_def("daily_job")
+    from pipeline.warehouse import remove_stale_tmp
+
     with run_lock(data_dir), DagsterInstance.get() as instance:
+        remove_stale_tmp(data_dir)
         result = job.execute_in_process(
             partition_key=date,
             instance=instance,

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,6 +256,22 @@ def publish(data_dir: Path) -> Path:
             tmp.unlink(missing_ok=True)
             Path(f"{tmp}.wal").unlink(missing_ok=True)
     return target
+
+
+def remove_stale_tmp(data_dir: Path, older_than_s: float = 3600.0) -> list[Path]:
+    """Delete temporary partition and catalog files left by a killed writer; returns them.
+
+    Only old ones: a live writer (a run launched from the UI) may be writing one right now.
+    They are harmless meanwhile (no glob of a view matches them), only disk space."""
+    cutoff = time.time() - older_than_s
+    candidates = [*data_dir.glob(f"{TMP_PREFIX}*"), *(data_dir / DERIVED_DIR).rglob(f"{TMP_PREFIX}*")]
+    removed = []
+    for path in candidates:
+        with contextlib.suppress(FileNotFoundError):
+            if path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def has_data(data_dir: Path) -> bool:

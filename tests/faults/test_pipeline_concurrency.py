@@ -103,3 +103,42 @@ def test_reader_never_sees_a_partition_file_being_written(built, monkeypatch):
     with warehouse.compute_connection(data_dir, DATE) as con:
         warehouse.write_partition(con, data_dir, "power_1s", DATE, f"SELECT * FROM read_parquet('{glob}')")
     assert seen == [before]
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from pipeline import sqlfiles, warehouse
+data_dir, date, point = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+real_replace = os.replace
+def replace(src, dst):
+    if Path(dst).name == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_replace(src, dst)
+os.replace = replace
+with warehouse.compute_connection(data_dir, date) as con:
+    warehouse.write_partition(con, data_dir, "power_1s", date, sqlfiles.query("power_1s"))
+warehouse.publish(data_dir)
+"""
+
+
+@pytest.mark.parametrize("point", ["part-0.parquet", "warehouse.duckdb"], ids=["partition-rename", "catalog-rename"])
+def test_writer_killed_before_its_rename_corrupts_nothing(built, point):
+    """Fault: SIGKILL of a writer at the worst instant: its temporary file is complete, the
+    rename not done (partition file, then catalog). Must survive: the table (same bytes as
+    before), `sql` (answers), and the next run's disk (old leftovers are removed)."""
+    import os
+
+    from pipeline.readonly import run_query
+
+    data_dir = built
+    before = _derived(data_dir, "power_1s")
+    child = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(data_dir), DATE, point], capture_output=True, text=True, timeout=120)
+    assert child.returncode == -9, child.stderr
+    assert _derived(data_dir, "power_1s").equals(before)
+    assert run_query(data_dir, "select count(*) as n from power_1s").to_pylist() == [{"n": len(before)}]
+    leftovers = [p for p in data_dir.rglob(".tmp-*") if "/power/" not in str(p)]
+    assert len(leftovers) == 1
+    assert warehouse.remove_stale_tmp(data_dir) == []  # young: could be a live writer's
+    os.utime(leftovers[0], (time.time() - 7200, time.time() - 7200))
+    assert warehouse.remove_stale_tmp(data_dir) == leftovers
