@@ -135,7 +135,7 @@ def test_writer_killed_before_its_rename_corrupts_nothing(built, point):
     before = _derived(data_dir, "power_1s")
     child = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(data_dir), DATE, point], capture_output=True, text=True, timeout=120)
     assert child.returncode == -9, child.stderr
-    assert _derived(data_dir, "power_1s").equals(before)
+    assert _derived(data_dir, "power_1s").to_pylist() == before.to_pylist()  # old file, or the new one: same rows
     assert run_query(data_dir, "select count(*) as n from power_1s").to_pylist() == [{"n": len(before)}]
     leftovers = [p for p in data_dir.rglob(".tmp-*") if "/power/" not in str(p)]
     assert len(leftovers) == 1
