@@ -78,12 +78,20 @@ def _verdict(path: Path, dataset: str) -> tuple[str, str] | None:
     return _verdicts[key]
 
 
+_hashes: dict[tuple[str, int, int], str] = {}
+
+
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """Content hash, cached like the verdicts (every asset's connection asks again)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _hashes:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        _hashes[key] = digest.hexdigest()
+    return _hashes[key]
 
 
 def _duplicates(files: list[Path]) -> dict[Path, Path]:
