@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,3 +43,18 @@ def collector_process(data_dir: Path, fake: dict, *args: str, **popen) -> subpro
     cmd = [sys.executable, "-m", "collectors.nvml", "--nvml-module", FAKE, "--data-dir", str(data_dir),
            "--host", "testhost", *args]
     return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def power_files(data_dir: Path) -> set[Path]:
+    return set((Path(data_dir) / "power").glob("date=*/host=*/*.parquet"))
+
+
+def wait_for_new_file(data_dir: Path, proc: subprocess.Popen, before=frozenset(), timeout_s: float = 20.0) -> None:
+    """Wait until this process has written its first file (one not in ``before``)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if power_files(data_dir) - before:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("collector wrote no file")

@@ -12,22 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.nvml.nvml_source import NvmlUnavailable, load_nvml
-from tests.nvml_helpers import collector_process, read_power, series
-
-
-def _files(data_dir):
-    return set((data_dir / "power").glob("date=*/host=*/*.parquet"))
-
-
-def _wait_for_file(data_dir, proc, before=frozenset(), timeout_s=20.0):
-    """Wait until this process has written its first file (one not in ``before``)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if _files(data_dir) - before:
-            return
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    raise AssertionError("collector wrote no file")
+from tests.nvml_helpers import collector_process, power_files, read_power, series, wait_for_new_file
 
 
 def test_no_driver_is_one_clear_line_and_exit_2(tmp_path):
@@ -78,9 +63,9 @@ def test_sigkill_loses_at_most_one_flush_interval_and_restart_has_no_duplicates(
     rng = random.Random(10)
     flush_s = 1.0
     for trial in range(3):
-        before = _files(tmp_path)
+        before = power_files(tmp_path)
         p = collector_process(tmp_path, {"gpus": 2}, "--flush-seconds", str(flush_s))
-        _wait_for_file(tmp_path, p, before)
+        wait_for_new_file(tmp_path, p, before)
         time.sleep(rng.uniform(0.3, 2.0))
         t_kill = time.time()
         p.send_signal(signal.SIGKILL)
@@ -93,9 +78,9 @@ def test_sigkill_loses_at_most_one_flush_interval_and_restart_has_no_duplicates(
             assert ts >= t_kill - flush_s - 0.8, (trial, t_kill - ts)
             assert len(series_ts) > 0
     # restart: continues, and the driver buffer overlap is not written twice
-    before = _files(tmp_path)
+    before = power_files(tmp_path)
     p = collector_process(tmp_path, {"gpus": 2}, "--flush-seconds", str(flush_s))
-    _wait_for_file(tmp_path, p, before)
+    wait_for_new_file(tmp_path, p, before)
     time.sleep(1.5)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)

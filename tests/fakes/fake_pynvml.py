@@ -17,7 +17,9 @@ on that GPU raises GPU_IS_LOST / TIMEOUT), ``not_supported`` ({gpu: [what, ...]}
 temperature, clock, utilization, memory, power_limit, energy, buffer, instant),
 ``stall`` ({gpu: [at_s, seconds]}: the first power read after at_s blocks that long),
 ``driver_clock_offset_s`` (float: the driver's field timestamps run this far ahead of the host clock),
-``energy_reset`` ({gpu: at_s}: counter restarts near zero), ``energy_glitch`` ({gpu: at_s}: one read 5 J low).
+``energy_reset`` ({gpu: at_s}: counter restarts near zero), ``energy_glitch`` ({gpu: at_s}: one read 5 J low),
+``served_log`` (path: every power sample handed out is appended there as ``field|buffer gpu ts_us wall_s``,
+so a test can compare what reached the disk with what the "driver" served, even after a SIGKILL).
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ def configure(**cfg) -> None:
     _stalled.clear()
     _glitched.clear()
     CALLS.clear()
+    if _served["fd"] is not None:
+        os.close(_served["fd"])
+        _served["fd"] = None
 
 
 class _Handle:
@@ -99,6 +104,20 @@ class _Util:
 class _Mem:
     def __init__(self, used, total):
         self.used, self.total, self.free = used, total, total - used
+
+
+_served = {"fd": None}
+
+
+def _log_served(kind: str, gpu: int, ts_us_list) -> None:
+    """Append served samples to ``served_log`` (one unbuffered write: survives a SIGKILL right after)."""
+    path = _cfg.get("served_log")
+    if not path:
+        return
+    if _served["fd"] is None:
+        _served["fd"] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    now = time.time()
+    os.write(_served["fd"], "".join(f"{kind} {gpu} {ts} {now:.6f}\n" for ts in ts_us_list).encode())
 
 
 def _elapsed() -> float:
@@ -196,6 +215,8 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         else:
             v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
             v.timestamp = 0
+    if not unsupported:
+        _log_served("field", g, [ts])
     return values
 
 
@@ -235,6 +256,7 @@ def nvmlDeviceGetSamples(device, sampling_type, timeStamp):
     for k, (ts, mw) in enumerate(out):
         arr[k].timeStamp = ts
         arr[k].sampleValue.uiVal = mw
+    _log_served("buffer", g, [ts for ts, _ in out])
     return NVML_VALUE_TYPE_UNSIGNED_INT, arr[0:len(out)]
 
 

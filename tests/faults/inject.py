@@ -5,7 +5,10 @@ Shared by every ``tests/faults/test_*.py``; add collector or request-log injecto
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -78,3 +81,65 @@ def damage_data_pages(path: Path, column: str = "power_w") -> None:
     for i in range(chunk.data_page_offset + 5, chunk.data_page_offset + chunk.total_compressed_size - 2):
         data[i] ^= 0x5A
     path.write_bytes(bytes(data))
+
+
+# -- collector faults (items 1-3) ----------------------------------------------------------------
+SOURCE_OF = {"field": "nvml-field", "buffer": "nvml-buffer"}
+
+
+def served_samples(log: Path) -> dict[tuple[int, str, int], float]:
+    """What the fake NVML handed out (its ``served_log``): {(gpu, source, ts_ns): wall time served}."""
+    out: dict[tuple[int, str, int], float] = {}
+    if not Path(log).exists():
+        return out
+    for line in Path(log).read_text().splitlines():
+        kind, gpu, ts_us, wall = line.split()
+        out.setdefault((int(gpu), SOURCE_OF[kind], int(ts_us) * 1000), float(wall))
+    return out
+
+
+def power_keys(table: pa.Table) -> list[tuple[int, str, int]]:
+    """(gpu, source, ts_ns) of every row of a power table, repeats included."""
+    ts = table.column("ts").cast(pa.int64()).to_pylist()
+    return list(zip(table.column("gpu").to_pylist(), table.column("source").cast(pa.string()).to_pylist(), ts))
+
+
+def hidden_power_files(data_dir: Path) -> list[Path]:
+    """Temporary files a killed writer left (``.tmp-*``): readers never glob them."""
+    root = Path(data_dir) / "power"
+    return [p for p in root.rglob(".*") if p.is_file()] if root.exists() else []
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(where: Path, size: str = "4m"):
+    """A real small filesystem (tmpfs) at ``where``; yields None when it cannot be mounted (not root,
+    no CAP_SYS_ADMIN), so the caller can fall back to a patched writer."""
+    where.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        yield None
+        return
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill_disk(folder: Path, name: str = "filler.bin") -> Path:
+    """Write zeros into ``folder`` until the filesystem answers ENOSPC; returns the filler file."""
+    path = Path(folder) / name
+    block = b"\0" * 65536
+    with open(path, "ab", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(block)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+        try:  # the last partial block
+            while True:
+                fh.write(b"\0" * 512)
+        except OSError:
+            pass
+    return path
