@@ -89,12 +89,14 @@ def test_not_supported_field_is_null_and_counted_once(tmp_path):
 
 
 def test_energy_counter_reset_is_never_negative_energy(tmp_path):
-    c, t, _ = run_fake(tmp_path, 2.5, {"gpus": 1, "energy_reset": {"0": 1.0}, "energy_glitch": {"1": 0.5}},
+    c, t, _ = run_fake(tmp_path, 2.5, {"gpus": 2, "energy_reset": {"0": 1.0}, "energy_glitch": {"1": 0.5}},
                        energy_s=0.2)
-    e = [r["energy_j"] for r in series(t, 0, "nvml-field") if r["energy_j"] is not None]
-    assert len(e) >= 10
-    assert all(b >= a for a, b in zip(e, e[1:]))
+    for g in (0, 1):
+        e = [r["energy_j"] for r in series(t, g, "nvml-field") if r["energy_j"] is not None]
+        assert len(e) >= 10
+        assert all(b >= a for a, b in zip(e, e[1:]))
     assert c.counters.get("energy_resets", gpu=0) == 1
+    assert c.counters.get("energy_backwards", gpu=1) == 1  # the glitch GPU exists now (it was GPU 1 of 1)
 
 
 def test_a_stalled_call_is_isolated_so_other_gpus_have_no_gap(tmp_path):

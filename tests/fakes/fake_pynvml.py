@@ -17,7 +17,7 @@ on that GPU raises GPU_IS_LOST / TIMEOUT), ``not_supported`` ({gpu: [what, ...]}
 temperature, clock, utilization, memory, power_limit, energy, buffer, instant),
 ``stall`` ({gpu: [at_s, seconds]}: the first power read after at_s blocks that long),
 ``driver_clock_offset_s`` (float: the driver's field timestamps run this far ahead of the host clock),
-``energy_reset`` ({gpu: at_s}: counter restarts near zero), ``energy_glitch`` ({gpu: at_s}: one read 5 J low),
+``energy_reset`` ({gpu: at_s}: counter restarts near zero), ``energy_glitch`` ({gpu: at_s}: one read 5 J below the previous read),
 ``served_log`` (path: every power sample handed out is appended there as ``field|buffer gpu ts_us wall_s``,
 so a test can compare what reached the disk with what the "driver" served, even after a SIGKILL).
 """
@@ -51,6 +51,7 @@ _cfg: dict = {}
 _start = {"wall_us": 0, "mono": 0.0, "init": False}
 _stalled: set = set()
 _glitched: set = set()
+_last_mj: dict = {}
 
 
 def _load():
@@ -85,6 +86,7 @@ def configure(**cfg) -> None:
     _cfg.update(json.loads(json.dumps(cfg)))  # same shape as the JSON env var: string GPU keys
     _stalled.clear()
     _glitched.clear()
+    _last_mj.clear()
     CALLS.clear()
     if _served["fd"] is not None:
         os.close(_served["fd"])
@@ -229,9 +231,10 @@ def nvmlDeviceGetTotalEnergyConsumption(handle):
     if reset_at is not None and _elapsed() >= reset_at:
         mj = int((_elapsed() - reset_at) * 300_000) + 1  # a fresh counter after a driver reload
     glitch_at = _cfg.get("energy_glitch", {}).get(str(g))
-    if glitch_at is not None and _elapsed() >= glitch_at and g not in _glitched:
+    if glitch_at is not None and _elapsed() >= glitch_at and g not in _glitched and g in _last_mj:
         _glitched.add(g)
-        mj -= 5_000
+        mj = _last_mj[g] - 5_000  # below the previous read (5 J below "now" would still be ahead of it)
+    _last_mj[g] = mj
     return mj
 
 
