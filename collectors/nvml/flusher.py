@@ -80,11 +80,17 @@ class Flusher:
         """Write every pending part; True when nothing is left pending."""
         while self.pending:
             hour, part = self.pending[0]
+            path = self.path_for(hour)
             try:
-                self._write(part, self.path_for(hour))
+                self._write(part, path)
             except OSError as exc:
-                self._failed(exc)
-                return False
+                if not path.exists():
+                    self._failed(exc)
+                    return False
+                # renamed into place, then the folder's fsync failed: the rows are in a complete,
+                # visible file; writing them again would duplicate them
+                self.counters.add("dir_sync_errors")
+                log.error("%s: written, but syncing its folder failed (%s); not written again", path, exc)
             self.pending.popleft()
             self.pending_rows -= part.num_rows
             self.counters.add("files_written")
