@@ -69,6 +69,10 @@ class Flusher:
         for part in split_by_hour(table):
             self.pending.append(part)
             self.pending_rows += part[1].num_rows
+
+    def _enforce_bound(self) -> None:
+        """After a failed write only: rows waiting for their first write are never dropped, so a
+        flush bigger than the bound is written whole while the disk is fine."""
         while self.pending_rows > self.max_pending_rows and self.pending:
             _, dropped = self.pending.popleft()
             self.pending_rows -= dropped.num_rows
@@ -86,6 +90,7 @@ class Flusher:
             except OSError as exc:
                 if not path.exists():
                     self._failed(exc)
+                    self._enforce_bound()
                     return False
                 # renamed into place, then the folder's fsync failed: the rows are in a complete,
                 # visible file; writing them again would duplicate them
