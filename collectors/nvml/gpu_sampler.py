@@ -52,6 +52,7 @@ class GpuSampler:
         self.cursor = BufferCursor(buffer_since_us)
         self.energy = EnergyCounter()
         self.disabled: set[str] = set()
+        self.null_logged: set[str] = set()
         self.backoff_s = 0.0
         now = time.monotonic()
         self.next_slow = self.next_energy = self.next_drain = now
@@ -104,6 +105,8 @@ class GpuSampler:
     def _tick(self, now: float, final: bool = False) -> None:
         r = self.reader
         ts_ns, inst_w, avg_w = r.read_fast()
+        if inst_w is None or avg_w is None:
+            self._null_power(inst_w, avg_w)
         slow = _NO_SLOW
         if now >= self.next_slow:
             slow = tuple(None if col in self.disabled else self._optional(col, getattr(r, meth))
@@ -131,6 +134,17 @@ class GpuSampler:
                 self.out.extend([(ts_us * 1000, gpu, w, None, None, None, None, None, None, None, BUFFER)
                                  for ts_us, w in new])
             self.next_drain = _advance(self.next_drain, self.cfg.buffer_s, now)
+
+    def _null_power(self, inst_w, avg_w) -> None:
+        """Field 186/185 not returned (NOT_SUPPORTED or another per-field status): the row keeps a null;
+        counted per row, logged once per column."""
+        for col, value in (("power_w", inst_w), ("power_avg_w", avg_w)):
+            if value is None:
+                self.counters.add_gpu(self.gpu, f"null_{col}")
+                if col not in self.null_logged:
+                    self.null_logged.add(col)
+                    log.warning("gpu %d: the driver returned no %s field; rows keep it null (counted as null_%s)",
+                                self.gpu, col, col)
 
     def _optional(self, what: str, fn, *args):
         """A read this GPU may not support: NOT_SUPPORTED disables it (logged once); other errors propagate."""

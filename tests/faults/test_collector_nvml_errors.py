@@ -18,7 +18,7 @@ LOST, NOT_SUPPORTED, GLITCH, RESET, STALL = 1, 2, 0, 2, 3
 PLAN = {
     "gpus": 4,
     "lost": {str(LOST): [1.0, 2.0]},  # every call raises GPU_IS_LOST for 1 s
-    "not_supported": {str(NOT_SUPPORTED): ["temperature"]},
+    "not_supported": {str(NOT_SUPPORTED): ["temperature", "instant"]},  # a slow field and field 186
     "energy_glitch": {str(GLITCH): 1.0},  # one read 5 J below the previous one
     "energy_reset": {str(RESET): 1.5},  # counter restarts near zero (driver reload)
     "stall": {str(STALL): [1.0, 2.0]},  # the first power read after 1 s blocks 2 s
@@ -54,6 +54,8 @@ def test_lost_gpu_unsupported_field_backwards_energy_and_a_stall_at_once(tmp_pat
     # NOT_SUPPORTED: that column null on that GPU only, other slow columns still read
     slow = [r for r in series(table, NOT_SUPPORTED, "nvml-field") if r["sm_clock_mhz"] is not None]
     assert slow and all(r["temp_c"] is None for r in slow)
+    field = series(table, NOT_SUPPORTED, "nvml-field")
+    assert all(r["power_w"] is None and r["power_avg_w"] > 0 for r in field)  # instant null, 1 s average kept
     assert all(r["temp_c"] is not None for r in series(table, GLITCH, "nvml-field") if r["sm_clock_mhz"] is not None)
 
     # energy: never decreasing, never negative, on every GPU
@@ -67,14 +69,16 @@ def test_lost_gpu_unsupported_field_backwards_energy_and_a_stall_at_once(tmp_pat
     assert status[str(LOST)]["errors_GpuIsLost"] >= 1 and status[str(LOST)]["recoveries"] == 1
     assert status[str(LOST)]["gap_s"] >= 0.9 and status[str(LOST)]["state"] == "ok"
     assert status[str(NOT_SUPPORTED)]["not_supported_temp_c"] == 1
+    assert status[str(NOT_SUPPORTED)]["null_power_w"] == len(field)  # every row with a null instant power
     assert status[str(GLITCH)]["energy_backwards"] == 1
     assert status[str(RESET)]["energy_resets"] == 1
     assert status[str(STALL)]["stalled_calls"] == 1 and status[str(STALL)]["isolated_after_stall"] == 1
     for g in (GLITCH, NOT_SUPPORTED):
         assert not any(k.startswith("errors_") for k in status[str(g)]), status[str(g)]
+    assert "null_power_w" not in status[str(GLITCH)]
     # ...and logged, each with the GPU it happened on
     for needle in (f"gpu {LOST}: NVMLError_GpuIsLost", f"gpu {LOST}: recovered after",
-                   f"gpu {NOT_SUPPORTED}: temp_c not supported",
+                   f"gpu {NOT_SUPPORTED}: temp_c not supported", f"gpu {NOT_SUPPORTED}: the driver returned no power_w",
                    f"gpu {GLITCH}: energy counter went backwards (energy_backwards)",
                    f"gpu {RESET}: energy counter went backwards (energy_resets)",
                    f"gpu {STALL}: NVML call blocked", f"gpu {STALL}: NVML calls took"):
