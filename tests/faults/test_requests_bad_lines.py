@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections import Counter
 
 import polars as pl
 from click.testing import CliRunner
 
 from collectors.requests.ingest import Ingestor
-from collectors.requests.quarantine import read_quarantine, reason_counts
+from collectors.requests.quarantine import read_quarantine, reason_counts, reason_kind
 from collectors.requests.tail import Follower
 from pipeline.cli import main
 from tests.test_requests_jsonl import T0, T0_S, jl, rec, stored
@@ -98,6 +99,11 @@ def test_every_bad_class_in_one_file_through_the_cli(tmp_path):
     assert (f"ingested {len(valid)} request(s), quarantined {len(reasons)}, duplicates {repeats} (from 1 file(s))"
             in r.output), r.output
     check(data, valid, reasons)
+    # per reason too, matching the quarantine table
+    kinds = Counter(reason_kind(r) for r in read_quarantine(data).column("reason").to_pylist())
+    assert len(kinds) == len(reasons) and set(kinds.values()) == {1}
+    assert r.output.strip().endswith("; quarantine reasons: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
+    assert "quarantine reasons: invalid JSON 1," in r.output and "line too long 1" in r.output
     # the same command again adds nothing: every line is a known duplicate or a known quarantine entry
     r = CliRunner().invoke(main, ["ingest", "requests", str(log), "--data-dir", str(data)])
     assert f"ingested 0 request(s), quarantined 0, duplicates {len(valid) + repeats}" in r.output, r.output
@@ -129,13 +135,14 @@ def test_every_bad_class_in_one_file_while_following_then_rotated(tmp_path):
 
 def test_counts_are_where_an_operator_looks(tmp_path):
     """There is no Dagster asset that ingests requests (ingestion is `wattline ingest requests`; the
-    `requests` raw asset only observes files): the counts are the CLI's summary line and the
-    quarantine table, per reason."""
+    `requests` raw asset only observes files): the counts are the CLI's summary line (per reason
+    kind) and the quarantine table (per exact reason)."""
     log = tmp_path / "gateway.jsonl"
     log.write_bytes(jl(rec(0), rec(1)) + b"{oops\n" + jl(rec(2, prompt_tokens=-1)) + b"\xff\xfe\n")
     data = tmp_path / "data"
     r = CliRunner().invoke(main, ["ingest", "requests", str(log), "--data-dir", str(data)])
-    assert "ingested 2 request(s), quarantined 3, duplicates 0" in r.output
+    assert r.output.strip() == ("ingested 2 request(s), quarantined 3, duplicates 0 (from 1 file(s)); "
+                                "quarantine reasons: invalid JSON 1, prompt_tokens is negative 1, invalid UTF-8 1")
     counts = reason_counts(read_quarantine(data))
     assert counts == {
         "invalid JSON: Expecting property name enclosed in double quotes at column 2": 1,
