@@ -38,7 +38,7 @@ def test_lost_gpu_unsupported_field_backwards_energy_and_a_stall_at_once(tmp_pat
     # trace pauses only for the watchdog's reaction to the stall (~0.25-0.5 s, docs/collector.md)
     for g in (GLITCH, NOT_SUPPORTED):
         assert max_gap_s(series(table, g, "nvml-buffer")) < 0.1, g
-        assert max_gap_s(series(table, g, "nvml-field")) < 0.7, g
+        assert max_gap_s(series(table, g, "nvml-field")) < 1.0, g  # < the 2 s stall: isolated (slack for a busy CI)
         assert len(series(table, g, "nvml-field")) >= 25, g
     # the faulty GPUs: a gap where the fault was, sampled again after it
     assert max_gap_s(series(table, LOST, "nvml-field")) >= 0.9

@@ -98,7 +98,8 @@ def test_follow_cli_sigkilled_at_random_instants_then_restarted(tmp_path):
     kills, seen = 0, []
     while writer.is_alive() or kills < 4:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(1.5, 3.0))  # start-up is ~1 s: the kill lands in reads, flushes, checkpoints
+        assert "following" in p.stderr.readline()  # started (~1 s): the kill lands in reads, flushes, checkpoints
+        time.sleep(rng.uniform(0.3, 1.5))
         p.send_signal(signal.SIGKILL)
         p.communicate(timeout=30)
         kills += 1
