@@ -53,27 +53,32 @@ def test_disk_full_on_a_real_filesystem_then_space_returns(tmp_path):
         log = tmp_path / "served.log"  # outside the full filesystem
         p = collector_process(data, {"gpus": GPUS, "served_log": str(log)}, "--flush-seconds", str(FLUSH_S),
                               "--max-pending-rows", str(BOUND), "--status-seconds", "0.2")
-        wait_for_new_file(data, p)
+        try:
+            wait_for_new_file(data, p)
 
-        filler = fill_disk(mnt)
-        rss = [_rss_kib(p.pid)]
-        t_full = time.time()
-        while time.time() - t_full < 2.5:  # full for 2.5 s: ~600 rows against a bound of 200
-            assert p.poll() is None, p.communicate()  # no crash
-            rss.append(_rss_kib(p.pid))
-            time.sleep(0.1)
-        before = power_files(data)
-        filler.unlink()  # space returns: writing resumes by itself, no restart
-        wait_for_new_file(data, p, before, timeout_s=5)
-        time.sleep(0.8)
+            filler = fill_disk(mnt)
+            rss = [_rss_kib(p.pid)]
+            t_full = time.time()
+            while time.time() - t_full < 2.5:  # full for 2.5 s: ~600 rows against a bound of 200
+                assert p.poll() is None, p.communicate()  # no crash
+                rss.append(_rss_kib(p.pid))
+                time.sleep(0.1)
+            before = power_files(data)
+            filler.unlink()  # space returns: writing resumes by itself, no restart
+            wait_for_new_file(data, p, before, timeout_s=5)
+            time.sleep(0.8)
 
-        # full again at stop: exit 1 and the rows it could not write are reported, not hidden
-        filler = fill_disk(mnt)
-        time.sleep(0.5)
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=30)
-        assert p.returncode == 1, err
-        assert re.search(r"exiting with \d+ rows that could not be written", err)
+            # full again at stop: exit 1 and the rows it could not write are reported, not hidden
+            filler = fill_disk(mnt)
+            time.sleep(0.5)
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=30)
+            assert p.returncode == 1, err
+            assert re.search(r"exiting with \d+ rows that could not be written", err)
+        finally:
+            if p.poll() is None:  # a failed check above must not leave the collector running
+                p.kill()
+                p.communicate()
         final = _last_counters(err)
         filler.unlink()
 

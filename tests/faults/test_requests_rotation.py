@@ -108,12 +108,14 @@ def test_follow_cli_sigkilled_at_random_instants_then_restarted(tmp_path):
         seen.append(len(got))
     # the last restart runs to the end and stops cleanly
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert "following" in p.stderr.readline()  # its signal handlers are installed
-    deadline = time.monotonic() + 30
-    while len(stored_ids(data)) < N and time.monotonic() < deadline:
-        time.sleep(0.1)
-    p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=30)
+    try:
+        assert "following" in p.stderr.readline()  # its signal handlers are installed
+        deadline = time.monotonic() + 30
+        while len(stored_ids(data)) < N and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
     assert_exactly(data, range(N))
     assert read_quarantine(data).num_rows == 0
