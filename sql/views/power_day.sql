@@ -23,6 +23,7 @@ SELECT
     gpu,
     source::VARCHAR AS source,
     coalesce(power_w, power_avg_w) AS power_w,
+    power_avg_w,
     power_w IS NULL AS is_average,
     source_rank(source::VARCHAR, power_w IS NULL) AS source_rank,
     time_bucket(INTERVAL 1 MINUTE, ts) AS minute
@@ -37,6 +38,6 @@ WITH best AS (
     FROM power_day_samples
     GROUP BY ALL
 )
-SELECT s.ts, s.host, s.gpu, s.power_w, s.source, s.is_average
+SELECT s.ts, s.host, s.gpu, s.power_w, s.source, s.is_average, s.power_avg_w
 FROM power_day_samples AS s
 JOIN best USING (host, gpu, minute, source_rank);
