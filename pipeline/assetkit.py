@@ -18,6 +18,13 @@ from pipeline.resources import WarehouseResource
 Headline = Callable[[duckdb.DuckDBPyConnection], dict]
 
 
+def statements(table: str) -> tuple[list[str], str]:
+    """``sql/<table>.sql`` split into its preparatory statements (temp tables the query reads
+    several times) and the final query, so the file still runs as-is in the DuckDB CLI."""
+    parts = [s.strip() for s in sqlfiles.query(table).split(";\n") if s.strip() and not sqlfiles._only_comments(s)]
+    return parts[:-1], parts[-1]
+
+
 def json_meta(rows: list[tuple], digits: int = 1) -> MetadataValue:
     """``[(key, value), ...]`` as a JSON metadata dict with rounded values (UI-friendly)."""
     return MetadataValue.json({str(k): (round(float(v), digits) if v is not None else None) for k, v in rows})
@@ -45,7 +52,10 @@ def materialize(
             context.log.warning(f"left out {path}: {why}")
         overrides = {"power": good}
     with warehouse.connection(date, raw_files=overrides) as con:
-        rows = warehouse.write_partition(con, table, date, sqlfiles.query(table))
+        prepare, query = statements(table)
+        for statement in prepare:
+            con.execute(statement)
+        rows = warehouse.write_partition(con, table, date, query)
         results = [c.run(con) for c in checks]
         metadata = headline(con) if headline else {}
     metadata.update({"rows": rows, "dagster/row_count": rows})

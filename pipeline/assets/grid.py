@@ -6,7 +6,7 @@ share: they read this table (≈ 1 row per GPU per 100 ms) instead of scanning r
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, asset
 
-from pipeline.assetkit import materialize
+from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
@@ -79,3 +79,76 @@ def power_100ms(context: AssetExecutionContext, warehouse: WarehouseResource):
     """Per GPU and 100 ms slot: mean best-source power (W), the driver's 1 s average (W, if any),
     sample count and source. The grid all swing, correlation and phase analytics start from."""
     return materialize(context, warehouse, "power_100ms", CHECKS, _headline, raw_power=True)
+
+
+INCOMPLETE_WARN_SHARE = 0.05
+
+
+def _entities_complete(con) -> AssetCheckResult:
+    """Slots where some GPU of a host/cluster lacks a value (beyond one carried step) are excluded from swings."""
+    rows = con.execute(
+        """
+        SELECT level || ':' || entity, avg((NOT complete)::INT) AS share
+        FROM fleet_power_100ms WHERE date = getvariable('partition_date')
+        GROUP BY ALL ORDER BY share DESC
+        """
+    ).fetchall()
+    bad = [(e, round(s, 4)) for e, s in rows if s > INCOMPLETE_WARN_SHARE]
+    return AssetCheckResult(
+        check_name="entities_complete",
+        passed=not bad,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"entities": len(rows), "over_5pct_incomplete": len(bad), "worst": str(bad[:10])},
+        description=f"{len(bad)} entit(y/ies) have > 5% incomplete 100 ms slots (a GPU silent > 100 ms): their swings exclude those windows" if bad else None,
+    )
+
+
+def _agrees_with_1s(con) -> AssetCheckResult:
+    """The 100 ms sums and fleet_power_1s describe the same power: their day means agree within 1%."""
+    rows = con.execute(
+        """
+        WITH a AS (SELECT level, entity, avg(power_w) AS w FROM fleet_power_100ms
+                   WHERE date = getvariable('partition_date') AND complete GROUP BY ALL),
+             b AS (SELECT level, entity, avg(power_w) AS w FROM fleet_power_1s
+                   WHERE date = getvariable('partition_date') AND gpus_reporting = gpus_total GROUP BY ALL)
+        SELECT level || ':' || entity, a.w, b.w FROM a JOIN b USING (level, entity)
+        WHERE abs(a.w - b.w) > 0.01 * greatest(b.w, 1) ORDER BY 1
+        """
+    ).fetchall()
+    return AssetCheckResult(
+        check_name="agrees_with_1s",
+        passed=not rows,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"entities_off_by_over_1pct": len(rows), "examples": str(rows[:5])},
+        description=f"{len(rows)} entit(y/ies) whose 100 ms mean differs from fleet_power_1s by > 1%" if rows else None,
+    )
+
+
+FLEET_CHECKS = [
+    Check("entities_complete", "Each host/cluster/role/fleet has ≤ 5% incomplete 100 ms slots (WARN).", _entities_complete),
+    Check("agrees_with_1s", "Day mean of each entity's 100 ms sum agrees with fleet_power_1s within 1% (WARN: partial GPUs).", _agrees_with_1s),
+]
+
+
+def _fleet_headline(con) -> dict:
+    rows = con.execute(
+        """SELECT level || ':' || entity, max(power_w) FROM fleet_power_100ms
+           WHERE date = getvariable('partition_date') AND level IN ('cluster', 'role', 'fleet') AND complete
+           GROUP BY ALL ORDER BY 1"""
+    ).fetchall()
+    return {"peak_100ms_w": json_meta(rows, 0)}
+
+
+@asset(
+    partitions_def=daily_partitions,
+    deps=[power_100ms, "fleet_power_1s"],
+    group_name="power",
+    kinds={"duckdb", "parquet"},
+    pool=DUCKDB_POOL,
+    check_specs=[c.spec("fleet_power_100ms") for c in FLEET_CHECKS],
+)
+def fleet_power_100ms(context: AssetExecutionContext, warehouse: WarehouseResource):
+    """Per 100 ms slot, summed power (W) of every host, cluster, role and fleet, the driver's
+    1 s average summed likewise, GPUs reporting, and whether the slot is complete (every
+    reporting GPU has a value, carried at most one slot)."""
+    return materialize(context, warehouse, "fleet_power_100ms", FLEET_CHECKS, _fleet_headline)

@@ -3,6 +3,6 @@
 
 CREATE OR REPLACE MACRO slot_100ms(ts) AS epoch_ns(ts) // 100000000;
 
-CREATE OR REPLACE MACRO slot_ts(slot) AS make_timestamp(slot * 100000)::TIMESTAMPTZ;
+CREATE OR REPLACE MACRO slot_ts(slot) AS make_timestamptz(slot * 100000);
 
 CREATE OR REPLACE MACRO day_first_slot() AS slot_100ms(day_start());
