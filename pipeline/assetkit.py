@@ -38,9 +38,11 @@ def materialize(
     headline: Headline | None = None,
     *,
     raw_power: bool = False,
+    variables: dict[str, float | str] | None = None,
 ) -> MaterializeResult:
     """Write ``table``'s partition for the context's day, then check it and describe it.
 
+    ``variables``: DuckDB variables the SQL reads with getvariable (asset config).
     ``raw_power``: the query reads the raw ``power`` dataset, so contract-breaking files are
     left out here exactly as ``power_1s`` leaves them out (and names them in its check).
     """
@@ -52,6 +54,8 @@ def materialize(
             context.log.warning(f"left out {path}: {why}")
         overrides = {"power": good}
     with warehouse.connection(date, raw_files=overrides) as con:
+        for name, value in (variables or {}).items():
+            con.execute(f"SET VARIABLE {name} = ?", [value])
         prepare, query = statements(table)
         for statement in prepare:
             con.execute(statement)
