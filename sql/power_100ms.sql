@@ -16,7 +16,7 @@ FROM (
     SELECT
         host,
         gpu,
-        slot_100ms(ts) AS slot,
+        t_ns // 100000000 AS slot,
         avg(power_w) AS power_w,
         count(*) AS samples,
         any_value(source) AS source,
