@@ -1,22 +1,38 @@
--- coincidence: per host (members: its GPUs), cluster, role and fleet (members: their hosts) and
--- day, on the 100 ms grid: coincidence_factor = max of the entity's summed power ÷ the sum of
--- its members' own maxima (1.0 = every member peaks in the same 100 ms; 1/members = they never
--- overlap above their base), smoothing_ratio = the sum's peak-to-average ÷ the members' mean
--- peak-to-average (below 1: the members' peaks cancel out). Built from power_summary, whose
--- maxima are over complete slots for sums and over every slot for GPUs.
-WITH s AS (
-    SELECT level, entity, max_w, peak_to_avg FROM power_summary WHERE date = getvariable('partition_date')
-),
-membership AS (
-    SELECT DISTINCT 'host' AS level, host AS entity, 'gpu' AS member_level, host || '/' || gpu AS member FROM inventory_gpus
-    UNION ALL SELECT DISTINCT 'cluster', cluster, 'host', host FROM inventory_gpus
-    UNION ALL SELECT DISTINCT 'role', role, 'host', host FROM inventory_gpus
-    UNION ALL SELECT DISTINCT 'fleet', fleet, 'host', host FROM inventory_gpus
+-- coincidence: per host, cluster, role and fleet and day, with the entity's GPUs as members, on
+-- 1 s power: coincidence_factor = max of the entity's summed 1 s power ÷ the sum of its GPUs'
+-- own 1 s maxima (1.0 = every GPU peaks in the same second; independent loads give less),
+-- smoothing_ratio = the sum's peak-to-average ÷ the mean peak-to-average of its GPUs (below 1:
+-- the GPUs' peaks cancel out). Seconds where one of the entity's reporting GPUs is missing are
+-- left out of the sum. Why 1 s and not 100 ms: at 100 ms every GPU's own ±5–10% sample noise
+-- sets its maximum, so the sum of maxima counts noise peaks that never coincide and even a
+-- perfectly synchronized training job reads ≈ 0.8; 1 s is also the scale breakers and the
+-- published fleet studies work at.
+WITH gpu AS (
+    SELECT p.host, p.gpu, max(p.mean_w) AS max_w, avg(p.mean_w) AS mean_w
+    FROM power_1s AS p
+    WHERE p.date = getvariable('partition_date')
+    GROUP BY ALL
 ),
 members AS (
-    SELECT m.level, m.entity, sum(s.max_w) AS sum_of_max_w, avg(s.peak_to_avg) AS mean_member_peak_to_avg, count(*) AS members
-    FROM membership AS m
-    JOIN s ON s.level = m.member_level AND s.entity = m.member
+    SELECT
+        CASE WHEN grouping(i.host) = 0 THEN 'host' WHEN grouping(i.cluster) = 0 THEN 'cluster'
+             WHEN grouping(i.role) = 0 THEN 'role' ELSE 'fleet' END AS level,
+        coalesce(i.host, i.cluster, i.role, i.fleet) AS entity,
+        sum(g.max_w) AS sum_of_max_w,
+        avg(g.max_w / nullif(g.mean_w, 0)) AS mean_member_peak_to_avg,
+        count(*) AS members
+    FROM gpu AS g
+    JOIN inventory_gpus AS i USING (host, gpu)
+    GROUP BY GROUPING SETS ((i.host), (i.cluster), (i.role), (i.fleet))
+),
+sums AS (
+    SELECT level, entity, max(power_w) AS max_w, avg(power_w) AS mean_w
+    FROM (
+        SELECT level, entity, power_w
+        FROM fleet_power_1s
+        WHERE date = getvariable('partition_date') AND level <> 'gpu'
+        QUALIFY gpus_reporting = max(gpus_reporting) OVER (PARTITION BY level, entity)
+    )
     GROUP BY ALL
 )
 SELECT
@@ -24,10 +40,10 @@ SELECT
     m.level,
     m.entity,
     (s.max_w / m.sum_of_max_w)::FLOAT AS coincidence_factor,
-    (s.peak_to_avg / m.mean_member_peak_to_avg)::FLOAT AS smoothing_ratio,
+    ((s.max_w / nullif(s.mean_w, 0)) / m.mean_member_peak_to_avg)::FLOAT AS smoothing_ratio,
     m.members::INTEGER AS members,
-    s.max_w AS max_w,
-    m.sum_of_max_w::FLOAT AS sum_of_member_max_w
+    s.max_w::FLOAT AS max_1s_w,
+    m.sum_of_max_w::FLOAT AS sum_of_member_max_1s_w
 FROM members AS m
-JOIN s USING (level, entity)
+JOIN sums AS s USING (level, entity)
 ORDER BY m.level, m.entity

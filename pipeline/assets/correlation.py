@@ -105,13 +105,13 @@ def _coincidence_headline(con) -> dict:
 
 @asset(
     partitions_def=daily_partitions,
-    deps=["power_summary"],
+    deps=["power_1s", "fleet_power_1s"],
     group_name="power",
     kinds={"duckdb", "parquet"},
     pool=DUCKDB_POOL,
     check_specs=[c.spec("coincidence") for c in COINCIDENCE_CHECKS],
 )
 def coincidence(context: AssetExecutionContext, warehouse: WarehouseResource):
-    """Per host (members: GPUs), cluster, role, fleet (members: hosts) and day: coincidence factor
-    (peak of the sum ÷ sum of member peaks) and smoothing ratio, on the 100 ms grid."""
+    """Per host, cluster, role and fleet (members: their GPUs) and day, on 1 s power: coincidence
+    factor (peak of the sum ÷ sum of the GPUs' peaks) and smoothing ratio."""
     return materialize(context, warehouse, "coincidence", COINCIDENCE_CHECKS, _coincidence_headline)
