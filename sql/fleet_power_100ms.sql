@@ -1,6 +1,7 @@
 -- fleet_power_100ms: the summed power of each host, cluster, role and fleet on the 100 ms grid.
--- A slot is complete when every GPU of the entity that reports this day has a value there
--- (its own or, for a single empty slot, the one carried from the slot before); incomplete
+-- A slot is complete when every GPU of the entity that reports this day has an instantaneous
+-- value there (its own or one carried under the rule in sql/views/power_series.sql; a GPU
+-- whose source is a 1 s average has none); incomplete
 -- slots keep the partial sum and are excluded from swing windows. power_avg_w sums the
 -- driver's 1 s averages and is null unless every summed GPU carries one.
 CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
@@ -20,7 +21,7 @@ hosts AS (
         g.slot,
         sum(g.power_w) AS power_w,
         CASE WHEN count(g.power_avg_w) = count(*) THEN sum(g.power_avg_w) END AS power_avg_w,
-        count(*) AS gpus_reporting
+        count(g.power_w) AS gpus_reporting
     FROM gpu_grid_day('power_100ms', '_carried') AS g
     SEMI JOIN gpus USING (host, gpu)
     GROUP BY ALL

@@ -3,7 +3,7 @@
 -- of provisioned, peak-to-average (max ÷ mean), energy (kWh, trapezoid-integrated samples via
 -- power_1s / fleet_power_1s), and the share of GPU-time above TDP and idle (below 20% of TDP:
 -- an H200 idles at 80–120 W of 700), over the entity's GPUs' slots. Entity quantiles use the
--- complete slots only (every reporting GPU present).
+-- complete slots only (every reporting GPU present). hours_covered: seconds with power (power_1s).
 CREATE OR REPLACE TEMP TABLE _gpu_bins AS
 SELECT
     'gpu' AS level,
@@ -45,10 +45,10 @@ gpu_time AS (
     GROUP BY GROUPING SETS ((entity), (host), (cluster), (role), (fleet))
 ),
 energy AS (
-    SELECT 'gpu' AS level, host || '/' || gpu AS entity, sum(energy_j) AS energy_j
+    SELECT 'gpu' AS level, host || '/' || gpu AS entity, sum(energy_j) AS energy_j, count(*) AS seconds
     FROM power_1s WHERE date = getvariable('partition_date') GROUP BY ALL
     UNION ALL
-    SELECT level, entity, sum(energy_j)
+    SELECT level, entity, sum(energy_j), count(*)
     FROM fleet_power_1s WHERE date = getvariable('partition_date') GROUP BY ALL
 )
 SELECT
@@ -66,7 +66,7 @@ SELECT
     t.above_tdp_share::FLOAT AS above_tdp_share,
     t.idle_share::FLOAT AS idle_share,
     e.provisioned_w,
-    (b.slots / 36000.0)::FLOAT AS hours_covered
+    (en.seconds / 3600.0)::FLOAT AS hours_covered
 FROM basic AS b
 JOIN inventory_entities AS e USING (level, entity)
 LEFT JOIN p99 USING (level, entity)

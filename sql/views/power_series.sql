@@ -2,13 +2,16 @@
 -- Macros take the tables they read by name (query_table): DuckDB binds a macro's tables when it
 -- is created, and derived tables such as power_100ms may not exist yet when the views load.
 --
--- The carry rule: a GPU's empty slot takes the value of the slot just before it, at most one
--- step; a longer gap stays empty (windows over it are incomplete and excluded). Only minutes with
--- an empty slot are examined, so a regular 10 Hz trace costs one count per GPU-minute.
+-- The carry rule: a GPU's empty slot takes the value of the last slot before it, at most one
+-- step; a longer gap stays empty (windows over it are incomplete and excluded). A source slower
+-- than the grid (nvidia-smi at 250 ms) leaves slots empty by design, not by losing samples: its
+-- value is carried up to its own sampling interval (the 90th percentile of its slot spacing in
+-- that minute, less one). Only minutes with an empty slot are examined, so a regular 10 Hz trace
+-- costs one count per GPU-minute.
 
 CREATE OR REPLACE MACRO gpu_grid_carried(grid_table) AS TABLE
 WITH grid AS (
-    SELECT host, gpu, slot_100ms(ts) AS slot, power_w, power_avg_w
+    SELECT host, gpu, slot_100ms(ts) AS slot, CASE WHEN is_average THEN NULL ELSE power_w END AS power_w, power_avg_w
     FROM query_table(grid_table)
     WHERE date = getvariable('partition_date')
 ),
@@ -27,17 +30,30 @@ near AS (
 ends AS (
     SELECT *, lead(slot) OVER (PARTITION BY host, gpu ORDER BY slot) AS next_slot
     FROM near
+),
+cadence AS (
+    SELECT host, gpu, slot // 600 AS minute, greatest(1, quantile_disc(next_slot - slot, 0.9) - 1) AS reach
+    FROM ends
+    WHERE next_slot IS NOT NULL
+    GROUP BY ALL
+),
+carried AS (
+    SELECT e.host, e.gpu, e.slot + unnest(range(1, 1 + least(coalesce(e.next_slot - e.slot - 1, 1), coalesce(c.reach, 1)))) AS slot,
+           e.power_w, e.power_avg_w
+    FROM ends AS e
+    LEFT JOIN cadence AS c ON c.host = e.host AND c.gpu = e.gpu AND c.minute = e.slot // 600
+    WHERE e.next_slot IS NULL OR e.next_slot > e.slot + 1
 )
-SELECT e.host, e.gpu, e.slot + 1 AS slot, e.power_w, e.power_avg_w
-FROM ends AS e
-SEMI JOIN gappy AS m ON e.host = m.host AND e.gpu = m.gpu AND (e.slot + 1) // 600 = m.minute
-WHERE (e.next_slot IS NULL OR e.next_slot > e.slot + 1)
-  AND e.slot + 1 < slot_100ms(day_end());
+SELECT c.host, c.gpu, c.slot, c.power_w, c.power_avg_w
+FROM carried AS c
+SEMI JOIN gappy AS m ON c.host = m.host AND c.gpu = m.gpu AND c.slot // 600 = m.minute
+WHERE c.slot < slot_100ms(day_end());
 
--- Each GPU's trace on the grid (slot = 100 ms index since the epoch) with single empty slots
--- filled from carried_table (the rows of gpu_grid_carried, usually kept in a temp table).
+-- Each GPU's trace on the grid (slot = 100 ms index since the epoch) with empty slots filled
+-- from carried_table (the rows of gpu_grid_carried, usually kept in a temp table). power_w is
+-- the instantaneous value only: null where the GPU's best source is a 1 s average.
 CREATE OR REPLACE MACRO gpu_grid_day(grid_table, carried_table) AS TABLE
-SELECT host, gpu, slot_100ms(ts) AS slot, power_w, power_avg_w, false AS carried
+SELECT host, gpu, slot_100ms(ts) AS slot, CASE WHEN is_average THEN NULL ELSE power_w END AS power_w, power_avg_w, false AS carried
 FROM query_table(grid_table)
 WHERE date = getvariable('partition_date')
 UNION ALL
