@@ -12,11 +12,13 @@
 -- 100 ms and slid exactly.
 CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
 
+-- Every series at every level, one row per slot; p / pa are null where the slot is incomplete.
 CREATE OR REPLACE TEMP VIEW _slots AS
 SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w AS p, power_avg_w AS pa, true AS ok
 FROM gpu_grid_day('power_100ms', '_carried')
 UNION ALL
-SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot, power_w, power_avg_w, complete
+SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot,
+       CASE WHEN complete THEN power_w END, CASE WHEN complete THEN power_avg_w END, complete
 FROM fleet_power_100ms
 WHERE date = getvariable('partition_date');
 
@@ -26,17 +28,17 @@ CREATE OR REPLACE TEMP TABLE _blocks AS
 WITH b AS (
     SELECT
         level, entity, gpu, slot // 10 AS w,
-        max(p) FILTER (ok AND slot % 10 = 0) AS v0, max(p) FILTER (ok AND slot % 10 = 1) AS v1,
-        max(p) FILTER (ok AND slot % 10 = 2) AS v2, max(p) FILTER (ok AND slot % 10 = 3) AS v3,
-        max(p) FILTER (ok AND slot % 10 = 4) AS v4, max(p) FILTER (ok AND slot % 10 = 5) AS v5,
-        max(p) FILTER (ok AND slot % 10 = 6) AS v6, max(p) FILTER (ok AND slot % 10 = 7) AS v7,
-        max(p) FILTER (ok AND slot % 10 = 8) AS v8, max(p) FILTER (ok AND slot % 10 = 9) AS v9,
-        max(pa) FILTER (ok AND slot % 10 = 0) AS a0, max(pa) FILTER (ok AND slot % 10 = 1) AS a1,
-        max(pa) FILTER (ok AND slot % 10 = 2) AS a2, max(pa) FILTER (ok AND slot % 10 = 3) AS a3,
-        max(pa) FILTER (ok AND slot % 10 = 4) AS a4, max(pa) FILTER (ok AND slot % 10 = 5) AS a5,
-        max(pa) FILTER (ok AND slot % 10 = 6) AS a6, max(pa) FILTER (ok AND slot % 10 = 7) AS a7,
-        max(pa) FILTER (ok AND slot % 10 = 8) AS a8, max(pa) FILTER (ok AND slot % 10 = 9) AS a9
-    FROM _slots
+        max(p) FILTER (j = 0) AS v0, max(p) FILTER (j = 1) AS v1,
+        max(p) FILTER (j = 2) AS v2, max(p) FILTER (j = 3) AS v3,
+        max(p) FILTER (j = 4) AS v4, max(p) FILTER (j = 5) AS v5,
+        max(p) FILTER (j = 6) AS v6, max(p) FILTER (j = 7) AS v7,
+        max(p) FILTER (j = 8) AS v8, max(p) FILTER (j = 9) AS v9,
+        max(pa) FILTER (j = 0) AS a0, max(pa) FILTER (j = 1) AS a1,
+        max(pa) FILTER (j = 2) AS a2, max(pa) FILTER (j = 3) AS a3,
+        max(pa) FILTER (j = 4) AS a4, max(pa) FILTER (j = 5) AS a5,
+        max(pa) FILTER (j = 6) AS a6, max(pa) FILTER (j = 7) AS a7,
+        max(pa) FILTER (j = 8) AS a8, max(pa) FILTER (j = 9) AS a9
+    FROM (SELECT level, entity, gpu, slot, p, pa, (slot % 10)::UTINYINT AS j FROM _slots)
     GROUP BY ALL
 ),
 series AS (
@@ -58,94 +60,109 @@ SELECT
 FROM series
 WHERE coalesce(v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) IS NOT NULL;
 
+-- Small integer keys for the (level, entity, gpu, series) of every block: the window and join
+-- steps below sort and hash on them instead of strings.
+CREATE OR REPLACE TEMP TABLE _keys AS
+SELECT row_number() OVER () AS k, *
+FROM (SELECT DISTINCT level, entity, gpu, series FROM _blocks);
+
+CREATE OR REPLACE TEMP TABLE _kblocks AS
+SELECT k.k, b.w, b.mx, b.mn, b.n, b.inner_step, b.first_v, b.last_v
+FROM _blocks AS b
+JOIN _keys AS k USING (level, entity, gpu, series);
+
 -- Aligned windows of m seconds (m = 1, 2, 10, 60), each level built from the one below; the
 -- lead columns pair each window with the next one (and give the 100 ms step across blocks).
 CREATE OR REPLACE TEMP TABLE _windows AS
-WITH w1 AS (SELECT level, entity, gpu, series, 1 AS m, w, mx, mn, n, first_v, last_v FROM _blocks),
-w2 AS (SELECT level, entity, gpu, series, 2 AS m, w // 2 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL AS first_v, NULL AS last_v FROM w1 GROUP BY ALL),
-w10 AS (SELECT level, entity, gpu, series, 10 AS m, w // 5 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL, NULL FROM w2 GROUP BY ALL),
-w60 AS (SELECT level, entity, gpu, series, 60 AS m, w // 6 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL, NULL FROM w10 GROUP BY ALL),
+WITH w1 AS (SELECT k, 1 AS m, w, mx, mn, n, first_v, last_v FROM _kblocks),
+w2 AS (SELECT k, 2 AS m, w // 2 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL AS first_v, NULL AS last_v FROM w1 GROUP BY ALL),
+w10 AS (SELECT k, 10 AS m, w // 5 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL, NULL FROM w2 GROUP BY ALL),
+w60 AS (SELECT k, 60 AS m, w // 6 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL, NULL FROM w10 GROUP BY ALL),
 alls AS (FROM w1 UNION ALL FROM w2 UNION ALL FROM w10 UNION ALL FROM w60)
 SELECT
-    level, entity, gpu, series, m, w, mx, mn, n,
+    k, m, w, mx, mn, n,
     n = 10 * m AS complete,
-    lead(w) OVER k = w + 1 AND n + lead(n) OVER k >= 10 * m AS pair_can_hold_window,
-    greatest(mx, lead(mx) OVER k) - least(mn, lead(mn) OVER k) AS pair_range,
-    CASE WHEN lead(w) OVER k = w + 1 THEN abs(lead(first_v) OVER k - last_v) END AS edge_step
+    lead(w) OVER x = w + 1 AND n + lead(n) OVER x >= 10 * m AS pair_can_hold_window,
+    greatest(mx, lead(mx) OVER x) - least(mn, lead(mn) OVER x) AS pair_range,
+    CASE WHEN lead(w) OVER x = w + 1 THEN abs(lead(first_v) OVER x - last_v) END AS edge_step
 FROM alls
-WINDOW k AS (PARTITION BY level, entity, gpu, series, m ORDER BY w);
+WINDOW x AS (PARTITION BY k, m ORDER BY w);
 
 CREATE OR REPLACE TEMP TABLE _aligned AS
-SELECT level, entity, gpu, series, m, max(mx - mn) FILTER (complete) AS best
+SELECT k, m, max(mx - mn) FILTER (complete) AS best, max(edge_step) AS edge_step
 FROM _windows
 GROUP BY ALL;
 
 -- Pairs (w, w + 1) whose joint range beats the best aligned window: the only places a sliding
 -- window can be larger. Each is re-read at 100 ms as the 1 s blocks it covers.
 CREATE OR REPLACE TEMP TABLE _candidates AS
-SELECT w.level, w.entity, w.gpu, w.series, w.m, w.w, w.w * w.m + k.i AS block
+SELECT ky.level, ky.entity, ky.gpu, ky.series, w.k, w.m, w.w, w.w * w.m + i.i AS block
 FROM _windows AS w
-JOIN _aligned AS a USING (level, entity, gpu, series, m)
-CROSS JOIN range(120) AS k(i)
-WHERE w.pair_can_hold_window AND w.pair_range > coalesce(a.best, -1) AND k.i < 2 * w.m;
+JOIN _aligned AS a USING (k, m)
+JOIN _keys AS ky USING (k)
+CROSS JOIN range(120) AS i(i)
+WHERE w.pair_can_hold_window AND w.pair_range > coalesce(a.best, -1) AND i.i < 2 * w.m;
 
 CREATE OR REPLACE TEMP TABLE _sliding AS
 WITH r AS (
-    SELECT c.level, c.entity, c.gpu, c.series, c.m, c.w, s.slot, CASE c.series WHEN 'instant' THEN s.p ELSE s.pa END AS v
+    SELECT c.k, c.m, c.w, s.slot, CASE c.series WHEN 'instant' THEN s.p ELSE s.pa END AS v
     FROM _slots AS s
     JOIN _candidates AS c ON s.level = c.level AND s.entity = c.entity AND s.gpu = c.gpu AND s.slot // 10 = c.block
     WHERE s.ok
 )
-SELECT level, entity, gpu, series, m, max(swing) AS best
+SELECT k, m, max(swing) AS best
 FROM (
-    SELECT level, entity, gpu, series, m, w, slot,
-           max(v) OVER g - min(v) OVER g AS swing, count(v) OVER g AS filled
+    SELECT k, m, w, slot, max(v) OVER g - min(v) OVER g AS swing, count(v) OVER g AS filled
     FROM r
-    WINDOW g AS (PARTITION BY level, entity, gpu, series, m, w ORDER BY slot RANGE BETWEEN CURRENT ROW AND 10 * m - 1 FOLLOWING)
+    WINDOW g AS (PARTITION BY k, m, w ORDER BY slot RANGE BETWEEN CURRENT ROW AND 10 * m - 1 FOLLOWING)
 )
 WHERE slot // (10 * m) = w AND filled = 10 * m
 GROUP BY ALL;
 
-WITH stats AS (
+WITH ramps AS (
+    SELECT b.k, greatest(max(b.inner_step), any_value(a.edge_step)) AS best
+    FROM _kblocks AS b
+    LEFT JOIN _aligned AS a ON a.k = b.k AND a.m = 1
+    GROUP BY b.k
+),
+named AS (
+    SELECT ky.*, e.entity AS entity_name, e.provisioned_w
+    FROM _keys AS ky
+    JOIN inventory_entities AS e
+        ON e.level = ky.level AND e.entity = CASE WHEN ky.gpu >= 0 THEN ky.entity || '/' || ky.gpu ELSE ky.entity END
+),
+stats AS (
     SELECT
-        w.level, w.entity, w.gpu, w.series, w.m,
+        w.k, w.m,
         quantile_cont(w.mx - w.mn, 0.5) FILTER (w.complete) AS p50_swing_w,
         quantile_cont(w.mx - w.mn, 0.99) FILTER (w.complete) AS p99_swing_w,
         count(*) FILTER (w.complete) AS windows_complete,
         count(*) FILTER (NOT w.complete) AS windows_incomplete,
-        count(*) FILTER (w.complete AND w.mx - w.mn > 0.10 * e.provisioned_w) AS windows_over_10pct,
-        count(*) FILTER (w.complete AND w.mx - w.mn > 0.25 * e.provisioned_w) AS windows_over_25pct,
-        any_value(e.provisioned_w) AS provisioned_w,
-        any_value(e.entity) AS entity_name
+        count(*) FILTER (w.complete AND w.mx - w.mn > 0.10 * n.provisioned_w) AS windows_over_10pct,
+        count(*) FILTER (w.complete AND w.mx - w.mn > 0.25 * n.provisioned_w) AS windows_over_25pct
     FROM _windows AS w
-    JOIN inventory_entities AS e
-        ON e.level = w.level AND e.entity = CASE WHEN w.gpu >= 0 THEN w.entity || '/' || w.gpu ELSE w.entity END
-    GROUP BY ALL
-),
-ramps AS (
-    SELECT level, entity, gpu, series, greatest(max(b.inner_step), max(w.edge_step)) AS best
-    FROM _blocks AS b
-    JOIN (SELECT level, entity, gpu, series, w, edge_step FROM _windows WHERE m = 1) AS w USING (level, entity, gpu, series, w)
+    JOIN named AS n USING (k)
     GROUP BY ALL
 )
 SELECT
     getvariable('partition_date') AS date,
-    s.level,
-    s.entity_name AS entity,
+    n.level,
+    n.entity_name AS entity,
     s.m AS window_s,
-    s.series,
+    n.series,
     greatest(a.best, sl.best)::FLOAT AS max_swing_w,
-    (100 * greatest(a.best, sl.best) / s.provisioned_w)::FLOAT AS max_swing_pct,
+    (100 * greatest(a.best, sl.best) / n.provisioned_w)::FLOAT AS max_swing_pct,
     s.p50_swing_w::FLOAT AS p50_swing_w,
     s.p99_swing_w::FLOAT AS p99_swing_w,
     (r.best / 0.1)::FLOAT AS max_ramp_w_per_s,
     s.windows_over_10pct,
     s.windows_over_25pct,
-    s.provisioned_w,
+    n.provisioned_w,
     s.windows_complete,
     s.windows_incomplete
 FROM stats AS s
-LEFT JOIN _aligned AS a USING (level, entity, gpu, series, m)
-LEFT JOIN _sliding AS sl USING (level, entity, gpu, series, m)
-LEFT JOIN ramps AS r USING (level, entity, gpu, series)
-ORDER BY s.level, entity, window_s, s.series
+JOIN named AS n USING (k)
+LEFT JOIN _aligned AS a USING (k, m)
+LEFT JOIN _sliding AS sl USING (k, m)
+LEFT JOIN ramps AS r USING (k)
+ORDER BY n.level, entity, window_s, n.series
