@@ -23,8 +23,8 @@ hosts AS (
         CASE WHEN count(g.power_avg_w) = count(*) THEN sum(g.power_avg_w) END AS power_avg_w,
         count(g.power_w) AS gpus_reporting
     FROM gpu_grid_day('power_100ms', '_carried') AS g
-    SEMI JOIN gpus USING (host, gpu)
-    GROUP BY ALL
+    JOIN inventory_gpus AS i USING (host, gpu)  -- the small inventory table as build side
+    GROUP BY g.host, g.slot
 ),
 host_rows AS (
     SELECT h.*, i.cluster, i.role, i.fleet, h.gpus_reporting = e.n AS complete
