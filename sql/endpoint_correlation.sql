@@ -25,12 +25,18 @@ SELECT 'gpu', endpoint, host || '/' || gpu, t, mean_w, spike FROM g;
 
 -- The lag search runs for endpoint pairs only: GPUs of one endpoint run tensor-parallel in
 -- lock-step, and 21 lags over every GPU pair would multiply the largest join by 21.
+-- Each unordered pair is correlated once (a < b) and mirrored: corr(b(t), a(t + L)) = corr(a(t), b(t − L)).
 CREATE OR REPLACE TEMP TABLE _lagged AS
-SELECT a.kind, a.e AS a, b.e AS b, l.lag, corr(a.v, b.v) AS r, count(*) AS n
-FROM _series AS a
-JOIN range(-10, 11) AS l(lag) ON a.kind = 'endpoint' OR l.lag = 0
-JOIN _series AS b ON b.kind = a.kind AND b.grp = a.grp AND b.t = a.t + l.lag AND b.e <> a.e
-GROUP BY ALL;
+WITH once AS (
+    SELECT a.kind, a.e AS a, b.e AS b, l.lag, corr(a.v, b.v) AS r, count(*) AS n
+    FROM _series AS a
+    JOIN range(-10, 11) AS l(lag) ON a.kind = 'endpoint' OR l.lag = 0
+    JOIN _series AS b ON b.kind = a.kind AND b.grp = a.grp AND b.t = a.t + l.lag AND b.e > a.e
+    GROUP BY ALL
+)
+SELECT * FROM once
+UNION ALL
+SELECT kind, b, a, -lag, r, n FROM once;
 
 CREATE OR REPLACE TEMP TABLE _spikes AS
 WITH s AS (SELECT kind, grp, e, t FROM _series WHERE spike)
