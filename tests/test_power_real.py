@@ -15,14 +15,15 @@ from pipeline.runner import run_day
 
 HERE = Path(__file__).parent / "data" / "power-real"
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary"]
-# host, file, TDP, whether power.draw is instantaneous (A100) or a 1 s average (H100)
-TRACES = [("a100", "a100-burstgpt-power.csv", 400, True), ("h100", "h100-qwen3-8b-power.csv", 700, False)]
+# host, file, TDP, whether power.draw is instantaneous (A100) or a 1 s average (H100), and whole
+# hours to shift it by so both land on one UTC day (one pipeline run; no check here depends on the hour)
+TRACES = [("a100", "a100-burstgpt-power.csv", 400, True, 0), ("h100", "h100-qwen3-8b-power.csv", 700, False, -2)]
 
 
-def _to_contract(path: Path, host: str, instant: bool):
+def _to_contract(path: Path, host: str, instant: bool, shift_h: int):
     """nvidia-smi CSV (local wall time, UTC−7) → the power contract."""
     df = pl.read_csv(path).rename(lambda c: c.strip())
-    ts = pl.col("timestamp").str.strptime(pl.Datetime("ns"), "%Y/%m/%d %H:%M:%S%.f").dt.offset_by("7h").dt.replace_time_zone("UTC")
+    ts = pl.col("timestamp").str.strptime(pl.Datetime("ns"), "%Y/%m/%d %H:%M:%S%.f").dt.offset_by(f"{7 + shift_h}h").dt.replace_time_zone("UTC")
     draw = pl.col("power.draw [W]").cast(pl.Float32)
     out = df.select(
         ts.alias("ts"),
@@ -45,16 +46,21 @@ def built(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("real") / "data"
     data_dir.mkdir()
     hosts = [{"name": h, "role": "inference", "gpus": [{"index": 0, "tdp_w": tdp}], "endpoints": [{"name": f"vllm-{h}", "gpus": [0]}]}
-             for h, _, tdp, _ in TRACES]
+             for h, _, tdp, _, _ in TRACES]
     dump_inventory(parse_inventory({"fleets": [{"name": "lab", "clusters": [{"name": "bench", "hosts": hosts}]}]}), data_dir / "inventory.yaml")
-    con = duckdb.connect()
-    for host, name, _, instant in TRACES:
-        table, date = _to_contract(HERE / name, host, instant)
+    dates = set()
+    for host, name, _, instant, shift_h in TRACES:
+        table, date = _to_contract(HERE / name, host, instant, shift_h)
         write_dataset(table, data_dir, "power", prefix=host)
-        outcome = run_day(data_dir, date, selection=ASSETS)
-        assert outcome.success, outcome.error
+        dates.add(date)
+    assert len(dates) == 1
+    outcome = run_day(data_dir, dates.pop(), selection=ASSETS)
+    assert outcome.success, outcome.error
+    con = duckdb.connect()
+    for host, *_ in TRACES:
         for t in ("swing_stats", "power_summary"):
-            con.execute(f"create or replace table {host}_{t} as select * from read_parquet('{data_dir}/derived/{t}/date={date}/*.parquet')")
+            con.execute(f"create table {host}_{t} as select * from read_parquet('{data_dir}/derived/{t}/*/*.parquet') "
+                        f"where level = 'gpu' and entity like '{host}/%'")
     return con
 
 
