@@ -28,7 +28,7 @@ SELECT 'gpu', endpoint, host || '/' || gpu, t, mean_w, spike FROM g;
 -- Each unordered pair is correlated once (a < b) and mirrored: corr(b(t), a(t + L)) = corr(a(t), b(t − L)).
 CREATE OR REPLACE TEMP TABLE _lagged AS
 WITH once AS (
-    SELECT a.kind, a.e AS a, b.e AS b, l.lag, corr(a.v, b.v) AS r, count(*) AS n
+    SELECT a.kind, a.e AS a, b.e AS b, l.lag, nullif(corr(a.v, b.v), 'NaN'::DOUBLE) AS r, count(*) AS n  -- flat series: no correlation
     FROM _series AS a
     JOIN range(-10, 11) AS l(lag) ON a.kind = 'endpoint' OR l.lag = 0
     JOIN _series AS b ON b.kind = a.kind AND b.grp = a.grp AND b.t = a.t + l.lag AND b.e > a.e
