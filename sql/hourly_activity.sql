@@ -28,10 +28,10 @@ power_hours AS (
     SELECT
         role, entity, hour(ts) AS hour_utc,
         count(*) FILTER (complete) AS seconds,
-        sum(power_w) FILTER (complete) AS sum_w,
-        sum(energy_j) AS energy_j,
+        round(sum(power_w) FILTER (complete), 6) AS sum_w,  -- rounded: parallel sums may differ in the last bit
+        round(sum(energy_j), 6) AS energy_j,
         any_value(scale_w) / 1000 AS bin_w,
-        histogram(floor(power_w / (scale_w / 1000))::INTEGER) FILTER (complete) AS hist
+        map_from_entries(list_sort(map_entries(histogram(floor(power_w / (scale_w / 1000))::INTEGER) FILTER (complete)))) AS hist
     FROM seconds
     GROUP BY ALL
 ),

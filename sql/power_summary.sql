@@ -62,7 +62,7 @@ SELECT
     (100 * b.mean_w / e.provisioned_w)::FLOAT AS mean_pct,
     (100 * b.max_w / e.provisioned_w)::FLOAT AS max_pct,
     (b.max_w / nullif(b.mean_w, 0))::FLOAT AS peak_to_avg,
-    en.energy_j / 3.6e6 AS energy_kwh,
+    round(en.energy_j / 3.6e6, 9) AS energy_kwh,  -- rounded: parallel sums may differ in the last bit
     t.above_tdp_share::FLOAT AS above_tdp_share,
     t.idle_share::FLOAT AS idle_share,
     e.provisioned_w,

@@ -154,8 +154,8 @@ SELECT
     job,
     steps::INTEGER AS steps,
     median_step_s::FLOAT AS median_step_s,
-    j_per_step,
-    j_per_token,
+    round(j_per_step, 6) AS j_per_step,  -- rounded: parallel sums may differ in the last bit
+    round(j_per_token, 9) AS j_per_token,
     step_mean_w::FLOAT AS step_mean_w,
     gap_mean_w::FLOAT AS gap_mean_w,
     gap_energy_share::FLOAT AS gap_energy_share,
