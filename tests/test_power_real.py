@@ -1,5 +1,6 @@
-"""Plausibility on real nvidia-smi traces (tests/data/power-real, see SOURCE.md): an A100 whose
-power.draw is instantaneous and an H100 whose power.draw is a 1 s average, both at ~250 ms."""
+"""Plausibility on real nvidia-smi traces (tests/data/nvidia-smi, see SOURCE.md there): an A100
+whose power.draw is instantaneous and an H100 whose power.draw is a 1 s average, both at ~250 ms.
+Converted here with a few lines of polars, independently of the nvidia-smi importer."""
 
 from pathlib import Path
 
@@ -13,11 +14,11 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 
-HERE = Path(__file__).parent / "data" / "power-real"
+HERE = Path(__file__).parent / "data" / "nvidia-smi"
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary"]
 # host, file, TDP, whether power.draw is instantaneous (A100) or a 1 s average (H100), and whole
 # hours to shift it by so both land on one UTC day (one pipeline run; no check here depends on the hour)
-TRACES = [("a100", "a100-burstgpt-power.csv", 400, True, 0), ("h100", "h100-qwen3-8b-power.csv", 700, False, -2)]
+TRACES = [("a100", "a100-burstgpt.csv", 400, True, 0), ("h100", "h100-qwen3-8b.csv", 700, False, -2)]
 
 
 def _to_contract(path: Path, host: str, instant: bool, shift_h: int):
