@@ -30,6 +30,7 @@ SELECT
     gpu,
     source::VARCHAR AS source,
     coalesce(power_w, power_avg_w) AS power_w,
+    power_avg_w,
     power_w IS NULL AS is_average,
     source_rank(source::VARCHAR, power_w IS NULL) AS source_rank,
     bucket_ns(epoch_ns(ts), 60000000000) AS minute_ns
@@ -44,6 +45,6 @@ WITH best AS (
     FROM power_day_samples
     GROUP BY ALL
 )
-SELECT s.ts, s.t_ns, s.host, s.gpu, s.power_w, s.source, s.is_average
+SELECT s.ts, s.t_ns, s.host, s.gpu, s.power_w, s.source, s.is_average, s.power_avg_w
 FROM power_day_samples AS s
 JOIN best USING (host, gpu, minute_ns, source_rank);

@@ -1,0 +1,66 @@
+"""What every power-analytics asset does, in one place: compute a day's partition from its
+``sql/<table>.sql``, run the table's checks on it and report row count plus headline numbers.
+
+Keeps each asset module down to its declaration, its checks and its headline query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import duckdb
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+
+from pipeline import sqlfiles
+from pipeline.checks import Check
+from pipeline.resources import WarehouseResource
+
+Headline = Callable[[duckdb.DuckDBPyConnection], dict]
+
+
+def statements(table: str) -> tuple[list[str], str]:
+    """``sql/<table>.sql`` split into its preparatory statements (temp tables the query reads
+    several times) and the final query, so the file still runs as-is in the DuckDB CLI."""
+    parts = [s.strip() for s in sqlfiles.query(table).split(";\n") if s.strip() and not sqlfiles._only_comments(s)]
+    return parts[:-1], parts[-1]
+
+
+def json_meta(rows: list[tuple], digits: int = 1) -> MetadataValue:
+    """``[(key, value), ...]`` as a JSON metadata dict with rounded values (UI-friendly)."""
+    return MetadataValue.json({str(k): (round(float(v), digits) if v is not None else None) for k, v in rows})
+
+
+def materialize(
+    context: AssetExecutionContext,
+    warehouse: WarehouseResource,
+    table: str,
+    checks: Sequence[Check] = (),
+    headline: Headline | None = None,
+    *,
+    raw_power: bool = False,
+    variables: dict[str, float | str] | None = None,
+) -> MaterializeResult:
+    """Write ``table``'s partition for the context's day, then check it and describe it.
+
+    ``variables``: DuckDB variables the SQL reads with getvariable (asset config).
+    ``raw_power``: the query reads the raw ``power`` dataset, so contract-breaking files are
+    left out here exactly as ``power_1s`` leaves them out (and names them in its check).
+    """
+    date = context.partition_key
+    overrides = None
+    if raw_power:
+        good, rejected = warehouse.raw_files("power", date)
+        for path, why in rejected.items():
+            context.log.warning(f"left out {path}: {why}")
+        overrides = {"power": good}
+    with warehouse.connection(date, raw_files=overrides) as con:
+        for name, value in (variables or {}).items():
+            con.execute(f"SET VARIABLE {name} = ?", [value])
+        prepare, query = statements(table)
+        for statement in prepare:
+            con.execute(statement)
+        rows = warehouse.write_partition(con, table, date, query)
+        results = [c.run(con) for c in checks]
+        metadata = headline(con) if headline else {}
+    metadata.update({"rows": rows, "dagster/row_count": rows})
+    return MaterializeResult(metadata=metadata, check_results=results)

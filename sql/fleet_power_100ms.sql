@@ -1,0 +1,64 @@
+-- fleet_power_100ms: the summed power of each host, cluster, role and fleet on the 100 ms grid.
+-- A slot is complete when every GPU of the entity that reports this day has an instantaneous
+-- value there (its own or one carried under the rule in sql/views/power_series.sql; a GPU
+-- whose source is a 1 s average has none); incomplete
+-- slots keep the partial sum and are excluded from swing windows. power_avg_w sums the
+-- driver's 1 s averages and is null unless every summed GPU carries one.
+CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
+
+WITH gpus AS (
+    SELECT * FROM reporting_gpus('power_100ms')
+),
+expected AS (
+    SELECT 'host' AS level, host AS entity, count(*) AS n FROM gpus GROUP BY ALL
+    UNION ALL SELECT 'cluster', cluster, count(DISTINCT host) FROM gpus GROUP BY ALL
+    UNION ALL SELECT 'role', role, count(DISTINCT host) FROM gpus GROUP BY ALL
+    UNION ALL SELECT 'fleet', fleet, count(DISTINCT host) FROM gpus GROUP BY ALL
+),
+hosts AS (
+    SELECT
+        g.host,
+        g.slot,
+        sum(g.power_w) AS power_w,
+        CASE WHEN count(g.power_avg_w) = count(*) THEN sum(g.power_avg_w) END AS power_avg_w,
+        count(g.power_w) AS gpus_reporting
+    FROM gpu_grid_day('power_100ms', '_carried') AS g
+    JOIN inventory_gpus AS i USING (host, gpu)  -- the small inventory table as build side
+    GROUP BY g.host, g.slot
+),
+host_rows AS (
+    SELECT h.*, i.cluster, i.role, i.fleet, h.gpus_reporting = e.n AS complete
+    FROM hosts AS h
+    JOIN (SELECT DISTINCT host, cluster, role, fleet FROM gpus) AS i USING (host)
+    JOIN expected AS e ON e.level = 'host' AND e.entity = h.host
+),
+upper AS (
+    SELECT
+        CASE WHEN grouping(cluster) = 0 THEN 'cluster' WHEN grouping(role) = 0 THEN 'role' ELSE 'fleet' END AS level,
+        coalesce(cluster, role, fleet) AS entity,
+        slot,
+        sum(power_w) AS power_w,
+        CASE WHEN count(power_avg_w) = count(*) THEN sum(power_avg_w) END AS power_avg_w,
+        sum(gpus_reporting) AS gpus_reporting,
+        bool_and(complete) AS all_hosts_complete,
+        count(*) AS hosts
+    FROM host_rows
+    GROUP BY GROUPING SETS ((slot, cluster), (slot, role), (slot, fleet))
+),
+entities AS (
+    SELECT 'host' AS level, host AS entity, slot, power_w, power_avg_w, gpus_reporting, complete FROM host_rows
+    UNION ALL
+    SELECT u.level, u.entity, u.slot, u.power_w, u.power_avg_w, u.gpus_reporting, u.all_hosts_complete AND u.hosts = e.n
+    FROM upper AS u JOIN expected AS e USING (level, entity)
+)
+SELECT
+    getvariable('partition_date') AS date,
+    level,
+    entity,
+    slot_ts(slot) AS ts,
+    power_w::FLOAT AS power_w,
+    power_avg_w::FLOAT AS power_avg_w,
+    gpus_reporting::INTEGER AS gpus_reporting,
+    complete
+FROM entities
+ORDER BY level, entity, ts

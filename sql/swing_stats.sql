@@ -1,0 +1,168 @@
+-- swing_stats: per level (gpu, host, cluster, role, fleet), entity, window W ∈ {1, 2, 10, 60} s and
+-- series (instant = the 100 ms grid of instantaneous power; avg1s = the driver's 1 s average on
+-- the same grid, where the source reports one): the largest max − min inside any W-long window
+-- of the day (sliding at 100 ms, exact), the p50/p99 of the swing over the day's aligned
+-- W-long windows, the largest 100 ms ramp (W/s) and how many aligned windows swing more than
+-- 10% / 25% of the entity's provisioned power. Windows with an incomplete slot are excluded.
+--
+-- How it stays cheap: the slots are read once into 1 s blocks (the ten values side by side, so
+-- every 100 ms step is a column difference). Aligned W-windows come from the blocks. A sliding
+-- window that starts in aligned window w lies inside w and w + 1, so it can beat the best
+-- aligned window only if the pair's joint range does; only those few pairs are re-read at
+-- 100 ms and slid exactly.
+CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
+
+-- Every series at every level, one row per slot; p / pa are null where the slot is incomplete.
+CREATE OR REPLACE TEMP VIEW _slots AS
+SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w AS p, power_avg_w AS pa, true AS ok
+FROM gpu_grid_day('power_100ms', '_carried')
+UNION ALL
+SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot,
+       CASE WHEN complete THEN power_w END, CASE WHEN complete THEN power_avg_w END, complete
+FROM fleet_power_100ms
+WHERE date = getvariable('partition_date');
+
+-- 1 s blocks: each block's ten slot values side by side (v0..v9, null where a slot is empty or
+-- incomplete), so max, min, count and every 100 ms step inside the block come from one row.
+CREATE OR REPLACE TEMP TABLE _blocks AS
+WITH b AS (
+    SELECT
+        level, entity, gpu, slot // 10 AS w,
+        max(p) FILTER (j = 0) AS v0, max(p) FILTER (j = 1) AS v1,
+        max(p) FILTER (j = 2) AS v2, max(p) FILTER (j = 3) AS v3,
+        max(p) FILTER (j = 4) AS v4, max(p) FILTER (j = 5) AS v5,
+        max(p) FILTER (j = 6) AS v6, max(p) FILTER (j = 7) AS v7,
+        max(p) FILTER (j = 8) AS v8, max(p) FILTER (j = 9) AS v9,
+        max(pa) FILTER (j = 0) AS a0, max(pa) FILTER (j = 1) AS a1,
+        max(pa) FILTER (j = 2) AS a2, max(pa) FILTER (j = 3) AS a3,
+        max(pa) FILTER (j = 4) AS a4, max(pa) FILTER (j = 5) AS a5,
+        max(pa) FILTER (j = 6) AS a6, max(pa) FILTER (j = 7) AS a7,
+        max(pa) FILTER (j = 8) AS a8, max(pa) FILTER (j = 9) AS a9
+    FROM (SELECT level, entity, gpu, slot, p, pa, (slot % 10)::UTINYINT AS j FROM _slots)
+    GROUP BY ALL
+),
+series AS (
+    SELECT level, entity, gpu, 'instant' AS series, w, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 FROM b
+    UNION ALL
+    SELECT level, entity, gpu, 'avg1s', w, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9 FROM b
+)
+SELECT
+    level, entity, gpu, series, w,
+    greatest(v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS mx,
+    least(v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) AS mn,
+    (v0 IS NOT NULL)::INT + (v1 IS NOT NULL)::INT + (v2 IS NOT NULL)::INT + (v3 IS NOT NULL)::INT
+        + (v4 IS NOT NULL)::INT + (v5 IS NOT NULL)::INT + (v6 IS NOT NULL)::INT + (v7 IS NOT NULL)::INT
+        + (v8 IS NOT NULL)::INT + (v9 IS NOT NULL)::INT AS n,
+    greatest(abs(v1 - v0), abs(v2 - v1), abs(v3 - v2), abs(v4 - v3), abs(v5 - v4),
+             abs(v6 - v5), abs(v7 - v6), abs(v8 - v7), abs(v9 - v8)) AS inner_step,
+    v0 AS first_v,
+    v9 AS last_v
+FROM series
+WHERE coalesce(v0, v1, v2, v3, v4, v5, v6, v7, v8, v9) IS NOT NULL;
+
+-- Small integer keys for the (level, entity, gpu, series) of every block: the window and join
+-- steps below sort and hash on them instead of strings.
+CREATE OR REPLACE TEMP TABLE _keys AS
+SELECT row_number() OVER () AS k, *
+FROM (SELECT DISTINCT level, entity, gpu, series FROM _blocks);
+
+CREATE OR REPLACE TEMP TABLE _kblocks AS
+SELECT k.k, b.w, b.mx, b.mn, b.n, b.inner_step, b.first_v, b.last_v
+FROM _blocks AS b
+JOIN _keys AS k USING (level, entity, gpu, series);
+
+-- Aligned windows of m seconds (m = 1, 2, 10, 60), each level built from the one below; the
+-- lead columns pair each window with the next one (and give the 100 ms step across blocks).
+CREATE OR REPLACE TEMP TABLE _windows AS
+WITH w1 AS (SELECT k, 1 AS m, w, mx, mn, n, first_v, last_v FROM _kblocks),
+w2 AS (SELECT k, 2 AS m, w // 2 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL AS first_v, NULL AS last_v FROM w1 GROUP BY ALL),
+w10 AS (SELECT k, 10 AS m, w // 5 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL, NULL FROM w2 GROUP BY ALL),
+w60 AS (SELECT k, 60 AS m, w // 6 AS w, max(mx) AS mx, min(mn) AS mn, sum(n) AS n, NULL, NULL FROM w10 GROUP BY ALL),
+alls AS (FROM w1 UNION ALL FROM w2 UNION ALL FROM w10 UNION ALL FROM w60)
+SELECT
+    k, m, w, mx, mn, n,
+    n = 10 * m AS complete,
+    lead(w) OVER x = w + 1 AND n + lead(n) OVER x >= 10 * m AS pair_can_hold_window,
+    greatest(mx, lead(mx) OVER x) - least(mn, lead(mn) OVER x) AS pair_range,
+    CASE WHEN lead(w) OVER x = w + 1 THEN abs(lead(first_v) OVER x - last_v) END AS edge_step
+FROM alls
+WINDOW x AS (PARTITION BY k, m ORDER BY w);
+
+CREATE OR REPLACE TEMP TABLE _aligned AS
+SELECT k, m, max(mx - mn) FILTER (complete) AS best, max(edge_step) AS edge_step
+FROM _windows
+GROUP BY ALL;
+
+-- Pairs (w, w + 1) whose joint range beats the best aligned window: the only places a sliding
+-- window can be larger. Each is re-read at 100 ms as the 1 s blocks it covers.
+CREATE OR REPLACE TEMP TABLE _candidates AS
+SELECT ky.level, ky.entity, ky.gpu, ky.series, w.k, w.m, w.w, w.w * w.m + i.i AS block
+FROM _windows AS w
+JOIN _aligned AS a USING (k, m)
+JOIN _keys AS ky USING (k)
+CROSS JOIN range(120) AS i(i)
+WHERE w.pair_can_hold_window AND w.pair_range > coalesce(a.best, -1) AND i.i < 2 * w.m;
+
+CREATE OR REPLACE TEMP TABLE _sliding AS
+WITH r AS (
+    SELECT c.k, c.m, c.w, s.slot, CASE c.series WHEN 'instant' THEN s.p ELSE s.pa END AS v
+    FROM _slots AS s
+    JOIN _candidates AS c ON s.level = c.level AND s.entity = c.entity AND s.gpu = c.gpu AND s.slot // 10 = c.block
+    WHERE s.ok
+)
+SELECT k, m, max(swing) AS best
+FROM (
+    SELECT k, m, w, slot, max(v) OVER g - min(v) OVER g AS swing, count(v) OVER g AS filled
+    FROM r
+    WINDOW g AS (PARTITION BY k, m, w ORDER BY slot RANGE BETWEEN CURRENT ROW AND 10 * m - 1 FOLLOWING)
+)
+WHERE slot // (10 * m) = w AND filled = 10 * m
+GROUP BY ALL;
+
+WITH ramps AS (
+    SELECT b.k, greatest(max(b.inner_step), any_value(a.edge_step)) AS best
+    FROM _kblocks AS b
+    LEFT JOIN _aligned AS a ON a.k = b.k AND a.m = 1
+    GROUP BY b.k
+),
+named AS (
+    SELECT ky.*, e.entity AS entity_name, e.provisioned_w
+    FROM _keys AS ky
+    JOIN inventory_entities AS e
+        ON e.level = ky.level AND e.entity = CASE WHEN ky.gpu >= 0 THEN ky.entity || '/' || ky.gpu ELSE ky.entity END
+),
+stats AS (
+    SELECT
+        w.k, w.m,
+        quantile_cont(w.mx - w.mn, 0.5) FILTER (w.complete) AS p50_swing_w,
+        quantile_cont(w.mx - w.mn, 0.99) FILTER (w.complete) AS p99_swing_w,
+        count(*) FILTER (w.complete) AS windows_complete,
+        count(*) FILTER (NOT w.complete) AS windows_incomplete,
+        count(*) FILTER (w.complete AND w.mx - w.mn > 0.10 * n.provisioned_w) AS windows_over_10pct,
+        count(*) FILTER (w.complete AND w.mx - w.mn > 0.25 * n.provisioned_w) AS windows_over_25pct
+    FROM _windows AS w
+    JOIN named AS n USING (k)
+    GROUP BY ALL
+)
+SELECT
+    getvariable('partition_date') AS date,
+    n.level,
+    n.entity_name AS entity,
+    s.m AS window_s,
+    n.series,
+    greatest(a.best, sl.best)::FLOAT AS max_swing_w,
+    (100 * greatest(a.best, sl.best) / n.provisioned_w)::FLOAT AS max_swing_pct,
+    s.p50_swing_w::FLOAT AS p50_swing_w,
+    s.p99_swing_w::FLOAT AS p99_swing_w,
+    (r.best / 0.1)::FLOAT AS max_ramp_w_per_s,
+    s.windows_over_10pct,
+    s.windows_over_25pct,
+    n.provisioned_w,
+    s.windows_complete,
+    s.windows_incomplete
+FROM stats AS s
+JOIN named AS n USING (k)
+LEFT JOIN _aligned AS a USING (k, m)
+LEFT JOIN _sliding AS sl USING (k, m)
+LEFT JOIN ramps AS r USING (k)
+ORDER BY n.level, entity, window_s, n.series

@@ -1,0 +1,169 @@
+-- training_energy: per training job and day, one row per kind of gap that interrupts its steps
+-- (comm_wait, checkpoint, eval, …; the job-level columns repeat on each row), from job_events
+-- joined with the job's GPUs on the 100 ms grid (a slot belongs to the event its start falls in):
+--   steps              distinct step numbers of the day's `step` events
+--   median_step_s      median iteration time: one step's start to the next step's start, per host
+--   j_per_step         energy of the job's GPUs over all its events (steps and gaps) ÷ steps (J)
+--   j_per_token        the same energy ÷ the tokens of the step events (hosts log their share)
+--   step_mean_w        mean power per GPU during steps; gap_mean_w during all gap kinds (W)
+--   gap_energy_share   share of the job's event energy / time spent in gaps
+--   kind_mean_w        mean power per GPU during this row's gap kind (W)
+--   boundary_drop_*    drop of the job's summed power when this kind begins: mean over the
+--                      0.5 s before minus the 0.5 s after, summed over the job's hosts for the
+--                      same step; median and max over the day's boundaries (W)
+-- Jobs without events that day are labelled from power alone (source = 'power'): the job's
+-- summed power is split at the midpoint of its p10 and p90 into above (step) and below (gap)
+-- runs; each fall below is a boundary of kind 'power_drop'; tokens are unknown.
+CREATE OR REPLACE TEMP TABLE _job_slots AS
+SELECT i.job, g.host, slot_100ms(g.ts) AS slot, sum(g.power_w) AS w, count(*) AS gpus
+FROM power_100ms AS g
+JOIN inventory_gpus AS i USING (host, gpu)
+WHERE g.date = getvariable('partition_date') AND i.job IS NOT NULL
+GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE _events AS
+SELECT
+    job, host, step, kind, tokens, start_ts, end_ts,
+    slot_100ms(start_ts) AS s0, slot_100ms(end_ts) AS s1
+FROM job_events
+WHERE date = getvariable('partition_date') AND end_ts > start_ts;
+
+CREATE OR REPLACE TEMP TABLE _from_events AS
+WITH attributed AS (
+    SELECT e.job, e.kind, s.w, s.gpus
+    FROM _job_slots AS s
+    ASOF JOIN _events AS e ON s.job = e.job AND s.host = e.host AND s.slot >= e.s0
+    WHERE s.slot < e.s1
+),
+by_kind AS (
+    SELECT job, kind, sum(w) * 0.1 AS energy_j, sum(gpus) * 0.1 AS gpu_s, count(*) * 0.1 AS host_s
+    FROM attributed GROUP BY ALL
+),
+job_totals AS (
+    SELECT
+        job,
+        sum(energy_j) AS energy_j,
+        sum(energy_j) FILTER (kind = 'step') / nullif(sum(gpu_s) FILTER (kind = 'step'), 0) AS step_mean_w,
+        sum(energy_j) FILTER (kind <> 'step') / nullif(sum(gpu_s) FILTER (kind <> 'step'), 0) AS gap_mean_w,
+        coalesce(sum(energy_j) FILTER (kind <> 'step'), 0) / nullif(sum(energy_j), 0) AS gap_energy_share,
+        coalesce(sum(host_s) FILTER (kind <> 'step'), 0) / nullif(sum(host_s), 0) AS gap_time_share
+    FROM by_kind GROUP BY ALL
+),
+steps AS (
+    SELECT job, count(DISTINCT step) AS steps, sum(tokens) AS tokens
+    FROM _events WHERE kind = 'step' GROUP BY ALL
+),
+iterations AS (
+    SELECT job, median(epoch(next_start) - epoch(start_ts)) AS median_step_s
+    FROM (
+        SELECT job, start_ts, lead(start_ts) OVER (PARTITION BY job, host ORDER BY start_ts) AS next_start
+        FROM _events WHERE kind = 'step'
+    )
+    WHERE next_start IS NOT NULL
+    GROUP BY ALL
+),
+boundaries AS (
+    -- power 0.5 s either side of each gap's start, per host, then summed over the job's hosts
+    SELECT e.job, e.kind, e.step, e.host,
+           avg(s.w) FILTER (s.slot < e.s0) - avg(s.w) FILTER (s.slot >= e.s0) AS drop_w
+    FROM _events AS e
+    CROSS JOIN range(-5, 5) AS o(off)
+    JOIN _job_slots AS s ON s.job = e.job AND s.host = e.host AND s.slot = e.s0 + o.off
+    WHERE e.kind <> 'step'
+    GROUP BY ALL
+    HAVING count(*) = 10
+),
+drops AS (
+    SELECT job, kind, median(drop_w) AS boundary_drop_median_w, max(drop_w) AS boundary_drop_max_w
+    FROM (SELECT job, kind, step, sum(drop_w) AS drop_w FROM boundaries GROUP BY ALL)
+    GROUP BY ALL
+)
+SELECT
+    t.job, st.steps, it.median_step_s,
+    t.energy_j / nullif(st.steps, 0) AS j_per_step,
+    t.energy_j / nullif(st.tokens, 0) AS j_per_token,
+    t.step_mean_w, t.gap_mean_w, t.gap_energy_share, t.gap_time_share,
+    k.kind AS boundary_kind,
+    k.energy_j / nullif(k.gpu_s, 0) AS kind_mean_w,
+    d.boundary_drop_median_w, d.boundary_drop_max_w,
+    'job_events' AS source
+FROM job_totals AS t
+LEFT JOIN steps AS st USING (job)
+LEFT JOIN iterations AS it USING (job)
+LEFT JOIN by_kind AS k ON k.job = t.job AND k.kind <> 'step'
+LEFT JOIN drops AS d ON d.job = t.job AND d.kind = k.kind;
+
+CREATE OR REPLACE TEMP TABLE _from_power AS
+WITH series AS (
+    SELECT job, slot, sum(w) AS w, sum(gpus) AS gpus
+    FROM _job_slots
+    WHERE job NOT IN (SELECT job FROM _events)
+    GROUP BY ALL
+),
+levels AS (
+    SELECT job, (quantile_cont(w, 0.1) + quantile_cont(w, 0.9)) / 2 AS threshold_w
+    FROM series GROUP BY ALL
+),
+marked AS (
+    SELECT s.*, s.w > l.threshold_w AS above,
+           lag(s.w > l.threshold_w) OVER (PARTITION BY s.job ORDER BY s.slot) AS prev_above,
+           lag(s.slot) OVER (PARTITION BY s.job ORDER BY s.slot) AS prev_slot
+    FROM series AS s JOIN levels AS l USING (job)
+),
+runs AS (
+    SELECT *, sum((above IS DISTINCT FROM prev_above OR slot <> prev_slot + 1)::INT) OVER (PARTITION BY job ORDER BY slot) AS run
+    FROM marked
+),
+run_stats AS (
+    SELECT job, run, any_value(above) AS above, min(slot) AS s0, sum(w) * 0.1 AS energy_j, sum(gpus) * 0.1 AS gpu_s, count(*) * 0.1 AS dur_s
+    FROM runs GROUP BY ALL
+),
+step_runs AS (
+    SELECT job, (s0 - lag(s0) OVER (PARTITION BY job ORDER BY s0)) * 0.1 AS iteration_s
+    FROM run_stats WHERE above
+),
+falls AS (
+    SELECT r.job, avg(s.w) FILTER (s.slot < r.s0) - avg(s.w) FILTER (s.slot >= r.s0) AS drop_w
+    FROM run_stats AS r
+    CROSS JOIN range(-5, 5) AS o(off)
+    JOIN series AS s ON s.job = r.job AND s.slot = r.s0 + o.off
+    WHERE NOT r.above
+    GROUP BY r.job, r.run
+    HAVING count(*) = 10
+)
+SELECT
+    r.job,
+    count(*) FILTER (above) AS steps,
+    (SELECT median(iteration_s) FROM step_runs AS x WHERE x.job = r.job) AS median_step_s,
+    sum(energy_j) / nullif(count(*) FILTER (above), 0) AS j_per_step,
+    NULL::DOUBLE AS j_per_token,
+    sum(energy_j) FILTER (above) / nullif(sum(gpu_s) FILTER (above), 0) AS step_mean_w,
+    sum(energy_j) FILTER (NOT above) / nullif(sum(gpu_s) FILTER (NOT above), 0) AS gap_mean_w,
+    coalesce(sum(energy_j) FILTER (NOT above), 0) / nullif(sum(energy_j), 0) AS gap_energy_share,
+    coalesce(sum(dur_s) FILTER (NOT above), 0) / nullif(sum(dur_s), 0) AS gap_time_share,
+    'power_drop' AS boundary_kind,
+    sum(energy_j) FILTER (NOT above) / nullif(sum(gpu_s) FILTER (NOT above), 0) AS kind_mean_w,
+    (SELECT median(drop_w) FROM falls AS f WHERE f.job = r.job) AS boundary_drop_median_w,
+    (SELECT max(drop_w) FROM falls AS f WHERE f.job = r.job) AS boundary_drop_max_w,
+    'power' AS source
+FROM run_stats AS r
+GROUP BY r.job;
+
+SELECT
+    getvariable('partition_date') AS date,
+    job,
+    steps::INTEGER AS steps,
+    median_step_s::FLOAT AS median_step_s,
+    round(j_per_step, 6) AS j_per_step,  -- rounded: parallel sums may differ in the last bit
+    round(j_per_token, 9) AS j_per_token,
+    step_mean_w::FLOAT AS step_mean_w,
+    gap_mean_w::FLOAT AS gap_mean_w,
+    gap_energy_share::FLOAT AS gap_energy_share,
+    gap_time_share::FLOAT AS gap_time_share,
+    boundary_kind,
+    boundary_drop_median_w::FLOAT AS boundary_drop_median_w,
+    boundary_drop_max_w::FLOAT AS boundary_drop_max_w,
+    source,
+    kind_mean_w::FLOAT AS kind_mean_w
+FROM (FROM _from_events UNION ALL BY NAME FROM _from_power)
+ORDER BY job, boundary_kind
