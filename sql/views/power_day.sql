@@ -20,7 +20,7 @@ CREATE OR REPLACE MACRO day_end() AS (getvariable('partition_date')::DATE + INTE
 -- through ICU); convert back to a timestamp only on reduced rows.
 CREATE OR REPLACE MACRO bucket_ns(t_ns, width_ns) AS t_ns // width_ns * width_ns;
 
-CREATE OR REPLACE MACRO ns_to_ts(t_ns) AS make_timestamp_ns(t_ns)::TIMESTAMPTZ;
+CREATE OR REPLACE MACRO ns_to_ts(t_ns) AS make_timestamptz(t_ns // 1000);
 
 CREATE OR REPLACE VIEW power_day_samples AS
 SELECT
