@@ -1,0 +1,41 @@
+"""Energy per request (`request_energy`) and per token along the serving axes (`energy_per_token`)."""
+
+from dagster import AssetExecutionContext, MaterializeResult, asset
+
+from pipeline import sqlfiles
+from pipeline.assets.phases import phase_segments, phase_timeline
+from pipeline.constants import DUCKDB_POOL
+from pipeline.partitions import daily_partitions
+from pipeline.phases import checks
+from pipeline.resources import WarehouseResource
+
+
+@asset(
+    partitions_def=daily_partitions,
+    deps=[phase_timeline],
+    group_name="phases",
+    kinds={"duckdb", "parquet"},
+    pool=DUCKDB_POOL,
+    check_specs=[c.spec("request_energy") for c in checks.ENERGY_CHECKS],
+)
+def request_energy(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    """Per request: prefill J, decode J, total J, J per prompt and per output token (attribution
+    rule in docs/phases.md); idle energy stays with the endpoint (energy_per_token.idle_j)."""
+    date = context.partition_key
+    with warehouse.connection(date) as con:
+        rows = warehouse.write_partition(con, "request_energy", date, sqlfiles.query("request_energy"))
+        j_pre, j_out, j_req = con.execute(
+            """SELECT sum(prefill_j) / nullif(sum(prompt_tokens), 0), sum(decode_j) / nullif(sum(output_tokens), 0),
+                      avg(total_j)
+               FROM request_energy WHERE date = getvariable('partition_date')"""
+        ).fetchone()
+        results = [c.run(con) for c in checks.ENERGY_CHECKS]
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": rows,
+            "j_per_prompt_token": round(j_pre or 0.0, 4),
+            "j_per_output_token": round(j_out or 0.0, 4),
+            "j_per_request": round(j_req or 0.0, 1),
+        },
+        check_results=results,
+    )

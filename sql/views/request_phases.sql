@@ -1,0 +1,53 @@
+-- Shared by the phase tables (phase_timeline, request_energy, phase_segments): the 100 ms slot
+-- grid and each request's prefill and decode intervals. Loaded after power_day.sql (it uses
+-- day_start()/day_end()). Slots are integers: slot = epoch_ns(ts) // 100 000 000.
+
+CREATE OR REPLACE MACRO slot_of(ts) AS (epoch_ns(ts) // 100000000);
+
+CREATE OR REPLACE MACRO slot_ts(slot) AS make_timestamp((slot * 100000)::BIGINT)::TIMESTAMPTZ;
+
+-- Requests that touch the partition day (arrived that day or the day before and still running).
+-- A request is in prefill from prefill_start_ts to first_token_ts and in decode from
+-- first_token_ts to end_ts. Without prefill_start_ts it starts at the later of its arrival and
+-- the end of the previous prefill on its endpoint (the latest earlier first token); without
+-- first_token_ts (failed before the first token) the whole request counts as prefill.
+CREATE OR REPLACE VIEW request_phases AS
+WITH r AS (
+    SELECT
+        request_id, endpoint, date AS arrival_date, arrival_ts, prefill_start_ts,
+        coalesce(first_token_ts, end_ts) AS first_token_ts, end_ts,
+        coalesce(prompt_tokens, 0) AS prompt_tokens, coalesce(output_tokens, 0) AS output_tokens, status
+    FROM requests
+    WHERE date BETWEEN getvariable('partition_date')::DATE - 1 AND getvariable('partition_date')::DATE
+      AND end_ts IS NOT NULL
+),
+prev AS (
+    SELECT endpoint, first_token_ts,
+           lag(first_token_ts) OVER (PARTITION BY endpoint ORDER BY first_token_ts) AS prev_prefill_end
+    FROM (SELECT DISTINCT endpoint, first_token_ts FROM r)
+)
+SELECT
+    r.* EXCLUDE (prefill_start_ts),
+    least(
+        coalesce(r.prefill_start_ts, greatest(r.arrival_ts, coalesce(p.prev_prefill_end, r.arrival_ts))),
+        r.first_token_ts
+    ) AS prefill_start_ts,
+    r.prefill_start_ts IS NULL AS prefill_start_estimated
+FROM r JOIN prev AS p USING (endpoint, first_token_ts)
+WHERE r.end_ts >= day_start() AND r.arrival_ts < day_end();
+
+-- One row per request and phase with a positive duration: the interval [a_ns, b_ns), its first
+-- and last slot, and its token rate (tokens per ns, spread evenly over the interval). A phase
+-- that reports 0 tokens weighs as one token so its slots' energy is still charged.
+CREATE OR REPLACE VIEW request_intervals AS
+WITH iv AS (
+    SELECT request_id, endpoint, 'prefill' AS phase, epoch_ns(prefill_start_ts) AS a_ns, epoch_ns(first_token_ts) AS b_ns,
+           greatest(prompt_tokens, 1) AS weight_tokens, prefill_start_estimated AS estimated
+    FROM request_phases WHERE first_token_ts > prefill_start_ts
+    UNION ALL
+    SELECT request_id, endpoint, 'decode', epoch_ns(first_token_ts), epoch_ns(end_ts),
+           greatest(output_tokens, 1), false
+    FROM request_phases WHERE end_ts > first_token_ts
+)
+SELECT *, a_ns // 100000000 AS sa, (b_ns - 1) // 100000000 AS sb, weight_tokens / (b_ns - a_ns)::DOUBLE AS rate
+FROM iv;

@@ -1,0 +1,118 @@
+"""Phase tables on a constructed endpoint: exact boundaries, energies and J/token."""
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.runner import run_day
+from tests.builders import DAY
+from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, write_known_endpoint
+
+DATE = DAY.isoformat()
+PHASE_ASSETS = ["power_1s", "phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
+
+
+def table(data_dir, name):
+    return pq.read_table(data_dir / "derived" / name / f"date={DATE}" / "part-0.parquet")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("known") / "data"
+    power = write_known_endpoint(data_dir)
+    outcome = run_day(data_dir, DATE)
+    assert outcome.success, outcome.error
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    for name in ("phase_timeline", "phase_segments", "request_energy"):
+        con.register(name, table(data_dir, name))
+    return con, outcome, power
+
+
+def test_timeline_counts_and_labels(built):
+    con, _, _ = built
+    rows = con.execute(
+        """SELECT (epoch_ms(ts) % 86400000) / 100 AS slot, n_prefill, n_decode, phase, prefill_estimated
+           FROM phase_timeline WHERE gpu = 0 ORDER BY ts"""
+    ).fetchall()
+    assert len(rows) == 600
+    by_slot = {r[0]: r[1:] for r in rows}
+    assert by_slot[99] == (0, 0, "idle", False)
+    assert by_slot[100] == (1, 0, "prefill", False)
+    assert by_slot[105] == (0, 1, "decode", False)
+    assert by_slot[120] == (1, 1, "prefill", False)  # B's prefill while A decodes
+    assert by_slot[125] == (0, 2, "decode", False)
+    assert by_slot[145] == (0, 0, "idle", False)
+    # C's prefill [20.05, 20.35) touches slots 200..203; its decode ends at 21.35 (slot 213).
+    assert [by_slot[s][2] for s in range(199, 215)] == ["idle"] + ["prefill"] * 4 + ["decode"] * 10 + ["idle"]
+    # E has no prefill_start: it waits for D's prefill to end at 30.5 (slot 305).
+    assert by_slot[303] == (1, 0, "prefill", False)
+    assert by_slot[305] == (1, 1, "prefill", True)
+    assert by_slot[308] == (0, 2, "decode", False)
+
+
+def test_segments_exact_boundaries_and_power(built):
+    con, _, _ = built
+    segs = con.execute(
+        """SELECT strftime(start_ts, '%S.%g'), strftime(end_ts, '%S.%g'), phase, mean_w, peak_w, energy_j, above_tdp
+           FROM phase_segments WHERE source = 'requests' AND gpu = 0 AND phase = 'prefill' ORDER BY start_ts"""
+    ).fetchall()
+    assert segs == [
+        ("10.000", "10.500", "prefill", P_PRE, P_PRE, pytest.approx(P_PRE * 0.5), True),
+        ("12.000", "12.200", "prefill", P_PRE, P_PRE, pytest.approx(P_PRE * 0.2), True),
+        ("20.000", "20.400", "prefill", P_PRE, P_PRE, pytest.approx(P_PRE * 0.4), True),
+        ("30.000", "30.800", "prefill", P_PRE, P_PRE, pytest.approx(P_PRE * 0.8), True),
+    ]
+    toks = con.execute(
+        "SELECT sum(prompt_tokens), sum(output_tokens) FROM phase_segments WHERE source = 'requests' AND gpu = 0"
+    ).fetchone()
+    assert toks == (pytest.approx(500 + 200 + 300 + 100 + 60), pytest.approx(100 + 50 + 10 + 20 + 30))
+
+
+def test_request_energy_exact(built):
+    con, _, _ = built
+    got = {r[0]: r[1:] for r in con.execute(
+        "SELECT request_id, prefill_j, decode_j, total_j, j_per_prompt_token, j_per_output_token, prefill_start_estimated FROM request_energy"
+    ).fetchall()}
+    g = 2 * 0.1  # two GPUs, 100 ms slots: joules per slot = g × W
+    shared = 10 * g * P_DEC2  # 12.2–13.2: A and B decode together, split 25 : 50 tokens/s
+    a_dec = 28 * g * P_DEC + shared / 3
+    b_dec = shared * 2 / 3
+    d_rate, e_rate = 20 / 0.5, 30 / 0.7  # 308, 309: D and E decode together
+    both = 2 * g * P_DEC2
+    d_dec = both * d_rate / (d_rate + e_rate)
+    e_dec = both - d_dec + 5 * g * P_DEC
+    expected = {
+        "A": (5 * g * P_PRE, a_dec, 500, 100, False),
+        "B": (2 * g * P_PRE, b_dec, 200, 50, False),
+        "C": (4 * g * P_PRE, 10 * g * P_DEC, 300, 10, False),
+        "D": (5 * g * P_PRE, d_dec, 100, 20, False),
+        "E": (3 * g * P_PRE, e_dec, 60, 30, True),
+    }
+    assert set(got) == set(expected)
+    for rid, (pre, dec, pt, ot, est) in expected.items():
+        assert got[rid] == (
+            pytest.approx(pre, rel=1e-9), pytest.approx(dec, rel=1e-9), pytest.approx(pre + dec, rel=1e-9),
+            pytest.approx(pre / pt, rel=1e-9), pytest.approx(dec / ot, rel=1e-9), est,
+        ), rid
+    assert got["A"][3] == pytest.approx(1.6)  # 800 W × 2 GPUs × 0.5 s / 500 tokens
+
+
+def test_conservation_and_checks(built):
+    con, outcome, power = built
+    measured = 2 * 0.1 * power.sum()
+    attributed = con.execute("SELECT sum(total_j) FROM request_energy").fetchone()[0]
+    idle = 2 * 0.1 * P_IDLE * (power == P_IDLE).sum()
+    assert attributed + idle == pytest.approx(measured, rel=1e-9)
+    failed = {(c.asset, c.check) for c in outcome.failed_checks}
+    assert ("request_energy", "energy_conservation") not in failed
+    assert ("phase_timeline", "clock_skew") not in failed
+    assert ("phase_segments", "power_segmentation_agreement") not in failed
+
+
+def test_power_only_segmentation_matches_on_clean_signal(built):
+    con, _, _ = built
+    mismatched = con.execute(
+        "SELECT count(*) FROM phase_timeline WHERE (phase = 'prefill') <> (power_phase = 'prefill')"
+    ).fetchone()[0]
+    assert mismatched == 0
