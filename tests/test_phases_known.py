@@ -24,7 +24,7 @@ def built(tmp_path_factory):
     assert outcome.success, outcome.error
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    for name in ("phase_timeline", "phase_segments", "request_energy"):
+    for name in ("phase_timeline", "phase_segments", "request_energy", "energy_per_token"):
         con.register(name, table(data_dir, name))
     return con, outcome, power
 
@@ -116,3 +116,35 @@ def test_power_only_segmentation_matches_on_clean_signal(built):
         "SELECT count(*) FROM phase_timeline WHERE (phase = 'prefill') <> (power_phase = 'prefill')"
     ).fetchone()[0]
     assert mismatched == 0
+
+
+def test_energy_per_token_all_and_buckets(built):
+    con, _, power = built
+    row = con.execute(
+        """SELECT j_per_prompt_token, j_per_output_token, j_per_request, prefill_mean_w, decode_mean_w,
+                  prefill_time_share, prefill_energy_share, tdp_exceedances, requests, idle_j, energy_j
+           FROM energy_per_token WHERE bucket_kind = 'all'"""
+    ).fetchone()
+    g = 2 * 0.1
+    pre_slots = 5 + 2 + 4 + 5 + 3
+    dec = power[(power == P_DEC) | (power == P_DEC2)]
+    dec_j = g * dec.sum()
+    assert row[0] == pytest.approx(pre_slots * g * P_PRE / 1160)
+    assert row[1] == pytest.approx(dec_j / 210)
+    assert row[2] == pytest.approx((pre_slots * g * P_PRE + dec_j) / 5)
+    assert row[3:5] == (pytest.approx(P_PRE), pytest.approx(dec.mean()))
+    assert row[5] == pytest.approx(pre_slots / (pre_slots + len(dec)))
+    assert row[6] == pytest.approx(pre_slots * P_PRE / (pre_slots * P_PRE + dec.sum()))
+    # 4 prefill segments above the 700 W TDP on each of 2 GPUs, over 2 GPU × 60 s.
+    assert row[7] == pytest.approx(8 / (2 * 60 / 3600))
+    assert row[8] == 5
+    assert row[9] == pytest.approx(g * P_IDLE * (power == P_IDLE).sum())
+    assert row[10] == pytest.approx(g * power.sum())
+    kinds = dict(con.execute(
+        "SELECT bucket_kind, sum(requests) FROM energy_per_token GROUP BY ALL"
+    ).fetchall())
+    assert kinds == {"all": 5, "batch_size": 5, "prompt_len": 5, "output_len": 5, "hour": 5, "gpu_model": 5, "power_limit": 5}
+    assert con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'power_limit'").fetchall() == [("700 W",)]
+    assert con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'gpu_model'").fetchall() == [("H200",)]
+    # Slot-level batch buckets: slots with 1 request and with 2 (A+B, D+E) exist.
+    assert {b for (b,) in con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'batch_size'").fetchall()} == {"1", "2"}

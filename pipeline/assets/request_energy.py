@@ -1,6 +1,6 @@
 """Energy per request (`request_energy`) and per token along the serving axes (`energy_per_token`)."""
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
 from pipeline.assets.phases import phase_segments, phase_timeline
@@ -38,4 +38,33 @@ def request_energy(context: AssetExecutionContext, warehouse: WarehouseResource)
             "j_per_request": round(j_req or 0.0, 1),
         },
         check_results=results,
+    )
+
+
+@asset(
+    partitions_def=daily_partitions,
+    deps=[request_energy, phase_segments],
+    group_name="phases",
+    kinds={"duckdb", "parquet"},
+    pool=DUCKDB_POOL,
+)
+def energy_per_token(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    """J per prompt/output token and per request, mean power and shares per phase, TDP peaks per
+    hour: per endpoint, overall and by batch size, prompt/output length, hour, GPU model and power limit."""
+    date = context.partition_key
+    with warehouse.connection(date) as con:
+        rows = warehouse.write_partition(con, "energy_per_token", date, sqlfiles.query("energy_per_token"))
+        overall = con.execute(
+            """SELECT endpoint, round(j_per_prompt_token, 4), round(j_per_output_token, 4), round(prefill_energy_share, 3),
+                      round(prefill_mean_w), round(decode_mean_w)
+               FROM energy_per_token WHERE date = getvariable('partition_date') AND bucket_kind = 'all' ORDER BY 1"""
+        ).fetchall()
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": rows,
+            "by_endpoint": MetadataValue.json(
+                {e: {"j_per_prompt_token": a, "j_per_output_token": b, "prefill_energy_share": c, "prefill_mean_w": d, "decode_mean_w": f}
+                 for e, a, b, c, d, f in overall}
+            ),
+        },
     )
