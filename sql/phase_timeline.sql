@@ -1,6 +1,6 @@
 -- phase_timeline: per endpoint GPU (inventory) and 100 ms slot of the partition day.
---   power_w / energy_j : the slot's mean power (power_100ms); a slot without samples holds the
---                        GPU's previous slot for up to 1 s (250 ms and 1 s sources), else NULL.
+--   power_w / energy_j : the slot's mean power (power_100ms); a slot without samples is linearly
+--                        interpolated from its neighbours ≤ 1 s apart (250 ms and 1 s sources), else NULL.
 --   n_prefill, n_decode: requests of the endpoint in prefill / decode during the slot (any overlap).
 --   phase              : 'prefill' if n_prefill > 0, else 'decode' if n_decode > 0, else 'idle';
 --                        NULL when the endpoint has no request log that day.
@@ -24,14 +24,29 @@ span AS (
 ep_grid AS (
     SELECT endpoint, unnest(range(lo, hi + 1)) AS slot FROM span
 ),
-held AS (
-    SELECT g.endpoint, g.host, g.gpu, g.tdp_w, e.slot,
-           last_value(pw.power_w IGNORE NULLS) OVER (
-               PARTITION BY g.host, g.gpu ORDER BY e.slot ROWS BETWEEN 9 PRECEDING AND CURRENT ROW
-           ) AS power_w
+filled AS (
+    SELECT g.endpoint, g.host, g.gpu, g.tdp_w, e.slot, pw.power_w,
+           last_value(pw.power_w IGNORE NULLS) OVER before AS prev_w,
+           last_value(CASE WHEN pw.power_w IS NOT NULL THEN e.slot END IGNORE NULLS) OVER before AS prev_slot,
+           first_value(pw.power_w IGNORE NULLS) OVER after AS next_w,
+           first_value(CASE WHEN pw.power_w IS NOT NULL THEN e.slot END IGNORE NULLS) OVER after AS next_slot
     FROM ep_grid AS e
     JOIN gpus AS g USING (endpoint)
     LEFT JOIN pw USING (endpoint, host, gpu, slot)
+    WINDOW before AS (PARTITION BY g.host, g.gpu ORDER BY e.slot ROWS BETWEEN 10 PRECEDING AND CURRENT ROW),
+           after AS (PARTITION BY g.host, g.gpu ORDER BY e.slot ROWS BETWEEN CURRENT ROW AND 10 FOLLOWING)
+),
+held AS (  -- a slot without samples interpolates linearly between the GPU's neighbouring slots less
+           -- than 1 s apart (250 ms and 1 s sources), or takes the one neighbour within 1 s, else NULL
+    SELECT endpoint, host, gpu, tdp_w, slot,
+           CASE
+               WHEN power_w IS NOT NULL THEN power_w
+               WHEN prev_w IS NOT NULL AND next_w IS NOT NULL AND next_slot - prev_slot <= 10
+                   THEN prev_w + (next_w - prev_w) * (slot - prev_slot) / (next_slot - prev_slot)
+               WHEN prev_w IS NOT NULL AND slot - prev_slot < 10 AND next_w IS NULL THEN prev_w
+               WHEN next_w IS NOT NULL AND next_slot - slot < 10 AND prev_w IS NULL THEN next_w
+           END AS power_w
+    FROM filled
 ),
 ev AS (
     SELECT endpoint, phase, sa AS slot, 1 AS dn, estimated::INT AS dest, 0.0 AS drate,
@@ -74,13 +89,14 @@ ep_state AS (
            e.endpoint IN (SELECT endpoint FROM request_phases) AS logged
     FROM ep_grid AS e ASOF LEFT JOIN state AS s ON e.endpoint = s.endpoint AND e.slot >= s.slot
 ),
-idle_floor AS (
-    SELECT host, gpu, quantile_cont(power_w, 0.05) AS idle_w FROM pw GROUP BY ALL
+idle_floor AS (  -- 5th percentile, capped at 25 % of TDP for captures that are never idle
+    SELECT p.host, p.gpu, least(quantile_cont(p.power_w, 0.05), 0.25 * any_value(g.tdp_w)) AS idle_w
+    FROM pw AS p JOIN gpus AS g USING (host, gpu) GROUP BY ALL
 ),
 busy AS (
     SELECT h.host, h.gpu, h.slot // 36000 AS hour, h.power_w
     FROM held AS h JOIN idle_floor AS q USING (host, gpu)
-    WHERE h.power_w > q.idle_w + 0.1 * (h.tdp_w - q.idle_w)
+    WHERE h.power_w > q.idle_w + 0.05 * (h.tdp_w - q.idle_w)
 ),
 active AS (
     SELECT h.host, h.gpu, h.hour, any_value(h.tdp_w) AS tdp_w, any_value(q.idle_w) AS idle_w,
@@ -91,7 +107,7 @@ active AS (
     GROUP BY ALL
 ),
 levels AS (
-    -- power-only thresholds per GPU and hour: idle floor = the GPU's 5th percentile of the day;
+    -- power-only thresholds per GPU and hour: idle floor = the GPU's 5th percentile of the day (≤ TDP/4);
     -- active level = median of the hour's slots clearly above idle (mostly decode, which outlasts
     -- prefill; the day's when the hour has < 1 min of them); hysteresis enters prefill at
     -- active + 50 % and leaves it below active + 30 % of the headroom to TDP.
