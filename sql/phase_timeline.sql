@@ -36,8 +36,8 @@ busy AS (  -- slots clearly above idle, per GPU and hour and per GPU over the da
     UNION ALL
     SELECT host, gpu, -1, w, sum(n) FROM hist JOIN idle_floor USING (host, gpu) WHERE w > idle_w + 0.05 * (tdp_w - idle_w) GROUP BY host, gpu, w
 ),
-busy_median AS (
-    SELECT host, gpu, hour, min(w) FILTER (WHERE cum >= 0.5 * total) AS active_w, any_value(total) AS n_active
+busy_q25 AS (
+    SELECT host, gpu, hour, min(w) FILTER (WHERE cum >= 0.25 * total) AS active_w, any_value(total) AS n_active
     FROM (
         SELECT host, gpu, hour, w, sum(n) OVER (PARTITION BY host, gpu, hour ORDER BY w) AS cum,
                sum(n) OVER (PARTITION BY host, gpu, hour) AS total
@@ -46,9 +46,9 @@ busy_median AS (
     GROUP BY host, gpu, hour
 ),
 levels AS (
-    -- power-only thresholds per GPU and hour: active level = median of the hour's slots clearly
-    -- above idle (mostly decode, which outlasts prefill; the day's when the hour has < 1 min of
-    -- them); hysteresis enters prefill at active + 50 % and leaves it below active + 30 % of the
+    -- power-only thresholds per GPU and hour: active level = lower quartile of the hour's slots
+    -- clearly above idle (decode draws less than prefill; a quartile stays on decode while prefill
+    -- holds < 75 % of the busy time; the day's when the hour has < 1 min of them); hysteresis enters prefill at active + 50 % and leaves it below active + 30 % of the
     -- headroom to TDP; below the middle of idle and active is idle.
     SELECT host, gpu, hour, idle_w, active_w,
            active_w + 0.5 * greatest(tdp_w - active_w, 0.25 * active_w) AS enter_w,
@@ -59,8 +59,8 @@ levels AS (
                coalesce(CASE WHEN any_value(b.n_active) >= 600 THEN any_value(b.active_w) END, any_value(d.active_w), any_value(f.idle_w)) AS active_w
         FROM hist AS h
         JOIN idle_floor AS f USING (host, gpu)
-        LEFT JOIN busy_median AS b ON b.host = h.host AND b.gpu = h.gpu AND b.hour = h.hour
-        LEFT JOIN busy_median AS d ON d.host = h.host AND d.gpu = h.gpu AND d.hour = -1
+        LEFT JOIN busy_q25 AS b ON b.host = h.host AND b.gpu = h.gpu AND b.hour = h.hour
+        LEFT JOIN busy_q25 AS d ON d.host = h.host AND d.gpu = h.gpu AND d.hour = -1
         GROUP BY h.host, h.gpu, h.hour
     )
 ),

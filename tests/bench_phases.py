@@ -68,14 +68,15 @@ def main() -> None:
 
     data_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/wattline-bench-phases")
     hours = float(sys.argv[2]) if len(sys.argv) > 2 else 24
-    t = time.perf_counter()
-    n = write_day(data_dir, hours)
-    print(f"wrote {ENDPOINTS}x{GPUS} GPUs x {hours:g} h at 10 Hz, {n} requests in {time.perf_counter() - t:.1f} s")
-    for asset in ("phase_timeline", "phase_segments", "request_energy", "energy_per_token"):
+    if not (data_dir / "power").exists():
         t = time.perf_counter()
+        n = write_day(data_dir, hours)
+        print(f"wrote {ENDPOINTS}x{GPUS} GPUs x {hours:g} h at 10 Hz, {n} requests in {time.perf_counter() - t:.1f} s", flush=True)
+    for asset in ("phase_timeline", "phase_segments", "request_energy", "energy_per_token"):
+        t, c = time.perf_counter(), time.process_time()
         outcome = run_day(data_dir, DAY.isoformat(), selection=[asset])
-        print(f"{asset}: {time.perf_counter() - t:.1f} s ok={outcome.success} {outcome.error or ''} "
-              f"failed checks={[(c.check, c.description[:120]) for c in outcome.failed_checks]}")
+        print(f"{asset}: {time.perf_counter() - t:.1f} s wall, {time.process_time() - c:.1f} s CPU, ok={outcome.success} {outcome.error or ''} "
+              f"failed checks={[(c.check, c.description[:120]) for c in outcome.failed_checks]}", flush=True)
 
 
 if __name__ == "__main__":
