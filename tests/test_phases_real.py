@@ -77,7 +77,7 @@ def test_a100_smoke_prefill_time_draws_more_than_decode(tmp_path, run):
     [
         # A100 nvidia-smi instant power at 250 ms: measured precision 0.82, token recall 0.51.
         ("vllm-a100-burstgpt", 400.0, "A100", 0.7, 0.4),
-        # H100 power.draw is a 1 s average: ShareGPT prefills (≈ 10 ms each, 4 % of the time under
+        # H100 power.draw is a 1 s average: ShareGPT prefills (≈ 14 ms each, 4 % of the time under
         # continuous batching) vanish in it; nothing is detected, documented in docs/phases.md.
         ("vllm-h100-qwen3-8b", 700.0, "H100", 0.0, 0.0),
     ],
