@@ -17,15 +17,9 @@ WITH labelled AS (
     FROM phase_timeline
     WHERE date = getvariable('partition_date') AND power_phase IS NOT NULL
 ),
-marked AS (
-    SELECT *,
-           CASE WHEN phase IS DISTINCT FROM lag(phase) OVER w OR slot - lag(slot) OVER w <> 1 THEN 1 ELSE 0 END AS starts
+runs AS (  -- gaps and islands: within one label, consecutive slots share slot - row_number()
+    SELECT *, slot - row_number() OVER (PARTITION BY endpoint, host, gpu, source, phase ORDER BY slot) AS run
     FROM labelled
-    WINDOW w AS (PARTITION BY endpoint, host, gpu, source ORDER BY slot)
-),
-runs AS (
-    SELECT *, sum(starts) OVER (PARTITION BY endpoint, host, gpu, source ORDER BY slot ROWS UNBOUNDED PRECEDING) AS run
-    FROM marked
 )
 SELECT
     getvariable('partition_date') AS date,
@@ -34,7 +28,7 @@ SELECT
     r.gpu,
     slot_ts(min(r.slot)) AS start_ts,
     slot_ts(max(r.slot) + 1) AS end_ts,
-    any_value(r.phase) AS phase,
+    r.phase,
     r.source,
     avg(r.power_w)::FLOAT AS mean_w,
     max(r.power_w)::FLOAT AS peak_w,
@@ -43,5 +37,5 @@ SELECT
     sum(r.output_tokens) AS output_tokens,
     coalesce(max(r.power_w) > any_value(i.tdp_w), false) AS above_tdp
 FROM runs AS r JOIN inventory_gpus AS i USING (host, gpu)
-GROUP BY r.endpoint, r.host, r.gpu, r.source, r.run
+GROUP BY r.endpoint, r.host, r.gpu, r.source, r.phase, r.run
 ORDER BY r.endpoint, r.host, r.gpu, r.source, start_ts
