@@ -1,0 +1,58 @@
+"""The `wattline` command: user mistakes are one line and exit 2.
+
+Missing/empty data dirs and `sql`'s read-only guarantees: tests/faults/test_pipeline_empty_dir.py
+and tests/faults/test_pipeline_security.py."""
+
+import json
+
+import pytest
+
+from pipeline.runner import run_day
+from tests.builders import DAY, write_square_fleet
+from tests.cli_util import invoke as _run
+from tests.cli_util import one_line_error as _one_line_error
+
+
+def test_bad_date_is_one_line(tmp_path):
+    _one_line_error(_run("run", "--date", "2026-13-01", "--data-dir", str(tmp_path)), "bad date '2026-13-01'")
+
+
+def test_data_dir_from_environment(tmp_path):
+    result = _run("run", "--date", "2026-11-30", env={"WATTLINE_DATA_DIR": str(tmp_path / "env-dir")})
+    _one_line_error(result, str(tmp_path / "env-dir"))
+
+
+@pytest.fixture(scope="module")
+def built_dir(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("cli") / "data"
+    write_square_fleet(data_dir, seconds=120)
+    assert run_day(data_dir, DAY.isoformat()).success
+    return data_dir
+
+
+def test_sql_answers_joins_in_every_format(built_dir, tmp_path):
+    q = "select i.role, round(avg(p.mean_w)) as mean_w from power_1s p join inventory_gpus i using (host, gpu) group by all order by 1"
+    table = _run("sql", q, "--data-dir", str(built_dir))
+    assert table.exit_code == 0 and "inference" in table.output and "(2 rows)" in table.output
+    csv = _run("sql", q, "--format", "csv", "--data-dir", str(built_dir))
+    assert csv.output.splitlines() == ['"role","mean_w"', '"inference",200', '"training",400']
+    js = json.loads(_run("sql", q, "--format", "json", "--data-dir", str(built_dir)).output)
+    assert js == [{"role": "inference", "mean_w": 200.0}, {"role": "training", "mean_w": 400.0}]
+    out = tmp_path / "r.parquet"
+    assert _run("sql", q, "--format", "parquet", "--out", str(out), "--data-dir", str(built_dir)).exit_code == 0
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out).num_rows == 2
+
+
+def test_sql_unknown_table_is_one_line(built_dir):
+    _one_line_error(_run("sql", "select * from no_such_table", "--data-dir", str(built_dir)), "no_such_table")
+
+
+def test_definitions_load():
+    from pipeline.definitions import defs
+
+    job = defs.resolve_job_def("daily_job")
+    assert {"power_1s", "fleet_power_1s"} <= set(job.graph.node_names())
+    assert defs.resolve_schedule_def("daily_job_schedule") is not None
+    assert defs.resolve_sensor_def("new_parquet_sensor") is not None
