@@ -64,12 +64,13 @@ levels AS (
         GROUP BY h.host, h.gpu, h.hour
     )
 ),
-sampled AS (  -- one pass per GPU: hysteresis state and the next sample, for gap interpolation
+sampled AS (  -- one pass per GPU: hysteresis state and the next sample, for gap interpolation.
+    -- State = the last slot at or above enter (odd key) or below leave (even key): one running max.
     SELECT p.endpoint, p.host, p.gpu, p.slot, p.power_w, l.idle_max_w,
            lead(p.slot) OVER w AS next_slot,
            lead(p.power_w) OVER w AS next_w,
-           max(CASE WHEN p.power_w >= l.enter_w THEN p.slot END) OVER w
-               > coalesce(max(CASE WHEN p.power_w < l.leave_w THEN p.slot END) OVER w, -1) AS in_prefill
+           coalesce(max(CASE WHEN p.power_w >= l.enter_w THEN 2 * p.slot + 1 WHEN p.power_w < l.leave_w THEN 2 * p.slot END)
+                    OVER (w ROWS UNBOUNDED PRECEDING) % 2 = 1, false) AS in_prefill
     FROM pw AS p JOIN levels AS l ON l.host = p.host AND l.gpu = p.gpu AND l.hour = p.slot // 36000
     WINDOW w AS (PARTITION BY p.host, p.gpu ORDER BY p.slot)
 ),
@@ -109,9 +110,10 @@ ev_slot AS (
            coalesce(sum(edge) FILTER (WHERE phase = 'decode'), 0) AS edge_dec
     FROM ev GROUP BY ALL
 ),
-state AS (  -- running sums over the endpoint grid and the event slots together (no ASOF needed)
+state AS (  -- running sums over the endpoint grid and the event slots together (no ASOF needed);
+            -- the three counts travel packed in one integer sum (20 bits each)
     SELECT endpoint, slot, on_grid,
-           sum(dn_pre) OVER w AS n_prefill, sum(dn_dec) OVER w AS n_decode, sum(dest) OVER w AS n_estimated,
+           sum(dn_pre + dn_dec * 1048576 + dest * 1099511627776) OVER w AS packed,
            sum(drate_pre) OVER w * 100000000 + edge_pre AS prompt_tokens,
            sum(drate_dec) OVER w * 100000000 + edge_dec AS output_tokens
     FROM (
@@ -126,9 +128,9 @@ state AS (  -- running sums over the endpoint grid and the event slots together 
 ),
 ep_state AS (
     SELECT endpoint, slot,
-           n_prefill::INTEGER AS n_prefill,
-           n_decode::INTEGER AS n_decode,
-           n_estimated > 0 AS prefill_estimated,
+           (packed % 1048576)::INTEGER AS n_prefill,
+           (packed // 1048576 % 1048576)::INTEGER AS n_decode,
+           packed // 1099511627776 > 0 AS prefill_estimated,
            greatest(prompt_tokens, 0) AS prompt_tokens,
            greatest(output_tokens, 0) AS output_tokens,
            endpoint IN (SELECT endpoint FROM request_phases) AS logged
