@@ -22,7 +22,7 @@ WITH meta AS (
 slots AS (  -- compact: GPU-slots per endpoint, hour, concurrency and label
     SELECT endpoint, CASE WHEN any_value(phase) IS NULL THEN 'power' ELSE 'requests' END AS source,
            hour(ts) AS hour, n_prefill + n_decode AS batch, coalesce(phase, power_phase) AS label,
-           count(power_w) AS n, sum(power_w) AS sum_w, coalesce(sum(energy_j), 0) AS energy_j
+           count(power_w) AS n, xsum(power_w) AS sum_w, coalesce(xsum(energy_j), 0) AS energy_j
     FROM phase_timeline
     WHERE date = getvariable('partition_date')
     GROUP BY endpoint, hour(ts), n_prefill + n_decode, coalesce(phase, power_phase), phase IS NULL
@@ -36,12 +36,12 @@ slot_buckets AS (
 ),
 power_metrics AS (
     SELECT endpoint, kind, bucket, any_value(source) AS source,
-           sum(sum_w) FILTER (WHERE label = 'prefill') / nullif(sum(n) FILTER (WHERE label = 'prefill'), 0) AS prefill_mean_w,
-           sum(sum_w) FILTER (WHERE label = 'decode') / nullif(sum(n) FILTER (WHERE label = 'decode'), 0) AS decode_mean_w,
+           xsum(CASE WHEN label = 'prefill' THEN sum_w END) / nullif(sum(n) FILTER (WHERE label = 'prefill'), 0) AS prefill_mean_w,
+           xsum(CASE WHEN label = 'decode' THEN sum_w END) / nullif(sum(n) FILTER (WHERE label = 'decode'), 0) AS decode_mean_w,
            sum(n) FILTER (WHERE label = 'prefill') / nullif(sum(n) FILTER (WHERE label IN ('prefill', 'decode')), 0) AS prefill_time_share,
-           sum(energy_j) FILTER (WHERE label = 'prefill') / nullif(sum(energy_j) FILTER (WHERE label IN ('prefill', 'decode')), 0) AS prefill_energy_share,
-           coalesce(sum(energy_j) FILTER (WHERE label = 'idle'), 0) AS idle_j,
-           sum(energy_j) AS energy_j,
+           xsum(CASE WHEN label = 'prefill' THEN energy_j END) / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN energy_j END), 0) AS prefill_energy_share,
+           coalesce(xsum(CASE WHEN label = 'idle' THEN energy_j END), 0) AS idle_j,
+           xsum(energy_j) AS energy_j,
            sum(n) / 36000.0 AS gpu_hours
     FROM slot_buckets GROUP BY ALL
 ),
@@ -84,9 +84,9 @@ req_buckets AS (
 ),
 request_metrics AS (
     SELECT endpoint, kind, bucket, count(*) AS requests,
-           sum(prefill_j) / nullif(sum(prompt_tokens), 0) AS j_per_prompt_token,
-           sum(decode_j) / nullif(sum(output_tokens), 0) AS j_per_output_token,
-           avg(total_j) AS j_per_request,
+           xsum(prefill_j) / nullif(sum(prompt_tokens), 0) AS j_per_prompt_token,
+           xsum(decode_j) / nullif(sum(output_tokens), 0) AS j_per_output_token,
+           xsum(total_j) / count(*) AS j_per_request,
            sum(prompt_tokens) AS prompt_tokens, sum(output_tokens) AS output_tokens
     FROM req_buckets GROUP BY ALL
 )

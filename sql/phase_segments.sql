@@ -30,11 +30,11 @@ SELECT
     slot_ts(max(r.slot) + 1) AS end_ts,
     r.phase,
     r.source,
-    avg(r.power_w)::FLOAT AS mean_w,
+    (xsum(r.power_w) / count(r.power_w))::FLOAT AS mean_w,
     max(r.power_w)::FLOAT AS peak_w,
-    coalesce(sum(r.energy_j), 0) AS energy_j,
-    sum(r.prompt_tokens) AS prompt_tokens,
-    sum(r.output_tokens) AS output_tokens,
+    coalesce(xsum(r.energy_j), 0) AS energy_j,
+    xsum(r.prompt_tokens) AS prompt_tokens,
+    xsum(r.output_tokens) AS output_tokens,
     coalesce(max(r.power_w) > any_value(i.tdp_w), false) AS above_tdp
 FROM runs AS r JOIN inventory_gpus AS i USING (host, gpu)
 GROUP BY r.endpoint, r.host, r.gpu, r.source, r.phase, r.run

@@ -95,27 +95,27 @@ ev AS (
     UNION ALL
     SELECT endpoint, phase, sb, 0, 0, 0.0, rate * (b_ns - sb * 100000000) FROM request_intervals WHERE sb > sa
     UNION ALL
-    SELECT endpoint, phase, sa + 1, 0, 0, rate, 0.0 FROM request_intervals WHERE sb > sa
+    SELECT endpoint, phase, sa + 1, 0, 0, rate * 100000000, 0.0 FROM request_intervals WHERE sb > sa
     UNION ALL
-    SELECT endpoint, phase, sb, 0, 0, -rate, 0.0 FROM request_intervals WHERE sb > sa
+    SELECT endpoint, phase, sb, 0, 0, -rate * 100000000, 0.0 FROM request_intervals WHERE sb > sa
 ),
 ev_slot AS (
     SELECT endpoint, slot,
            coalesce(sum(dn) FILTER (WHERE phase = 'prefill'), 0) AS dn_pre,
            coalesce(sum(dn) FILTER (WHERE phase = 'decode'), 0) AS dn_dec,
            coalesce(sum(dest), 0) AS dest,
-           coalesce(sum(drate) FILTER (WHERE phase = 'prefill'), 0) AS drate_pre,
-           coalesce(sum(drate) FILTER (WHERE phase = 'decode'), 0) AS drate_dec,
-           coalesce(sum(edge) FILTER (WHERE phase = 'prefill'), 0) AS edge_pre,
-           coalesce(sum(edge) FILTER (WHERE phase = 'decode'), 0) AS edge_dec
+           coalesce(xsum(CASE WHEN phase = 'prefill' THEN drate END), 0) AS drate_pre,
+           coalesce(xsum(CASE WHEN phase = 'decode' THEN drate END), 0) AS drate_dec,
+           coalesce(xsum(CASE WHEN phase = 'prefill' THEN edge END), 0) AS edge_pre,
+           coalesce(xsum(CASE WHEN phase = 'decode' THEN edge END), 0) AS edge_dec
     FROM ev GROUP BY ALL
 ),
 state AS (  -- running sums over the endpoint grid and the event slots together (no ASOF needed);
             -- the three counts travel packed in one integer sum (20 bits each)
     SELECT endpoint, slot, on_grid,
            sum(dn_pre + dn_dec * 1048576 + dest * 1099511627776) OVER w AS packed,
-           sum(drate_pre) OVER w * 100000000 + edge_pre AS prompt_tokens,
-           sum(drate_dec) OVER w * 100000000 + edge_dec AS output_tokens
+           sum(drate_pre) OVER w + edge_pre AS prompt_tokens,
+           sum(drate_dec) OVER w + edge_dec AS output_tokens
     FROM (
         SELECT endpoint, slot, g.gslot IS NOT NULL AS on_grid,
                coalesce(dn_pre, 0) AS dn_pre, coalesce(dn_dec, 0) AS dn_dec, coalesce(dest, 0) AS dest,

@@ -80,3 +80,12 @@ def test_two_second_request_clock_offset_is_reported(sim, tmp_path):
     assert set(offsets) == {"chat-a", "chat-b"}
     # One grid step of tolerance: a prefill labels every slot it touches, the power rises inside it.
     assert all(abs(int(v) - 2000) <= 100 for v in offsets.values()), offsets
+
+
+def test_rematerializing_gives_identical_phase_tables(sim):
+    d, _ = sim
+    before = {n: pq.read_table(d / "derived" / n / f"date={DATE}" / "part-0.parquet") for n in ASSETS}
+    again = run_day(d, DATE, selection=ASSETS)
+    assert again.success, again.error
+    for name, table in before.items():
+        assert pq.read_table(d / "derived" / name / f"date={DATE}" / "part-0.parquet").equals(table), name
