@@ -23,7 +23,12 @@ def request_energy(context: AssetExecutionContext, warehouse: WarehouseResource)
     rule in docs/phases.md); idle energy stays with the endpoint (energy_per_token.idle_j)."""
     date = context.partition_key
     with warehouse.connection(date) as con:
-        rows = warehouse.write_partition(con, "request_energy", date, sqlfiles.query("request_energy"))
+        # One attribution pass for the table and its conservation check: every request touching
+        # the day is charged; the partition keeps the day's arrivals (the SQL file's own filter).
+        checks.charge_all_requests(con)
+        rows = warehouse.write_partition(
+            con, "request_energy", date, "SELECT * FROM _charged WHERE arrival_ts >= day_start() ORDER BY endpoint, arrival_ts, request_id"
+        )
         j_pre, j_out, j_req = con.execute(
             """SELECT sum(prefill_j) / nullif(sum(prompt_tokens), 0), sum(decode_j) / nullif(sum(output_tokens), 0),
                       avg(total_j)

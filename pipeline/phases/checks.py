@@ -129,14 +129,19 @@ def power_segmentation_agreement(con) -> AssetCheckResult:
     )
 
 
-def conservation_rows(con) -> list[tuple]:
-    """Per logged endpoint: (endpoint, measured J, attributed J, idle J), attributed over every
-    request that touched the day (including the day before's arrivals)."""
+def charge_all_requests(con) -> None:
+    """Temp table `_charged`: request_energy's rows for every request that touched the day,
+    including the day before's arrivals still running after midnight (their share of this day)."""
     con.execute("SET VARIABLE request_energy_carryover = true")
     try:
         con.execute(f"CREATE OR REPLACE TEMP TABLE _charged AS {sqlfiles.query('request_energy')}")
     finally:
         con.execute("RESET VARIABLE request_energy_carryover")
+
+
+def conservation_rows(con) -> list[tuple]:
+    """Per logged endpoint: (endpoint, measured J, attributed J, idle J), attributed over every
+    request in `_charged` (see charge_all_requests)."""
     return con.execute(
         """
         WITH m AS (
