@@ -1,15 +1,17 @@
 """Phase tables on a constructed endpoint: exact boundaries, energies and J/token."""
 
 import duckdb
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from collectors.parquet_sink import write_dataset
+
 from pipeline.runner import run_day
-from tests.builders import DAY
-from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, write_known_endpoint
+from tests.builders import DAY, power_table
+from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, T0, endpoint_inventory, requests_table, write_known_endpoint
 
 DATE = DAY.isoformat()
-PHASE_ASSETS = ["power_1s", "phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
 
 
 def table(data_dir, name):
@@ -148,3 +150,23 @@ def test_energy_per_token_all_and_buckets(built):
     assert con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'gpu_model'").fetchall() == [("H200",)]
     # Slot-level batch buckets: slots with 1 request and with 2 (A+B, D+E) exist.
     assert {b for (b,) in con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'batch_size'").fetchall()} == {"1", "2"}
+
+
+def test_request_without_first_token_counts_as_prefill(tmp_path):
+    """A request that failed before its first token is prefill from its start to its end."""
+    d = tmp_path / "data"
+    endpoint_inventory(d, gpus=1)
+    rows = {"F": (5.0, 5.0, None, 6.0, 400, 0)}
+    power = [P_PRE if 50 <= i < 60 else P_IDLE for i in range(100)]
+    t = [T0 + i * 100_000_000 + 50_000_000 for i in range(100)]
+    write_dataset(power_table("infer-0", 0, np.array(t), np.array(power)), d, "power", prefix="p")
+    reqs = requests_table(rows)
+    write_dataset(reqs, d, "requests", prefix="r")
+    outcome = run_day(d, DATE, selection=["phase_timeline", "request_energy"])
+    assert outcome.success, outcome.error
+    con = duckdb.connect()
+    con.register("t", table(d, "phase_timeline"))
+    con.register("r", table(d, "request_energy"))
+    assert con.execute("SELECT count(*) FROM t WHERE phase = 'prefill'").fetchone()[0] == 10
+    assert con.execute("SELECT prefill_j, decode_j, j_per_output_token FROM r").fetchone() == (pytest.approx(10 * 0.1 * P_PRE), 0.0, None)
+
