@@ -61,14 +61,14 @@ peak_buckets AS (
 ),
 ep_slots AS (  -- endpoint concurrency per slot and its running sum, for each request's mean batch
     SELECT endpoint, slot, sum(c) OVER (PARTITION BY endpoint ORDER BY slot ROWS UNBOUNDED PRECEDING) AS cum_c
-    FROM (SELECT endpoint, slot_of(ts) AS slot, any_value(n_prefill + n_decode) AS c
+    FROM (SELECT endpoint, slot_100ms(ts) AS slot, any_value(n_prefill + n_decode) AS c
           FROM phase_timeline WHERE date = getvariable('partition_date') AND phase IS NOT NULL GROUP BY ALL)
 ),
 req AS (
     SELECT e.*, r.arrival_ts,
            (coalesce(hi.cum_c, 0) - coalesce(lo.cum_c, 0)) / greatest(r.last_slot - r.first_slot + 1, 1) AS mean_batch
     FROM request_energy AS e
-    JOIN (SELECT request_id, endpoint, arrival_ts, slot_of(prefill_start_ts) AS first_slot, (epoch_ns(end_ts) - 1) // 100000000 AS last_slot
+    JOIN (SELECT request_id, endpoint, arrival_ts, slot_100ms(prefill_start_ts) AS first_slot, (epoch_ns(end_ts) - 1) // 100000000 AS last_slot
           FROM request_phases) AS r USING (request_id, endpoint)
     ASOF LEFT JOIN ep_slots AS hi ON hi.endpoint = r.endpoint AND r.last_slot >= hi.slot
     ASOF LEFT JOIN ep_slots AS lo ON lo.endpoint = r.endpoint AND r.first_slot - 1 >= lo.slot

@@ -21,7 +21,7 @@ endpoints AS (
     SELECT DISTINCT endpoint, ek FROM gpus
 ),
 pw AS (
-    SELECT g.gk, g.ek, g.tdp_w, slot_of(p.ts) AS slot, p.power_w::DOUBLE AS power_w
+    SELECT g.gk, g.ek, g.tdp_w, slot_100ms(p.ts) AS slot, p.power_w::DOUBLE AS power_w
     FROM power_100ms AS p JOIN gpus AS g USING (host, gpu)
     WHERE p.date = getvariable('partition_date') AND p.power_w IS NOT NULL
 ),

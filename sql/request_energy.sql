@@ -8,7 +8,7 @@
 -- arrived the day before and ran past midnight are charged their share of this day but listed in
 -- their arrival day's partition only (with this day's share missing there: documented).
 WITH ep AS (
-    SELECT endpoint, slot_of(ts) AS slot, any_value(phase) AS phase, coalesce(xsum(energy_j), 0) AS energy_j,
+    SELECT endpoint, slot_100ms(ts) AS slot, any_value(phase) AS phase, coalesce(xsum(energy_j), 0) AS energy_j,
            any_value(prompt_tokens) AS prompt_tokens, any_value(output_tokens) AS output_tokens
     FROM phase_timeline
     WHERE date = getvariable('partition_date') AND phase IN ('prefill', 'decode')

@@ -13,7 +13,7 @@ from pipeline.resources import WarehouseResource
 
 @asset(
     partitions_def=daily_partitions,
-    deps=["power_1s", "requests"],
+    deps=["power_100ms", "requests"],
     group_name="phases",
     kinds={"duckdb", "parquet"},
     pool=DUCKDB_POOL,
