@@ -1,0 +1,71 @@
+"""Inference phases on the 100 ms grid: `phase_timeline` (per endpoint GPU and slot) and
+`phase_segments` (runs of one label, from the request log and from power alone)."""
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+
+from pipeline import sqlfiles
+from pipeline.constants import DUCKDB_POOL
+from pipeline.partitions import daily_partitions
+from pipeline.phases import checks
+from pipeline.phases.grid import ensure_power_grid
+from pipeline.resources import WarehouseResource
+
+
+@asset(
+    partitions_def=daily_partitions,
+    deps=["power_100ms", "requests"],
+    group_name="phases",
+    kinds={"duckdb", "parquet"},
+    pool=DUCKDB_POOL,
+    check_specs=[c.spec("phase_timeline") for c in checks.TIMELINE_CHECKS],
+)
+def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    """Per endpoint GPU and 100 ms slot: power, requests in prefill/decode, the request-based
+    phase label and the power-only label (`power_phase`). See docs/phases.md."""
+    date = context.partition_key
+    with warehouse.connection(date) as con:
+        ensure_power_grid(con)
+        rows = warehouse.write_partition(con, "phase_timeline", date, sqlfiles.query("phase_timeline"))
+        endpoints, logged, share = con.execute(
+            """SELECT count(DISTINCT endpoint), count(DISTINCT endpoint) FILTER (WHERE phase IS NOT NULL),
+                      avg((phase = 'prefill')::INT) FILTER (WHERE phase <> 'idle')
+               FROM phase_timeline WHERE date = getvariable('partition_date')"""
+        ).fetchone()
+        results = [c.run(con) for c in checks.TIMELINE_CHECKS]
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": rows,
+            "endpoints": endpoints,
+            "endpoints_with_request_log": logged,
+            "prefill_share_of_busy_time": round(share or 0.0, 4),
+        },
+        check_results=results,
+    )
+
+
+@asset(
+    partitions_def=daily_partitions,
+    deps=[phase_timeline],
+    group_name="phases",
+    kinds={"duckdb", "parquet"},
+    pool=DUCKDB_POOL,
+    check_specs=[c.spec("phase_segments") for c in checks.SEGMENT_CHECKS],
+)
+def phase_segments(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    """Maximal runs of one phase per endpoint GPU, `source` = requests or power, with mean/peak
+    W, energy J, tokens and whether the peak exceeded TDP."""
+    date = context.partition_key
+    with warehouse.connection(date) as con:
+        rows = warehouse.write_partition(con, "phase_segments", date, sqlfiles.query("phase_segments"))
+        stats = con.execute(
+            """SELECT source || ':' || phase, count(*), round(avg(mean_w), 1), count(*) FILTER (WHERE above_tdp)
+               FROM phase_segments WHERE date = getvariable('partition_date') GROUP BY ALL ORDER BY 1"""
+        ).fetchall()
+        results = [c.run(con) for c in checks.SEGMENT_CHECKS]
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": rows,
+            "segments": MetadataValue.json({k: {"n": n, "mean_w": w, "above_tdp": a} for k, n, w, a in stats}),
+        },
+        check_results=results,
+    )

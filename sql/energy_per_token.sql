@@ -1,0 +1,115 @@
+-- energy_per_token: per endpoint and day, overall (bucket_kind 'all') and by batch_size, prompt_len,
+-- output_len, hour (UTC), gpu_model and power_limit (the endpoint's enforced limit, W).
+-- Request metrics (j_per_prompt_token = Σ prefill_j / Σ prompt tokens, j_per_output_token,
+-- j_per_request) come from request_energy, each request in one bucket: its mean concurrency over
+-- its life (batch_size), its lengths, its arrival hour. Power metrics come from phase_timeline
+-- slots, each slot in its own bucket (batch_size = requests active in the slot, hour of the slot):
+-- prefill_mean_w / decode_mean_w (per GPU), prefill_time_share and prefill_energy_share (of the
+-- busy = prefill + decode slots), idle_j, and tdp_exceedances = prefill segments whose peak
+-- exceeded TDP per GPU-hour. Prompt/output-length rows carry request metrics only. Endpoints
+-- without a request log get power metrics from the power-only labels (source = 'power').
+WITH meta AS (
+    SELECT i.endpoint, coalesce(any_value(i.gpu_model), 'unknown') AS gpu_model,
+           round(coalesce(median(pl.limit_w), max(i.tdp_w)))::INTEGER || ' W' AS power_limit
+    FROM inventory_gpus AS i
+    LEFT JOIN (
+        SELECT host, gpu, median(power_limit_w) AS limit_w FROM power
+        WHERE date = getvariable('partition_date') AND power_limit_w IS NOT NULL GROUP BY ALL
+    ) AS pl USING (host, gpu)
+    WHERE i.endpoint IS NOT NULL
+    GROUP BY ALL
+),
+slots AS (  -- compact: GPU-slots per endpoint, hour, concurrency and label
+    SELECT endpoint, CASE WHEN any_value(phase) IS NULL THEN 'power' ELSE 'requests' END AS source,
+           hour(ts) AS hour, n_prefill + n_decode AS batch, coalesce(phase, power_phase) AS label,
+           count(power_w) AS n, xsum(power_w) AS sum_w, coalesce(xsum(energy_j), 0) AS energy_j
+    FROM phase_timeline
+    WHERE date = getvariable('partition_date')
+    GROUP BY endpoint, hour(ts), n_prefill + n_decode, coalesce(phase, power_phase), phase IS NULL
+),
+slot_buckets AS (
+    SELECT s.*, b.kind, b.bucket
+    FROM slots AS s JOIN meta USING (endpoint)
+    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(s.batch)), ('hour', lpad(s.hour::VARCHAR, 2, '0')),
+                               ('gpu_model', meta.gpu_model), ('power_limit', meta.power_limit)) AS b(kind, bucket)
+    WHERE b.bucket IS NOT NULL AND NOT (b.kind = 'batch_size' AND s.source = 'power')
+),
+power_metrics AS (
+    SELECT endpoint, kind, bucket, any_value(source) AS source,
+           xsum(CASE WHEN label = 'prefill' THEN sum_w END) / nullif(sum(n) FILTER (WHERE label = 'prefill'), 0) AS prefill_mean_w,
+           xsum(CASE WHEN label = 'decode' THEN sum_w END) / nullif(sum(n) FILTER (WHERE label = 'decode'), 0) AS decode_mean_w,
+           sum(n) FILTER (WHERE label = 'prefill') / nullif(sum(n) FILTER (WHERE label IN ('prefill', 'decode')), 0) AS prefill_time_share,
+           xsum(CASE WHEN label = 'prefill' THEN energy_j END) / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN energy_j END), 0) AS prefill_energy_share,
+           coalesce(xsum(CASE WHEN label = 'idle' THEN energy_j END), 0) AS idle_j,
+           xsum(energy_j) AS energy_j,
+           sum(n) / 36000.0 AS gpu_hours
+    FROM slot_buckets GROUP BY ALL
+),
+peaks AS (  -- prefill segments above TDP, from the request log where there is one
+    SELECT s.endpoint, hour(s.start_ts) AS hour, count(*) AS n
+    FROM phase_segments AS s
+    WHERE s.date = getvariable('partition_date') AND s.phase = 'prefill' AND s.above_tdp
+      AND s.source = CASE WHEN s.endpoint IN (SELECT endpoint FROM request_phases) THEN 'requests' ELSE 'power' END
+    GROUP BY ALL
+),
+peak_buckets AS (
+    SELECT p.endpoint, b.kind, b.bucket, sum(p.n) AS n
+    FROM peaks AS p JOIN meta USING (endpoint)
+    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('hour', lpad(p.hour::VARCHAR, 2, '0')), ('gpu_model', meta.gpu_model),
+                               ('power_limit', meta.power_limit)) AS b(kind, bucket)
+    GROUP BY ALL
+),
+ep_slots AS (  -- endpoint concurrency per slot and its running sum, for each request's mean batch
+    SELECT endpoint, slot, sum(c) OVER (PARTITION BY endpoint ORDER BY slot ROWS UNBOUNDED PRECEDING) AS cum_c
+    FROM (SELECT endpoint, slot_100ms(ts) AS slot, any_value(n_prefill + n_decode) AS c
+          FROM phase_timeline WHERE date = getvariable('partition_date') AND phase IS NOT NULL GROUP BY ALL)
+),
+req AS (
+    SELECT e.*, r.arrival_ts,
+           (coalesce(hi.cum_c, 0) - coalesce(lo.cum_c, 0)) / greatest(r.last_slot - r.first_slot + 1, 1) AS mean_batch
+    FROM request_energy AS e
+    JOIN (SELECT request_id, endpoint, arrival_ts, slot_100ms(prefill_start_ts) AS first_slot, (epoch_ns(end_ts) - 1) // 100000000 AS last_slot
+          FROM request_phases) AS r USING (request_id, endpoint)
+    ASOF LEFT JOIN ep_slots AS hi ON hi.endpoint = r.endpoint AND r.last_slot >= hi.slot
+    ASOF LEFT JOIN ep_slots AS lo ON lo.endpoint = r.endpoint AND r.first_slot - 1 >= lo.slot
+    WHERE e.date = getvariable('partition_date')
+),
+req_buckets AS (
+    SELECT q.*, b.kind, b.bucket
+    FROM req AS q JOIN meta USING (endpoint)
+    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(q.mean_batch), 1))),
+                               ('prompt_len', prompt_len_bucket(q.prompt_tokens)), ('output_len', output_len_bucket(q.output_tokens)),
+                               ('hour', lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')), ('gpu_model', meta.gpu_model),
+                               ('power_limit', meta.power_limit)) AS b(kind, bucket)
+),
+request_metrics AS (
+    SELECT endpoint, kind, bucket, count(*) AS requests,
+           xsum(prefill_j) / nullif(sum(prompt_tokens), 0) AS j_per_prompt_token,
+           xsum(decode_j) / nullif(sum(output_tokens), 0) AS j_per_output_token,
+           xsum(total_j) / count(*) AS j_per_request,
+           sum(prompt_tokens) AS prompt_tokens, sum(output_tokens) AS output_tokens
+    FROM req_buckets GROUP BY ALL
+)
+SELECT
+    getvariable('partition_date') AS date,
+    endpoint,
+    kind AS bucket_kind,
+    bucket,
+    r.j_per_prompt_token,
+    r.j_per_output_token,
+    r.j_per_request,
+    p.prefill_mean_w,
+    p.decode_mean_w,
+    p.prefill_time_share,
+    p.prefill_energy_share,
+    CASE WHEN p.gpu_hours > 0 AND kind <> 'batch_size' THEN coalesce(k.n, 0) / p.gpu_hours END AS tdp_exceedances,
+    coalesce(r.requests, 0) AS requests,
+    r.prompt_tokens,
+    r.output_tokens,
+    p.idle_j,
+    p.energy_j,
+    coalesce(p.source, 'requests') AS source
+FROM power_metrics AS p
+FULL JOIN request_metrics AS r USING (endpoint, kind, bucket)
+LEFT JOIN peak_buckets AS k USING (endpoint, kind, bucket)
+ORDER BY endpoint, CASE bucket_kind WHEN 'all' THEN 0 ELSE 1 END, bucket_kind, bucket

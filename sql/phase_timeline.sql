@@ -1,0 +1,175 @@
+-- phase_timeline: per endpoint GPU (inventory) and 100 ms slot of the partition day.
+--   power_w / energy_j : the slot's mean power (power_100ms); a slot without samples between two
+--                        slots ≤ 1 s apart is linearly interpolated (250 ms and 1 s sources);
+--                        longer gaps have no rows.
+--   n_prefill, n_decode: requests of the endpoint in prefill / decode during the slot (any overlap).
+--   phase              : 'prefill' if n_prefill > 0, else 'decode' if n_decode > 0, else 'idle';
+--                        NULL when the endpoint has no request log that day.
+--   prefill_estimated  : a request in prefill here had no prefill_start_ts (fallback used).
+--   prompt_tokens, output_tokens: the endpoint's tokens processed in the slot (each request's
+--                        tokens spread evenly over its phase interval).
+--   power_phase        : the power-only label (hysteresis, see docs/phases.md), for every endpoint.
+-- Request state is a sweep over interval events (+/- at the first/last slot, token rates over the
+-- interior, partial edge slots) summed over the endpoint grid in one window: linear in slots + requests.
+WITH gpus AS (  -- integer keys: windows, joins and the final sort run on (gk, slot), not strings
+    SELECT endpoint, host, gpu, tdp_w,
+           row_number() OVER (ORDER BY endpoint, host, gpu) AS gk,
+           dense_rank() OVER (ORDER BY endpoint) AS ek
+    FROM inventory_gpus WHERE endpoint IS NOT NULL
+),
+endpoints AS (
+    SELECT DISTINCT endpoint, ek FROM gpus
+),
+pw AS (
+    SELECT g.gk, g.ek, g.tdp_w, slot_100ms(p.ts) AS slot, p.power_w::DOUBLE AS power_w
+    FROM power_100ms AS p JOIN gpus AS g USING (host, gpu)
+    WHERE p.date = getvariable('partition_date') AND p.power_w IS NOT NULL
+),
+hist AS (  -- 1 W histogram per GPU and hour: exact, deterministic quantiles without sorting the day
+    SELECT gk, any_value(tdp_w) AS tdp_w, slot // 36000 AS hour, round(power_w)::INTEGER AS w, count(*) AS n
+    FROM pw GROUP BY gk, slot // 36000, round(power_w)::INTEGER
+),
+idle_floor AS (  -- the GPU's 5th percentile of the day, capped at TDP/4 for captures never idle
+    SELECT gk, least(min(w) FILTER (WHERE cum >= 0.05 * total), 0.25 * any_value(tdp_w)) AS idle_w
+    FROM (
+        SELECT gk, tdp_w, w, sum(n) OVER (PARTITION BY gk ORDER BY w) AS cum, sum(n) OVER (PARTITION BY gk) AS total
+        FROM (SELECT gk, any_value(tdp_w) AS tdp_w, w, sum(n) AS n FROM hist GROUP BY gk, w)
+    )
+    GROUP BY gk
+),
+busy AS (  -- slots clearly above idle, per GPU and hour and per GPU over the day (hour = -1)
+    SELECT gk, hour, w, n FROM hist JOIN idle_floor USING (gk) WHERE w > idle_w + 0.05 * (tdp_w - idle_w)
+    UNION ALL
+    SELECT gk, -1, w, sum(n) FROM hist JOIN idle_floor USING (gk) WHERE w > idle_w + 0.05 * (tdp_w - idle_w) GROUP BY gk, w
+),
+busy_q25 AS (
+    SELECT gk, hour, min(w) FILTER (WHERE cum >= 0.25 * total) AS active_w, any_value(total) AS n_active
+    FROM (
+        SELECT gk, hour, w, sum(n) OVER (PARTITION BY gk, hour ORDER BY w) AS cum, sum(n) OVER (PARTITION BY gk, hour) AS total
+        FROM busy
+    )
+    GROUP BY gk, hour
+),
+levels AS (
+    -- power-only thresholds per GPU and hour: active level = lower quartile of the hour's slots
+    -- clearly above idle (decode draws less than prefill; a quartile stays on decode while prefill
+    -- holds < 75 % of the busy time; the day's when the hour has < 1 min of them); hysteresis
+    -- enters prefill at active + 50 % and leaves it below active + 30 % of the headroom to TDP;
+    -- below the middle of idle and active is idle.
+    SELECT gk, hour, idle_w, active_w,
+           active_w + 0.5 * greatest(tdp_w - active_w, 0.25 * active_w) AS enter_w,
+           active_w + 0.3 * greatest(tdp_w - active_w, 0.25 * active_w) AS leave_w,
+           (idle_w + active_w) / 2 AS idle_max_w
+    FROM (
+        SELECT h.gk, h.hour, any_value(h.tdp_w) AS tdp_w, any_value(f.idle_w) AS idle_w,
+               coalesce(CASE WHEN any_value(b.n_active) >= 600 THEN any_value(b.active_w) END, any_value(d.active_w), any_value(f.idle_w)) AS active_w
+        FROM hist AS h
+        JOIN idle_floor AS f USING (gk)
+        LEFT JOIN busy_q25 AS b ON b.gk = h.gk AND b.hour = h.hour
+        LEFT JOIN busy_q25 AS d ON d.gk = h.gk AND d.hour = -1
+        GROUP BY h.gk, h.hour
+    )
+),
+sampled AS (  -- one pass per GPU: hysteresis state and the next sample, for gap interpolation.
+    -- State = the last slot at or above enter (odd key) or below leave (even key): one running max.
+    SELECT p.gk, p.ek, p.slot, p.power_w, l.idle_max_w,
+           lead(p.slot) OVER w AS next_slot,
+           lead(p.power_w) OVER w AS next_w,
+           coalesce(max(CASE WHEN p.power_w >= l.enter_w THEN 2 * p.slot + 1 WHEN p.power_w < l.leave_w THEN 2 * p.slot END)
+                    OVER (w ROWS UNBOUNDED PRECEDING) % 2 = 1, false) AS in_prefill
+    FROM pw AS p JOIN levels AS l ON l.gk = p.gk AND l.hour = p.slot // 36000
+    WINDOW w AS (PARTITION BY p.gk ORDER BY p.slot)
+),
+gpu_slots AS (  -- samples, plus slots linearly interpolated across gaps of at most 1 s
+    SELECT gk, ek, slot, power_w, in_prefill, idle_max_w FROM sampled
+    UNION ALL
+    SELECT gk, ek, s AS slot, power_w + (next_w - power_w) * (s - slot) / (next_slot - slot), in_prefill, idle_max_w
+    FROM (SELECT *, unnest(range(slot + 1, next_slot)) AS s FROM sampled WHERE next_slot - slot BETWEEN 2 AND 10)
+),
+span AS (
+    SELECT ek, min(slot) AS lo, max(slot) AS hi FROM pw GROUP BY ALL
+),
+ep_grid AS (
+    SELECT ek, unnest(range(lo, hi + 1)) AS slot FROM span
+),
+iv AS MATERIALIZED (  -- the day's request intervals, read once
+    SELECT * FROM request_intervals JOIN endpoints USING (endpoint)
+),
+ev AS (
+    SELECT ek, phase, sa AS slot, 1 AS dn, estimated::INT AS dest, 0.0 AS drate,
+           rate * (least(b_ns, (sa + 1) * 100000000) - a_ns) AS edge
+    FROM iv
+    UNION ALL
+    SELECT ek, phase, sb + 1, -1, -estimated::INT, 0.0, 0.0 FROM iv
+    UNION ALL
+    SELECT ek, phase, sb, 0, 0, 0.0, rate * (b_ns - sb * 100000000) FROM iv WHERE sb > sa
+    UNION ALL
+    SELECT ek, phase, sa + 1, 0, 0, rate * 100000000, 0.0 FROM iv WHERE sb > sa
+    UNION ALL
+    SELECT ek, phase, sb, 0, 0, -rate * 100000000, 0.0 FROM iv WHERE sb > sa
+),
+ev_slot AS (
+    SELECT ek, slot,
+           coalesce(sum(dn) FILTER (WHERE phase = 'prefill'), 0) AS dn_pre,
+           coalesce(sum(dn) FILTER (WHERE phase = 'decode'), 0) AS dn_dec,
+           coalesce(sum(dest), 0) AS dest,
+           coalesce(xsum(CASE WHEN phase = 'prefill' THEN drate END), 0) AS drate_pre,
+           coalesce(xsum(CASE WHEN phase = 'decode' THEN drate END), 0) AS drate_dec,
+           coalesce(xsum(CASE WHEN phase = 'prefill' THEN edge END), 0) AS edge_pre,
+           coalesce(xsum(CASE WHEN phase = 'decode' THEN edge END), 0) AS edge_dec
+    FROM ev GROUP BY ALL
+),
+state AS (  -- running sums over the endpoint grid and the event slots together (no ASOF needed);
+            -- the three counts travel packed in one integer sum (20 bits each)
+    SELECT ek, slot, on_grid,
+           sum(dn_pre + dn_dec * 1048576 + dest * 1099511627776) OVER w AS packed,
+           sum(drate_pre) OVER w + edge_pre AS prompt_tokens,
+           sum(drate_dec) OVER w + edge_dec AS output_tokens
+    FROM (
+        SELECT ek, slot, g.gslot IS NOT NULL AS on_grid,
+               coalesce(dn_pre, 0) AS dn_pre, coalesce(dn_dec, 0) AS dn_dec, coalesce(dest, 0) AS dest,
+               coalesce(drate_pre, 0) AS drate_pre, coalesce(drate_dec, 0) AS drate_dec,
+               coalesce(edge_pre, 0) AS edge_pre, coalesce(edge_dec, 0) AS edge_dec
+        FROM (SELECT ek, slot, slot AS gslot FROM ep_grid) AS g
+        FULL JOIN ev_slot USING (ek, slot)
+    )
+    WINDOW w AS (PARTITION BY ek ORDER BY slot ROWS UNBOUNDED PRECEDING)
+),
+ep_state AS (
+    SELECT ek, slot,
+           (packed % 1048576)::INTEGER AS n_prefill,
+           (packed // 1048576 % 1048576)::INTEGER AS n_decode,
+           packed // 1099511627776 > 0 AS prefill_estimated,
+           greatest(prompt_tokens, 0) AS prompt_tokens,
+           greatest(output_tokens, 0) AS output_tokens,
+           ek IN (SELECT ek FROM endpoints WHERE endpoint IN (SELECT endpoint FROM request_phases)) AS logged
+    FROM state WHERE on_grid
+)
+SELECT
+    getvariable('partition_date') AS date,
+    k.endpoint,
+    k.host,
+    k.gpu,
+    slot_ts(g.slot) AS ts,
+    g.power_w::FLOAT AS power_w,
+    g.power_w * 0.1 AS energy_j,
+    s.n_prefill,
+    s.n_decode,
+    CASE
+        WHEN NOT s.logged THEN NULL
+        WHEN s.n_prefill > 0 THEN 'prefill'
+        WHEN s.n_decode > 0 THEN 'decode'
+        ELSE 'idle'
+    END AS phase,
+    s.prefill_estimated,
+    s.prompt_tokens,
+    s.output_tokens,
+    CASE
+        WHEN g.in_prefill THEN 'prefill'
+        WHEN g.power_w >= g.idle_max_w THEN 'decode'
+        ELSE 'idle'
+    END AS power_phase
+FROM gpu_slots AS g
+JOIN ep_state AS s USING (ek, slot)
+JOIN gpus AS k USING (gk)
+ORDER BY g.gk, g.slot

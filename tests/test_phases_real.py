@@ -1,0 +1,96 @@
+"""Phase tables on real runs (tests/data/phases, see SOURCE.md): the H200 capture's logged requests
+as ground truth for the power-only segmentation, the A100 vLLM smoke runs (power vs request
+timings, no prefill_start), and vLLM engine counters for runs without request logs."""
+
+import duckdb
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.phases.checks import segmentation_agreement
+from pipeline.runner import run_day
+from tests.phase_engine import engine_agreement
+from tests.phase_real import write_a100_smoke, write_engine_run, write_h200_capture
+
+ASSETS = ["phase_timeline", "phase_segments", "request_energy"]
+
+
+def _run(data_dir, date, assets=ASSETS):
+    outcome = run_day(data_dir, date, selection=assets)
+    assert outcome.success, outcome.error
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
+    for name in assets:
+        con.register(name, pq.read_table(data_dir / "derived" / name / f"date={date}" / "part-0.parquet"))
+    return con, {c.check: c for c in outcome.failed_checks}
+
+
+def _mean_w_by_phase(con):
+    return dict(con.execute("SELECT phase, avg(power_w) FROM phase_timeline GROUP BY ALL").fetchall())
+
+
+@pytest.fixture(scope="module")
+def h200(tmp_path_factory):
+    d = tmp_path_factory.mktemp("h200") / "data"
+    return _run(d, write_h200_capture(d))
+
+
+def test_h200_power_only_segmentation_agrees_with_logged_requests(h200):
+    con, failed = h200
+    [(endpoint, precision, recall, median_err_ms)] = segmentation_agreement(con)
+    # Measured 2026-12-02: precision 1.00, recall 0.81, median boundary error 50 ms.
+    assert precision >= 0.9 and recall >= 0.7, (precision, recall)
+    assert median_err_ms <= 150
+    assert "power_segmentation_agreement" not in failed and "clock_skew" not in failed
+
+
+def test_h200_prefill_draws_more_than_decode_and_energy_is_conserved(h200):
+    con, failed = h200
+    w = _mean_w_by_phase(con)
+    assert w["prefill"] > 2 * w["decode"] > 2 * 100
+    assert "energy_conservation" not in failed
+    n, per_out = con.execute("SELECT count(*), sum(decode_j) / sum(output_tokens) FROM request_energy").fetchone()
+    assert n == 59 and 0.5 < per_out < 20
+
+
+def test_h200_clock_skew_of_two_seconds_is_detected(tmp_path):
+    d = tmp_path / "data"
+    _, failed = _run(d, write_h200_capture(d, request_offset_s=2.0), ["phase_timeline"])
+    assert "clock_skew" in failed
+    assert "+2000 ms" in failed["clock_skew"].description or "+1900 ms" in failed["clock_skew"].description
+
+
+@pytest.mark.parametrize("run", ["run-1784415083", "run-1784415161"])
+def test_a100_smoke_prefill_time_draws_more_than_decode(tmp_path, run):
+    d = tmp_path / "data"
+    con, failed = _run(d, write_a100_smoke(d, run))
+    w = _mean_w_by_phase(con)
+    assert w["prefill"] > w["decode"], w
+    # No prefill_start in a benchmark log: every request falls back (arrival / previous prefill end).
+    assert con.execute("SELECT bool_and(prefill_start_estimated), count(*) FROM request_energy").fetchone() == (True, 4)
+    assert "energy_conservation" not in failed
+
+
+@pytest.mark.parametrize(
+    "name,tdp_w,model,min_precision,min_token_recall",
+    [
+        # A100 nvidia-smi instant power at 250 ms: measured precision 0.82, token recall 0.51.
+        ("vllm-a100-burstgpt", 400.0, "A100", 0.7, 0.4),
+        # H100 power.draw is a 1 s average: ShareGPT prefills (≈ 14 ms each, 4 % of the time under
+        # continuous batching) vanish in it; nothing is detected, documented in docs/phases.md.
+        ("vllm-h100-qwen3-8b", 700.0, "H100", 0.0, 0.0),
+    ],
+)
+def test_power_only_segmentation_against_engine_counters(tmp_path, name, tdp_w, model, min_precision, min_token_recall):
+    d = tmp_path / "data"
+    date, engine = write_engine_run(d, name, tdp_w, model)
+    con, _ = _run(d, date, ["phase_timeline", "phase_segments"])
+    timeline = con.sql("SELECT ts, power_phase FROM phase_timeline").pl()
+    got = engine_agreement(timeline, engine)
+    assert got["precision"] >= min_precision and got["token_recall"] >= min_token_recall, got
+    # Endpoints without a request log: no request-based labels, only power segments.
+    assert con.execute("SELECT count(*) FROM phase_timeline WHERE phase IS NOT NULL").fetchone()[0] == 0
+    assert {s for (s,) in con.execute("SELECT DISTINCT source FROM phase_segments").fetchall()} == {"power"}
+    w = dict(con.execute("SELECT power_phase, avg(power_w) FROM phase_timeline GROUP BY ALL").fetchall())
+    assert w["decode"] > w["idle"]
