@@ -162,7 +162,7 @@ def test_request_without_first_token_counts_as_prefill(tmp_path):
     write_dataset(power_table("infer-0", 0, np.array(t), np.array(power)), d, "power", prefix="p")
     reqs = requests_table(rows)
     write_dataset(reqs, d, "requests", prefix="r")
-    outcome = run_day(d, DATE, selection=["phase_timeline", "request_energy"])
+    outcome = run_day(d, DATE, selection=["power_1s", "power_100ms", "phase_timeline", "request_energy"])
     assert outcome.success, outcome.error
     con = duckdb.connect()
     con.register("t", table(d, "phase_timeline"))

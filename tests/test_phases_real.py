@@ -12,7 +12,7 @@ from pipeline.runner import run_day
 from tests.phase_engine import engine_agreement
 from tests.phase_real import write_a100_smoke, write_engine_run, write_h200_capture
 
-ASSETS = ["phase_timeline", "phase_segments", "request_energy"]
+ASSETS = ["power_1s", "power_100ms", "phase_timeline", "phase_segments", "request_energy"]
 
 
 def _run(data_dir, date, assets=ASSETS):
@@ -56,7 +56,7 @@ def test_h200_prefill_draws_more_than_decode_and_energy_is_conserved(h200):
 
 def test_h200_clock_skew_of_two_seconds_is_detected(tmp_path):
     d = tmp_path / "data"
-    _, failed = _run(d, write_h200_capture(d, request_offset_s=2.0), ["phase_timeline"])
+    _, failed = _run(d, write_h200_capture(d, request_offset_s=2.0), ["power_1s", "power_100ms", "phase_timeline"])
     assert "clock_skew" in failed
     assert "+2000 ms" in failed["clock_skew"].description or "+1900 ms" in failed["clock_skew"].description
 
@@ -85,7 +85,7 @@ def test_a100_smoke_prefill_time_draws_more_than_decode(tmp_path, run):
 def test_power_only_segmentation_against_engine_counters(tmp_path, name, tdp_w, model, min_precision, min_token_recall):
     d = tmp_path / "data"
     date, engine = write_engine_run(d, name, tdp_w, model)
-    con, _ = _run(d, date, ["phase_timeline", "phase_segments"])
+    con, _ = _run(d, date, ["power_1s", "power_100ms", "phase_timeline", "phase_segments"])
     timeline = con.sql("SELECT ts, power_phase FROM phase_timeline").pl()
     got = engine_agreement(timeline, engine)
     assert got["precision"] >= min_precision and got["token_recall"] >= min_token_recall, got

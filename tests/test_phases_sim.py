@@ -14,7 +14,8 @@ from pipeline.runner import run_day
 
 DAY = dt.date(2026, 11, 30)
 DATE = DAY.isoformat()
-ASSETS = ["phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
+PHASE_ASSETS = ["phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
+ASSETS = ["power_1s", "power_100ms", *PHASE_ASSETS]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def sim(tmp_path_factory):
 
 def test_checks_pass_on_the_simulated_fleet(sim):
     _, outcome = sim
-    assert [(c.asset, c.check) for c in outcome.failed_checks if c.asset in ASSETS] == []
+    assert [(c.asset, c.check) for c in outcome.failed_checks if c.asset in PHASE_ASSETS] == []
 
 
 def test_prefill_draws_more_than_decode_more_than_idle(sim):
@@ -73,7 +74,7 @@ def test_two_second_request_clock_offset_is_reported(sim, tmp_path):
             i = t.schema.get_field_index(col)
             t = t.set_column(i, col, pc.add(t.column(col), pc.cast(2_000_000_000, "duration[ns]")))
         pq.write_table(t, f)
-    outcome = run_day(shifted, DATE, selection=["phase_timeline"])
+    outcome = run_day(shifted, DATE, selection=["power_1s", "power_100ms", "phase_timeline"])
     skew = [c for c in outcome.failed_checks if c.check == "clock_skew"]
     assert skew
     offsets = dict(re.findall(r"(chat-\w) by ([+-]\d+) ms", skew[0].description))

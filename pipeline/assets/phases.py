@@ -7,7 +7,6 @@ from pipeline import sqlfiles
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
 from pipeline.phases import checks
-from pipeline.phases.grid import ensure_power_grid
 from pipeline.resources import WarehouseResource
 
 
@@ -24,7 +23,6 @@ def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource)
     phase label and the power-only label (`power_phase`). See docs/phases.md."""
     date = context.partition_key
     with warehouse.connection(date) as con:
-        ensure_power_grid(con)
         rows = warehouse.write_partition(con, "phase_timeline", date, sqlfiles.query("phase_timeline"))
         endpoints, logged, share = con.execute(
             """SELECT count(DISTINCT endpoint), count(DISTINCT endpoint) FILTER (WHERE phase IS NOT NULL),

@@ -1,1 +1,1 @@
-"""Support code of the phase assets (issue 8): the power grid they read, their checks."""
+"""Support code of the phase assets (issue 8): their checks."""

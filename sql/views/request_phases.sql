@@ -1,12 +1,7 @@
 -- Shared by the phase tables (phase_timeline, request_energy, phase_segments): each request's
 -- prefill and decode intervals on the 100 ms grid. Loaded after power_day.sql (day_start(),
--- day_end()) and power_grid.sql. Slots are integers: slot_100ms(ts) = epoch_ns(ts) // 100 000 000.
-
--- The grid macros belong to power_grid.sql (power analytics, power_100ms); these two only stand in
--- until it is merged, with the same definitions, and are skipped once it exists (IF NOT EXISTS).
-CREATE MACRO IF NOT EXISTS slot_100ms(ts) AS epoch_ns(ts) // 100000000;
-
-CREATE MACRO IF NOT EXISTS slot_ts(slot) AS make_timestamptz(slot * 100000);
+-- day_end()) and power_grid.sql (slot_100ms, slot_ts): slots are integers,
+-- slot_100ms(ts) = epoch_ns(ts) // 100 000 000.
 
 -- Requests that touch the partition day (arrived that day or the day before and still running).
 -- A request is in prefill from prefill_start_ts to first_token_ts and in decode from
