@@ -50,18 +50,14 @@ def ensure_warehouse(data_dir: Path) -> Path:
 
 def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPyConnection:
     path = ensure_warehouse(data_dir)
-    config = {
-        "access_mode": "READ_ONLY",
-        "enable_external_access": False,
-        "allowed_directories": [str(data_dir) + "/"],
-        "autoinstall_known_extensions": False,
-        "autoload_known_extensions": False,
-    }
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     deadline = time.monotonic() + retries_s
     while True:
         try:
             con = duckdb.connect(str(path), read_only=True, config=config)
             con.execute("SET TimeZone = 'UTC'")
+            con.execute("SET allowed_directories = ?", [[str(data_dir) + "/"]])
+            con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
             return con
         except duckdb.IOException:
@@ -75,7 +71,7 @@ def run_query(data_dir: Path, sql: str) -> duckdb.DuckDBPyRelation:
     check_statement(sql)
     con = connect_readonly(data_dir)
     try:
-        return con.execute(sql).to_arrow_table()
+        return con.sql(sql).to_arrow_table()
     except duckdb.Error as exc:
         raise ReadOnlyError(_first_line(exc)) from None
     finally:

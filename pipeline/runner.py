@@ -80,6 +80,7 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) ->
             partition_key=date,
             instance=instance,
             raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("WATTLINE_LOG_LEVEL", "WARNING")}}}},
             asset_selection=[AssetKey(a) for a in selection] if selection else None,
         )
     outcome = RunOutcome(date=date, success=result.success, run_id=result.run_id)
