@@ -8,6 +8,7 @@ column the report needs) is reported as missing, never raised.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,10 +72,11 @@ class Reader:
 
     def q(self, sql: str) -> pa.Table:
         assert self.con is not None
-        return self.con.execute(sql).to_arrow_table()
+        return self.con.sql(sql).to_arrow_table()
 
     def rows(self, sql: str) -> list[dict]:
-        return self.q(sql).to_pylist()
+        """Rows as dicts; DECIMAL values (DuckDB's sums of integers) come back as floats."""
+        return [{k: float(v) if isinstance(v, decimal.Decimal) else v for k, v in row.items()} for row in self.q(sql).to_pylist()]
 
     def one(self, sql: str):
         assert self.con is not None
