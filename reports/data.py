@@ -32,10 +32,10 @@ class Reader:
         self.con = con
         self._columns: dict[str, set[str]] = {}
         if con is not None:
-            rows = con.execute(
+            rows = con.sql(
                 "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'"
-            ).fetchall()
-            for table, column in rows:
+            ).to_arrow_table().to_pylist()
+            for table, column in ((r["table_name"], r["column_name"]) for r in rows):
                 self._columns.setdefault(table, set()).add(column)
 
     @classmethod
@@ -76,11 +76,18 @@ class Reader:
 
     def rows(self, sql: str) -> list[dict]:
         """Rows as dicts; DECIMAL values (DuckDB's sums of integers) come back as floats."""
-        return [{k: float(v) if isinstance(v, decimal.Decimal) else v for k, v in row.items()} for row in self.q(sql).to_pylist()]
+        return self.rows_of(self.q(sql))
 
-    def one(self, sql: str):
-        assert self.con is not None
-        return self.con.execute(sql).fetchone()
+    def one(self, sql: str) -> tuple:
+        """The first row as a tuple (Nones when the query returns no row)."""
+        table = self.q(sql)
+        if table.num_rows == 0:
+            return tuple(None for _ in table.column_names)
+        return tuple(self.rows_of(table)[0].values())
+
+    @staticmethod
+    def rows_of(table: pa.Table) -> list[dict]:
+        return [{k: float(v) if isinstance(v, decimal.Decimal) else v for k, v in row.items()} for row in table.to_pylist()]
 
     def day_relation(self, table: str, date: str) -> str:
         """A FROM-able relation of ``table``'s rows for ``date``.

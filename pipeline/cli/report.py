@@ -32,7 +32,7 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
         (data_dir / "derived" / table / f"date={date}").is_dir() for table in warehouse.derived_tables(data_dir)
     ):
         click.echo(f"note: no derived tables for {date} yet: run `wattline run --date {date} --data-dir {data_dir}` first", err=True)
-    report = build_report(data_dir, date, out or default_out_dir(), png=False if no_png else None)
+    report = build_report(data_dir, date, out or default_out_dir(), png=not no_png)
     for s in report.sections:
         if s.error:
             click.echo(f"section {s.key} failed: {s.error}", err=True)

@@ -26,7 +26,7 @@ def build(ctx: Ctx) -> Section:
         return s
     d = ctx.sql_date()
     span = r.one(
-        f"SELECT epoch(max(ts)) - epoch(min(ts)), count(DISTINCT entity) FROM fleet_power_1s WHERE date = {d} AND level = 'role'"
+        f"SELECT epoch((max(ts))::TIMESTAMPTZ) - epoch((min(ts))::TIMESTAMPTZ), count(DISTINCT entity) FROM fleet_power_1s WHERE date = {d} AND level = 'role'"
     )
     if span[0] is None:
         s.not_available(f"`fleet_power_1s` has no rows for {ctx.date}")
@@ -35,13 +35,13 @@ def build(ctx: Ctx) -> Section:
     area = r.rows(
         f"""WITH s AS (SELECT ts, entity AS role, sum(power_w) AS w FROM fleet_power_1s
                        WHERE date = {d} AND level = 'role' GROUP BY ALL)
-            SELECT epoch_ms(time_bucket(INTERVAL {bucket} SECOND, ts)) AS t, role, avg(w) AS w
+            SELECT epoch_ms((time_bucket(INTERVAL {bucket} SECOND, ts))::TIMESTAMPTZ) AS t, role, avg(w) AS w
             FROM s GROUP BY ALL ORDER BY t, role"""
     )
     envelope = r.rows(
         f"""WITH s AS (SELECT ts, sum(power_w) AS w FROM fleet_power_1s WHERE date = {d} AND level = 'fleet' GROUP BY ALL),
                  two AS (SELECT time_bucket(INTERVAL 2 SECOND, ts) AS t2, avg(w) AS w FROM s GROUP BY ALL)
-            SELECT epoch_ms(time_bucket(INTERVAL {bucket} SECOND, t2)) AS t, max(w) AS w FROM two GROUP BY ALL ORDER BY t"""
+            SELECT epoch_ms((time_bucket(INTERVAL {bucket} SECOND, t2))::TIMESTAMPTZ) AS t, max(w) AS w FROM two GROUP BY ALL ORDER BY t"""
     )
     provisioned = r.rows(
         f"""SELECT level, entity, max(provisioned_w) AS w FROM fleet_power_1s

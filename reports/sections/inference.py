@@ -50,7 +50,7 @@ def endpoint_power(ctx: Ctx, endpoint: str) -> tuple[list[dict], str, int, int] 
     bounds = r.one(
         f"""WITH s AS (SELECT p.ts, sum(p.mean_w) AS w FROM power_1s p JOIN inventory_gpus i USING (host, gpu)
                        WHERE p.date = {ctx.sql_date()} AND i.endpoint = {ep} GROUP BY p.ts)
-            SELECT epoch_ms(arg_max(ts, w)), epoch_ms(min(ts)), epoch_ms(max(ts)) FROM s"""
+            SELECT epoch_ms((arg_max(ts, w))::TIMESTAMPTZ), epoch_ms((min(ts))::TIMESTAMPTZ), epoch_ms((max(ts))::TIMESTAMPTZ) FROM s"""
     )
     if bounds[0] is None:
         return None
@@ -70,12 +70,12 @@ def endpoint_power(ctx: Ctx, endpoint: str) -> tuple[list[dict], str, int, int] 
                      best AS (SELECT host, gpu, min(rk) AS rk FROM raw GROUP BY ALL),
                      b AS (SELECT host, gpu, time_bucket(INTERVAL 100 MILLISECOND, ts) AS t, avg(power_w) AS w
                            FROM raw JOIN best USING (host, gpu, rk) GROUP BY ALL)
-                SELECT epoch_ms(t) AS t, round(sum(w), 1) AS w FROM b GROUP BY t HAVING count(*) = {len(gpus)} ORDER BY t"""
+                SELECT epoch_ms((t)::TIMESTAMPTZ) AS t, round(sum(w), 1) AS w FROM b GROUP BY t HAVING count(*) = {len(gpus)} ORDER BY t"""
         )
     if len(fine) >= WINDOW_S * 5:  # at least half of the 100 ms slots
         return fine, "100 ms, summed over its GPUs", lo, hi
     coarse = r.rows(
-        f"""SELECT epoch_ms(p.ts) AS t, round(sum(p.mean_w), 1) AS w FROM power_1s p JOIN inventory_gpus i USING (host, gpu)
+        f"""SELECT epoch_ms((p.ts)::TIMESTAMPTZ) AS t, round(sum(p.mean_w), 1) AS w FROM power_1s p JOIN inventory_gpus i USING (host, gpu)
             WHERE p.date = {ctx.sql_date()} AND i.endpoint = {ep} AND p.{span} GROUP BY p.ts ORDER BY p.ts"""
     )
     return coarse, "1 s means, summed over its GPUs", lo, hi
@@ -87,8 +87,9 @@ def segments(ctx: Ctx, endpoint: str, lo: int, hi: int) -> tuple[list[dict], str
     ep = quote(endpoint)
     span = f"end_ts > make_timestamptz({lo * 1000}) AND start_ts < make_timestamptz({hi * 1000})"
     pick = r.rows(
-        f"""SELECT host, gpu, source, count(*) AS n FROM {rel} WHERE endpoint = {ep} AND {span}
-            GROUP BY ALL ORDER BY source = 'requests' DESC, host NULLS LAST, gpu NULLS LAST LIMIT 1"""
+        f"""SELECT host, gpu, source, (source = 'requests') AS from_requests, count(*) AS n FROM {rel}
+            WHERE endpoint = {ep} AND {span}
+            GROUP BY host, gpu, source ORDER BY from_requests DESC, host NULLS LAST, gpu NULLS LAST LIMIT 1"""
     )
     if not pick:
         return [], ""
@@ -96,8 +97,8 @@ def segments(ctx: Ctx, endpoint: str, lo: int, hi: int) -> tuple[list[dict], str
     host = "host IS NULL" if p["host"] is None else f"host = {quote(p['host'])}"
     gpu = "gpu IS NULL" if p["gpu"] is None else f"gpu = {int(p['gpu'])}"
     rows = r.rows(
-        f"""SELECT epoch_ms(greatest(start_ts, make_timestamptz({lo * 1000}))) AS start,
-                   epoch_ms(least(end_ts, make_timestamptz({hi * 1000}))) AS "end", phase
+        f"""SELECT epoch_ms((greatest(start_ts, make_timestamptz({lo * 1000})))::TIMESTAMPTZ) AS start,
+                   epoch_ms((least(end_ts, make_timestamptz({hi * 1000})))::TIMESTAMPTZ) AS "end", phase
             FROM {rel} WHERE endpoint = {ep} AND {host} AND {gpu} AND source = {quote(p['source'])}
               AND phase IN ('prefill', 'decode') AND {span} ORDER BY start_ts LIMIT 2000"""
     )

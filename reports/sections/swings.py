@@ -50,7 +50,7 @@ def top_events(ctx: Ctx, levels: tuple[str, ...], limit: int = 10) -> list[dict]
                  ev AS (SELECT *, hi - lo AS swing_w, 100 * (hi - lo) / nullif(p, 0) AS swing_pct,
                                time_bucket(INTERVAL 1 MINUTE, ts) AS minute FROM w),
                  best AS (SELECT * FROM ev QUALIFY row_number() OVER (PARTITION BY level, entity, minute ORDER BY swing_w DESC, ts) = 1)
-            SELECT level, entity, epoch_ms(ts) AS t_ms, swing_w, swing_pct, from_w, w AS to_w, p
+            SELECT level, entity, epoch_ms((ts)::TIMESTAMPTZ) AS t_ms, swing_w, swing_pct, from_w, w AS to_w, p
             FROM best WHERE swing_w > 0 ORDER BY swing_pct DESC NULLS LAST, swing_w DESC, ts LIMIT {limit}"""
     )
 

@@ -1,0 +1,202 @@
+"""The daily report on constructed data: with and without each analytics table, known numbers,
+the point and size budgets, the asset in the daily job, the `wattline report` command."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from collectors.parquet_sink import write_dataset
+from pipeline.cli import main
+from pipeline.runner import run_day
+from reports import charts
+from reports.daily import build_report, build_sections, write_report
+from tests.builders import DAY, day_start_ns, write_square_fleet
+from tests.report_tables import SCHEMAS, SECTION_OF, write_analytics_tables
+
+DATE = DAY.isoformat()
+HOSTS = ["train-0", "infer-0"]
+GPUS = [("infer-0", 0), ("infer-0", 1)]
+
+
+def write_requests(data_dir, n=120, endpoint="ep-a"):
+    t0 = day_start_ns()
+    arrival = t0 + (np.arange(n) * 5e9).astype("int64")
+    ts = lambda a: pa.array(a, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))  # noqa: E731
+    table = pa.table({
+        "request_id": [f"r{i}" for i in range(n)], "endpoint": [endpoint] * n, "arrival_ts": ts(arrival),
+        "prefill_start_ts": ts(arrival), "first_token_ts": ts(arrival + 10**9), "end_ts": ts(arrival + 4 * 10**9),
+        "prompt_tokens": pa.array([1000] * n, pa.int32()), "output_tokens": pa.array([150] * n, pa.int32()), "status": ["ok"] * n,
+    })
+    write_dataset(table, data_dir, "requests", prefix="test")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Ten minutes of the square-wave fleet plus requests, run through the daily job (report included)."""
+    data_dir = tmp_path_factory.mktemp("report") / "data"
+    write_square_fleet(data_dir, seconds=600)
+    write_requests(data_dir)
+    outcome = run_day(data_dir, DATE)
+    assert outcome.success, outcome.error
+    return data_dir, outcome
+
+
+@pytest.fixture(scope="module")
+def full(built, tmp_path_factory):
+    """`built` plus every analytics table (issues 3 and 8) with its documented columns."""
+    data_dir, _ = built
+    full_dir = tmp_path_factory.mktemp("report-full") / "data"
+    import shutil
+
+    shutil.copytree(data_dir, full_dir)
+    write_analytics_tables(full_dir, DATE, hosts=HOSTS, clusters=["c0"], endpoints=["ep-a", "ep-b"], gpus=GPUS)
+    return full_dir
+
+
+def _by_key(sections):
+    return {s.key: s for s in sections}
+
+
+def test_report_asset_runs_last_in_the_daily_job(built):
+    data_dir, outcome = built
+    assert outcome.materialized[-1] == "daily_report"
+    import os
+    from pathlib import Path
+
+    out = Path(os.environ["WATTLINE_REPORTS_DIR"])
+    page = (out / f"{DATE}.html").read_text()
+    assert "wattline daily report: 2026-11-30" in page
+    summary = json.loads((out / f"{DATE}.json").read_text())
+    # 10 minutes: train-0 2 GPUs × 400 W mean, infer-0 2 × 200 W → 1.2 kW for 600 s = 0.2 kWh.
+    assert summary["headline"]["fleet_energy_kwh"] == pytest.approx(1200 * 600 / 3.6e6, rel=0.01)
+
+
+def test_sections_without_analytics_tables_say_not_available(built):
+    data_dir, _ = built
+    sections = _by_key(build_sections(data_dir, DATE))
+    assert all(s.error is None for s in sections.values()), {k: s.error for k, s in sections.items()}
+    assert not sections["fleet_power"].missing
+    for table, keys in SECTION_OF.items():
+        for key in keys:
+            assert any(table in why for why in sections[key].missing), (table, sections[key].missing)
+    # The foundation tables still give numbers and charts.
+    assert [c.name for c in sections["fleet_power"].charts] == ["fleet_power"]
+    assert sections["quality"].headline["checks"]["failed"] == 1  # gpu_coverage WARN on a 10-minute day
+
+
+def test_every_section_complete_with_all_tables(full, tmp_path):
+    report = build_report(full, DATE, tmp_path / "out", png=True)
+    sections = _by_key(report.sections)
+    assert {k: (s.missing, s.error) for k, s in sections.items() if s.missing or s.error} == {}
+    names = set(report.points)
+    assert {"headline_roles", "headline_headroom", "fleet_power", "swing_distribution", "inference_window", "phase_shares",
+            "j_per_token_batch", "correlation_heatmap", "coincidence", "diurnal", "coverage"} <= names
+    assert {p.name for p in report.pngs} == {f"{n}.png" for n in names}
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in report.pngs)
+    summary = json.loads(report.json_path.read_text())
+    assert all(s["complete"] for s in summary["sections"].values())
+    assert summary["headline"]["max_2s_swing_pct"]["role:training"] == 80.0
+    assert summary["headline"]["headroom_pct"] == {"c0": 25.0}
+    assert summary["headline"]["roles"]["training"]["mean_pct"] == 40.0  # from power_summary
+    page = report.html_path.read_text()
+    assert "37.5" in page and "not available yet" not in page.lower()
+
+
+def test_shading_and_diurnal_profile_come_from_their_tables(full):
+    sections = _by_key(build_sections(full, DATE))
+    window = next(c for c in sections["inference"].charts if c.name == "inference_window")
+    spec = window.chart.to_dict()
+    assert "rect" in json.dumps(spec)  # prefill/decode shading layer
+    # The diurnal_profile table has no date column: its rows are read from the day's partition.
+    assert "p5" in json.dumps(sections["diurnal"].charts[0].chart.to_dict())
+
+
+@pytest.mark.parametrize("table", sorted(SECTION_OF))
+def test_each_missing_table_only_marks_its_section(full, tmp_path, table):
+    import shutil
+
+    from pipeline import warehouse
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(full, data_dir, ignore=shutil.ignore_patterns(".dagster"))
+    shutil.rmtree(data_dir / "derived" / table)
+    warehouse.publish(data_dir)
+    sections = build_sections(data_dir, DATE)
+    assert all(s.error is None for s in sections)
+    partial = {s.key: s.missing for s in sections if s.missing}
+    assert set(partial) == SECTION_OF[table], partial
+    for key in SECTION_OF[table]:
+        assert any(table in why for why in partial[key])
+
+
+def test_table_with_a_renamed_column_is_reported_not_raised(full, tmp_path):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from pipeline import warehouse
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(full, data_dir, ignore=shutil.ignore_patterns(".dagster"))
+    path = data_dir / "derived" / "swing_stats" / f"date={DATE}" / "part-0.parquet"
+    t = pq.read_table(path)
+    pq.write_table(t.rename_columns(["max_swing_watts" if c == "max_swing_w" else c for c in t.column_names]), path)
+    warehouse.publish(data_dir)
+    sections = _by_key(build_sections(data_dir, DATE))
+    assert sections["swings"].error is None
+    assert any("lacks column(s) max_swing_w" in why for why in sections["swings"].missing)
+
+
+def test_empty_data_dir_gives_a_report_of_missing_sections(tmp_path):
+    data_dir = tmp_path / "empty"
+    data_dir.mkdir()
+    path = write_report(data_dir, DATE, tmp_path / "out", png=False)
+    assert path.exists() and "not available yet" in path.read_text().lower()
+
+
+def test_thousand_gpu_fleet_stays_within_budgets(tmp_path):
+    """A day of role/cluster power for 125 hosts × 8 GPUs: ≤ 5,000 points per chart, HTML < 5 MB."""
+    from tests.report_tables import write_table
+    from tests.scale_fleet import write_scale_fleet
+
+    data_dir = tmp_path / "data"
+    hosts, clusters, endpoints, gpus = write_scale_fleet(data_dir, DATE)
+    write_analytics_tables(data_dir, DATE, hosts=hosts, clusters=clusters, endpoints=endpoints, gpus=gpus, seconds=3600)
+    report = build_report(data_dir, DATE, tmp_path / "out", png=False)
+    assert all(s.error is None for s in report.sections), [s.error for s in report.sections]
+    assert max(report.points.values()) <= charts.MAX_POINTS, report.points
+    assert report.html_path.stat().st_size < 5 * 1024 * 1024
+    assert report.points["fleet_power"] > 2000  # a whole day at 1 minute, not a handful of points
+    del write_table
+
+
+def test_cli_report_writes_html_json_png(built, tmp_path):
+    data_dir, _ = built
+    out = tmp_path / "cli-out"
+    result = CliRunner().invoke(main, ["report", "--date", DATE, "--out", str(out), "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    assert (out / f"{DATE}.html").exists() and (out / f"{DATE}.json").exists()
+    assert (out / DATE / "fleet_power.png").exists()
+    assert "partial sections" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "--date", "2026-13-01"], "bad date"),
+        (["report", "--date", DATE, "--data-dir", "/nonexistent/wattline"], "does not exist"),
+    ],
+)
+def test_cli_report_user_errors(args, message):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_documented_columns_cover_every_contract_table():
+    # The report is built against these; keep them in step with the issues' column lists.
+    assert {"phase_segments", "energy_per_token", "swing_stats", "coincidence", "diurnal_profile", "power_headroom"} <= set(SCHEMAS)
