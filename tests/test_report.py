@@ -3,57 +3,26 @@ the point and size budgets, the asset in the daily job, the `wattline report` co
 
 import json
 
-import numpy as np
-import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from collectors.parquet_sink import write_dataset
 from pipeline.cli import main
-from pipeline.runner import run_day
 from reports import charts
 from reports.daily import build_report, build_sections, write_report
-from tests.builders import DAY, day_start_ns, write_square_fleet
+from tests.report_fixtures import DATE, build_day, with_all_tables
 from tests.report_tables import SCHEMAS, SECTION_OF, write_analytics_tables
-
-DATE = DAY.isoformat()
-HOSTS = ["train-0", "infer-0"]
-GPUS = [("infer-0", 0), ("infer-0", 1)]
-
-
-def write_requests(data_dir, n=120, endpoint="ep-a"):
-    t0 = day_start_ns()
-    arrival = t0 + (np.arange(n) * 5e9).astype("int64")
-    ts = lambda a: pa.array(a, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))  # noqa: E731
-    table = pa.table({
-        "request_id": [f"r{i}" for i in range(n)], "endpoint": [endpoint] * n, "arrival_ts": ts(arrival),
-        "prefill_start_ts": ts(arrival), "first_token_ts": ts(arrival + 10**9), "end_ts": ts(arrival + 4 * 10**9),
-        "prompt_tokens": pa.array([1000] * n, pa.int32()), "output_tokens": pa.array([150] * n, pa.int32()), "status": ["ok"] * n,
-    })
-    write_dataset(table, data_dir, "requests", prefix="test")
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """Ten minutes of the square-wave fleet plus requests, run through the daily job (report included)."""
     data_dir = tmp_path_factory.mktemp("report") / "data"
-    write_square_fleet(data_dir, seconds=600)
-    write_requests(data_dir)
-    outcome = run_day(data_dir, DATE)
-    assert outcome.success, outcome.error
-    return data_dir, outcome
+    return data_dir, build_day(data_dir)
 
 
 @pytest.fixture(scope="module")
 def full(built, tmp_path_factory):
     """`built` plus every analytics table (issues 3 and 8) with its documented columns."""
-    data_dir, _ = built
-    full_dir = tmp_path_factory.mktemp("report-full") / "data"
-    import shutil
-
-    shutil.copytree(data_dir, full_dir)
-    write_analytics_tables(full_dir, DATE, hosts=HOSTS, clusters=["c0"], endpoints=["ep-a", "ep-b"], gpus=GPUS)
-    return full_dir
+    return with_all_tables(built[0], tmp_path_factory.mktemp("report-full") / "data")
 
 
 def _by_key(sections):
