@@ -123,12 +123,13 @@ def swing_ecdf(curves: list[dict], marks: list[dict]) -> alt.LayerChart | alt.Fa
                 tooltip=["role:N", "window:N", "stat:N", alt.Tooltip("pct:Q", format=".2f")],
             )
         )
-    # One panel per window: a layer per panel (facet of a multi-source layer is not allowed).
+    # One panel per window, each with only its own rows (a facet of a multi-source layer is not allowed).
     panels = []
     for w in windows:
-        panel_layers = [
-            layer.transform_filter(alt.datum.window == w) for layer in layers
-        ]
+        panel_layers = [line.properties(data=alt.Data(values=[c for c in curves if c["window"] == w]))]
+        own_marks = [m for m in marks if m["window"] == w]
+        if own_marks:
+            panel_layers.append(layers[1].properties(data=alt.Data(values=own_marks)))
         panels.append(alt.layer(*panel_layers, title=f"{w} windows").properties(width=(WIDTH - 60) // max(1, len(windows)), height=HEIGHT - 40))
     return alt.hconcat(*panels, title="Power swing distribution per role and window (lines: 1 s series; ◆: p50/p99/max of the instantaneous trace)")
 
@@ -229,7 +230,7 @@ def coincidence_bars(rows: list[dict]) -> alt.LayerChart:
 def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt.VConcatChart:
     """power: day, role, hour, w; requests: day, hour, rps; profile: role, hour, mean, p5, p95."""
     days = sorted({p["day"] for p in power} | {r["day"] for r in requests})
-    day_color = alt.Color("day:N", title="day", scale=alt.Scale(domain=days, scheme="blues"))
+    day_color = alt.Color("day:N", title="day", scale=alt.Scale(domain=days, range=day_ramp(len(days))))
     x = alt.X("hour:Q", title="hour of day (UTC)", scale=alt.Scale(domain=[0, 23]), axis=alt.Axis(tickCount=12))
     power_layers = []
     if profile:
@@ -259,6 +260,15 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
             .properties(width=WIDTH, height=HEIGHT - 80)
         )
     return alt.vconcat(*charts).resolve_scale(color="shared")
+
+
+def day_ramp(n: int, light: str = "#9ecae1", dark: str = "#08306b") -> list[str]:
+    """``n`` colours from light (oldest day) to dark (the report's day)."""
+    a = [int(light[i : i + 2], 16) for i in (1, 3, 5)]
+    b = [int(dark[i : i + 2], 16) for i in (1, 3, 5)]
+    if n <= 1:
+        return [dark]
+    return ["#" + "".join(f"{round(x + (y - x) * k / (n - 1)):02x}" for x, y in zip(a, b)) for k in range(n)]
 
 
 def coverage_bars(rows: list[dict]) -> alt.LayerChart:

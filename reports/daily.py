@@ -165,6 +165,7 @@ table { border-collapse: collapse; margin: 8px 0 4px; font-size: 12.5px; }
 th, td { border-bottom: 1px solid #e6e6e6; padding: 3px 9px; text-align: left; vertical-align: top; }
 th { background: #f3f5f7; font-weight: 600; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td details pre { max-width: 640px; }
 .note { padding: 6px 10px; border-radius: 4px; margin: 8px 0; font-size: 13px; }
 .note.info { background: #eef6ff; }
 .note.missing { background: #f5f5f5; color: #555; border-left: 3px solid #bbb; }
@@ -183,8 +184,15 @@ def _cell(value) -> str:
         return '<td class="n">–</td>'
     if isinstance(value, bool):
         return f"<td>{'yes' if value else 'no'}</td>"
+    if isinstance(value, Code):
+        return f"<td><details><summary>{html.escape(value.label)}</summary><pre>{html.escape(value.sql)}</pre></details></td>"
     if isinstance(value, (int, float)):
-        text = f"{value:,}" if isinstance(value, int) or float(value).is_integer() and abs(value) >= 1000 else f"{value:,.6g}"
+        if isinstance(value, int):
+            text = f"{value:,}" if abs(value) >= 10000 else str(value)
+        elif float(value).is_integer():
+            text = f"{int(value):,}"
+        else:
+            text = f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
         return f'<td class="n">{html.escape(text)}</td>'
     return f"<td>{html.escape(str(value))}</td>"
 

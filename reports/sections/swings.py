@@ -77,13 +77,12 @@ def _events_table(ctx: Ctx, events: list[dict], caption: str) -> list:
         ["#", "time (UTC)", "level", "entity", "swing within 2 s (W)", "swing (% prov.)", "from → to (W)", "drill down"],
         [
             [i + 1, _iso(ev["t_ms"]), ev["level"], ev["entity"], num(ev["swing_w"], 0), num(ev["swing_pct"]),
-             f"{ev['from_w']:,.0f} → {ev['to_w']:,.0f}", f"SQL #{i + 1} below"]
+             f"{ev['from_w']:,.0f} → {ev['to_w']:,.0f}", Code("SQL", drill_sql(ctx, ev))]
             for i, ev in enumerate(events)
         ],
         caption,
     )
-    codes = [Code(f"#{i + 1} {ev['level']} {ev['entity']} at {_iso(ev['t_ms'])}", drill_sql(ctx, ev)) for i, ev in enumerate(events)]
-    return [table, *codes]
+    return [table]
 
 
 def build(ctx: Ctx) -> Section:
@@ -119,7 +118,7 @@ def build(ctx: Ctx) -> Section:
     if have_stats:
         rows = r.rows(
             f"""SELECT * FROM {r.day_relation('swing_stats', ctx.date)}
-                WHERE level = 'role' OR (level IN ('cluster', 'fleet') AND window_s = 2)
+                WHERE (level = 'role' AND (series = 'instant' OR window_s = 2)) OR (level IN ('cluster', 'fleet') AND window_s = 2)
                 ORDER BY CASE level WHEN 'fleet' THEN 0 WHEN 'role' THEN 1 ELSE 2 END, entity, window_s, series"""
         )
         s.add(
@@ -127,7 +126,7 @@ def build(ctx: Ctx) -> Section:
                 ["level", "entity", "window (s)", "series", "max swing (W)", "max swing (% prov.)", "p50 (W)", "p99 (W)", "max ramp (W/s)", "windows > 10%", "windows > 25%"],
                 [[x["level"], x["entity"], num(x["window_s"], 1), x["series"], num(x["max_swing_w"], 0), num(x["max_swing_pct"]), num(x["p50_swing_w"], 0),
                   num(x["p99_swing_w"], 0), num(x["max_ramp_w_per_s"], 0), x["windows_over_10pct"], x["windows_over_25pct"]] for x in rows[:60]],
-                "swing_stats: roles at every window; clusters and the fleet at 2 s (instant = the sub-second trace, avg1s = the driver's 1 s average).",
+                "swing_stats: roles at every window of the instantaneous trace, and at 2 s also on the driver's 1 s average (avg1s); clusters and the fleet at 2 s.",
             )
         )
     else:
