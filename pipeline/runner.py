@@ -34,6 +34,7 @@ class RunOutcome:
     materialized: list[str] = field(default_factory=list)
     failed_checks: list[FailedCheck] = field(default_factory=list)
     error: str | None = None
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def error_checks(self) -> list[FailedCheck]:
@@ -84,6 +85,9 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) ->
             asset_selection=[AssetKey(a) for a in selection] if selection else None,
         )
     outcome = RunOutcome(date=date, success=result.success, run_id=result.run_id)
+    for event in result.all_events:
+        if event.is_step_success and event.step_key:
+            outcome.step_seconds[event.step_key] = event.event_specific_data.duration_ms / 1000
     for event in result.get_asset_materialization_events():
         outcome.materialized.append(event.asset_key.to_user_string())
     for evaluation in result.get_asset_check_evaluations():

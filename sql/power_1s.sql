@@ -6,20 +6,21 @@ WITH samples AS (
     SELECT
         host,
         gpu,
-        ts,
+        t_ns,
         power_w,
         source,
         is_average,
-        (epoch_ns(ts) - lag(epoch_ns(ts)) OVER w) / 1e9 AS dt_s,
+        bucket_ns(t_ns, 1000000000) AS second_ns,
+        (t_ns - lag(t_ns) OVER w) / 1e9 AS dt_s,
         lag(power_w) OVER w AS prev_w
     FROM power_day
-    WINDOW w AS (PARTITION BY host, gpu ORDER BY ts)
+    WINDOW w AS (PARTITION BY host, gpu ORDER BY t_ns)
 )
 SELECT
     getvariable('partition_date') AS date,
     host,
     gpu,
-    time_bucket(INTERVAL 1 SECOND, ts) AS ts,
+    ns_to_ts(second_ns) AS ts,
     avg(power_w)::FLOAT AS mean_w,
     min(power_w)::FLOAT AS min_w,
     max(power_w)::FLOAT AS max_w,
@@ -30,5 +31,5 @@ SELECT
     any_value(source) AS source,
     bool_or(is_average) AS is_average
 FROM samples
-GROUP BY ALL
+GROUP BY host, gpu, second_ns
 ORDER BY host, gpu, ts

@@ -31,7 +31,7 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, data_d
     day = parse_date(date) if date else (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     t0 = time.monotonic()
     summary = simulate(data_dir, start=dt.date.fromisoformat(day), days=1, seed=seed, fleet=fleet, hours=hours)
-    click.echo(f"simulated {day}: {summary} in {time.monotonic() - t0:.0f} s")
+    click.echo(f"simulated {day}: {summary.line()} in {time.monotonic() - t0:.0f} s")
     t1 = time.monotonic()
     outcome = run_day(data_dir, day)
     for check in outcome.failed_checks:

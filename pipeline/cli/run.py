@@ -20,8 +20,9 @@ def require_day_data(data_dir, date: str) -> None:
 @click.command("run")
 @date_option
 @click.option("--select", default=None, metavar="ASSET[,ASSET...]", help="Only these assets (default: all).")
+@click.option("--timings", is_flag=True, help="Print each asset's wall time.")
 @data_dir_option
-def command(date: str, select: str | None, data_dir) -> None:
+def command(date: str, select: str | None, timings: bool, data_dir) -> None:
     """Materialize all assets of the day's partition (the same job the UI and schedule run)."""
     from pipeline.runner import run_day
 
@@ -34,6 +35,9 @@ def command(date: str, select: str | None, data_dir) -> None:
     if not outcome.success:
         click.echo(f"run {outcome.run_id} failed after {seconds:.1f} s: {outcome.error}", err=True)
         raise SystemExit(1)
+    if timings:
+        for step, step_s in sorted(outcome.step_seconds.items(), key=lambda kv: -kv[1]):
+            click.echo(f"  {step:<32} {step_s:8.2f} s")
     status = "ok" if outcome.ok else "finished with failed ERROR checks"
     click.echo(
         f"{date}: {len(outcome.materialized)} assets materialized in {seconds:.1f} s, "

@@ -1,8 +1,42 @@
-"""`wattline simulate` (being built)."""
+"""`wattline simulate`: write a simulated fleet's power, requests and training events into the data dir."""
+
+from __future__ import annotations
+
+import datetime as dt
 
 import click
 
+from collectors.requests.replay import load_replay_arrivals, replay_arrivals_option
+from pipeline.cli.common import UserError, data_dir_option, parse_date
+
+
+def _yesterday_utc() -> str:
+    return (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+
 
 @click.command("simulate")
-def command() -> None:
-    raise click.ClickException("not built yet")
+@click.option("--days", type=click.IntRange(min=1), default=1, show_default=True, help="Days to simulate.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Same seed, same bytes.")
+@click.option("--start", metavar="YYYY-MM-DD", default=None, help="First day (UTC)  [default: yesterday]")
+@click.option("--fleet", default="demo", show_default=True, metavar="demo|tiny|FILE", help="Built-in fleet or an inventory YAML.")
+@click.option("--hours", type=float, default=None, help="Simulate only the first H hours of each day.")
+@replay_arrivals_option
+@data_dir_option
+def command(days: int, seed: int, start: str | None, fleet: str, hours: float | None, replay_arrivals, data_dir) -> None:
+    """Simulate a GPU fleet (training and inference) at 10 Hz, no GPU needed."""
+    from collectors.inventory import InventoryError
+    from collectors.simulate import simulate
+    from collectors.simulate.fleets import resolve_fleet
+
+    first = dt.date.fromisoformat(parse_date(start or _yesterday_utc()))
+    if hours is not None and not 0 < hours <= 24:
+        raise UserError(f"--hours must be in (0, 24], got {hours}")
+    try:
+        arrivals = None
+        if replay_arrivals:
+            endpoints = [e.name for _, _, host in resolve_fleet(fleet).iter_hosts() for e in host.endpoints]
+            arrivals = load_replay_arrivals(*replay_arrivals, sorted(set(endpoints)))
+        summary = simulate(data_dir, start=first, days=days, seed=seed, fleet=fleet, hours=hours, arrivals=arrivals)
+    except InventoryError as exc:
+        raise UserError(str(exc)) from None
+    click.echo(f"{summary.line()} → {data_dir}")

@@ -1,0 +1,36 @@
+"""`python -m bench [throughput|storage|queries|all] [--sizes 8,64,256] [--work DIR]` (`make bench`).
+
+Each benchmark prints a table, with ratios against baselines measured in the same run, and
+writes bench/results/<name>.json. The collector's overhead on a real GPU is bench/device_proof.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+from bench import queries, storage, throughput
+
+warnings.filterwarnings("ignore", module="dagster")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("which", nargs="?", default="all", choices=["throughput", "storage", "queries", "all"])
+    parser.add_argument("--sizes", default="8,64,256", help="GPU-days to generate (multiples of 8)")
+    parser.add_argument("--work", type=Path, default=Path("bench/work"), help="where generated data is kept (reused)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.which in ("throughput", "all"):
+        throughput.main(sizes, args.work.resolve())
+    probe = args.work.resolve() / f"gpus-{64 if 64 in sizes else sizes[0]}"
+    if args.which in ("storage", "all"):
+        storage.main(probe)
+    if args.which in ("queries", "all"):
+        queries.main(probe)
+
+
+if __name__ == "__main__":
+    main()

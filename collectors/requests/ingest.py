@@ -1,0 +1,160 @@
+"""Bulk ingestion of request logs: files in, Parquet and quarantine out, one summary.
+
+Every batch is committed the same way (:meth:`Ingestor.commit`): new rows to
+``requests/``, rejected lines and conflicting duplicates to ``quarantine/requests/``, counts
+into the :class:`Summary`. The follow mode (:mod:`collectors.requests.tail`) uses the same commit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from collectors.requests.azure import NotAzureTrace, read_azure
+from collectors.requests.jsonl import parse_block, parse_lines
+from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, Block, Line, iter_blocks
+from collectors.requests.progress import byte_progress
+from collectors.requests.quarantine import Reject, write_quarantine
+from collectors.requests.store import RequestStore, empty_frame, writer_lock
+from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
+
+FORMATS = ("jsonl", "azure", "vllm-bench")
+PATTERNS = {"jsonl": ("*.jsonl", "*.jsonl.*", "*.ndjson"), "azure": ("*.csv",), "vllm-bench": ("*.json",)}
+"""Which files of a directory each format takes."""
+CHUNK_LINES = 250_000
+"""JSONL rows per commit (one Parquet file per day per commit)."""
+COMMIT_ROWS = 1_000_000
+"""Trace rows per Parquet file in bulk imports (fewer, larger files)."""
+
+
+@dataclass
+class Summary:
+    files_read: int = 0
+    ingested: int = 0
+    quarantined: int = 0
+    duplicates: int = 0
+    errors: list[str] = field(default_factory=list)  # files that could not be read at all
+
+    def line(self) -> str:
+        return (
+            f"ingested {self.ingested} request(s), quarantined {self.quarantined}, "
+            f"duplicates {self.duplicates} (from {self.files_read} file(s)"
+            + (f"; {len(self.errors)} unreadable" if self.errors else "")
+            + ")"
+        )
+
+
+class Ingestor:
+    """Commits parsed batches for one data dir and keeps the counts."""
+
+    def __init__(self, data_dir: Path, fmt: str, *, endpoint: str | None = None,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, progress: bool | None = None) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        self.data_dir = Path(data_dir)
+        self.fmt = fmt
+        self.endpoint = endpoint
+        self.max_line_bytes = max_line_bytes
+        self.progress = progress
+        self.store = RequestStore(self.data_dir, prefix=f"req-{fmt}")
+        self.summary = Summary()
+
+    def commit(self, frame: pl.DataFrame, rejects: list[Reject]) -> None:
+        """Requests first, then quarantine: both are atomic files, and both are deduplicated,
+        so repeating a commit after a crash between the two adds nothing."""
+        with writer_lock(self.data_dir):
+            added = self.store.add(frame)
+            self.summary.ingested += added.written
+            self.summary.duplicates += added.duplicates
+            self.summary.quarantined += write_quarantine(rejects + added.conflicts, self.data_dir, self.fmt)
+
+    # ---- bulk
+
+    def ingest(self, targets: list[Path]) -> Summary:
+        """Ingest every file; a file that cannot be read is noted and skipped. Errors writing
+        the data dir propagate: what was committed stays, and a re-run adds only the rest."""
+        for path in expand(targets, self.fmt):
+            try:
+                with open(path, "rb"):
+                    pass
+                self._ingest_file(path)
+            except (NotAzureTrace, NotBenchResult) as exc:
+                self.summary.errors.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+                continue
+            except OSError as exc:
+                if exc.filename not in (str(path), path):
+                    raise
+                self.summary.errors.append(f"{path}: {exc.strerror}")
+                continue
+            self.summary.files_read += 1
+        return self.summary
+
+    def _ingest_file(self, path: Path) -> None:
+        size = path.stat().st_size
+        with byte_progress(size, path.name, self.progress) as advance:
+            if self.fmt == "jsonl":
+                self._ingest_jsonl(path, advance)
+            elif self.fmt == "azure":
+                endpoint = self.endpoint or path.stem
+                frames, rejects = [], []
+                for frame, bad in read_azure(path, endpoint, max_line_bytes=self.max_line_bytes, on_bytes=advance):
+                    frames.append(frame)
+                    rejects += bad
+                    if sum(f.height for f in frames) >= COMMIT_ROWS:
+                        self.commit(pl.concat(frames), rejects)
+                        frames, rejects = [], []
+                if frames or rejects:
+                    self.commit(pl.concat(frames) if frames else empty_frame(), rejects)
+            else:
+                self.commit(*read_vllm_bench(path, self.endpoint))
+                advance(size)
+
+    def _ingest_jsonl(self, path: Path, advance) -> None:
+        frames, rejects, done = [], [], 0
+        with open(path, "rb") as fh:
+            for item in iter_blocks(fh, max_line_bytes=self.max_line_bytes):
+                frame, bad = (parse_block if isinstance(item, Block) else _parse_line)(item, str(path), self.endpoint)
+                frames.append(frame)
+                rejects += bad
+                advance(max(0, item.end - done))
+                done = max(done, item.end)
+                if sum(f.height for f in frames) >= CHUNK_LINES:
+                    self.commit(pl.concat(frames), rejects)
+                    frames, rejects = [], []
+        if frames or rejects:
+            self.commit(pl.concat(frames) if frames else empty_frame(), rejects)
+
+
+def _parse_line(line: Line, source: str, endpoint: str | None):
+    return parse_lines([line], source, endpoint)
+
+
+def expand(targets: list[Path], fmt: str) -> list[Path]:
+    """Files named directly, plus the matching files of named directories (absolute, sorted, no repeats)."""
+    out: list[Path] = []
+    for target in targets:
+        target = Path(os.path.abspath(target))  # one name per file in quarantine's source_file
+        if target.is_dir():
+            found = {p for pattern in PATTERNS[fmt] for p in target.glob(pattern) if p.is_file()}
+            out += sorted(found, key=_natural)
+        else:
+            out.append(target)
+    seen, unique = set(), []
+    for p in out:
+        key = os.path.realpath(p)
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def _natural(path: Path):
+    """Rotated logs oldest first: app.jsonl.3, app.jsonl.2, app.jsonl.1, app.jsonl."""
+    name = path.name
+    stem, _, suffix = name.rpartition(".")
+    if stem and suffix.isdigit():
+        return (stem, 0, -int(suffix))
+    return (name, 1, 0)

@@ -1,0 +1,119 @@
+"""Rejected input, kept byte for byte with where it came from and why, never silently dropped.
+
+Layout: ``quarantine/requests/date=D/*.parquet`` where D is the line's arrival day when its
+``arrival_ts`` could be read, else the day it was ingested. ``raw`` holds the line's bytes
+exactly as read (any encoding), cut to a prefix for lines over the length limit; ``raw_bytes``
+is the full length. Re-ingesting a file adds no second entry for the same
+(source_file, line_no, raw_sha256).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+
+from collectors.contract import TS
+from collectors.parquet_sink import write_parquet_atomic
+from pipeline.constants import QUARANTINE_DIR
+
+QUARANTINE = pa.schema(
+    [
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("line_no", pa.int64(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("raw", pa.binary(), nullable=False),
+        pa.field("raw_bytes", pa.int64(), nullable=False),
+        pa.field("raw_sha256", pa.string(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),
+        pa.field("ingested_ts", TS, nullable=False),
+    ]
+)
+_KEY = ["source_file", "line_no", "raw_sha256"]
+
+
+@dataclass(frozen=True)
+class Reject:
+    source: str
+    line_no: int
+    reason: str
+    raw: bytes
+    raw_bytes: int
+    day: str | None = None  # arrival day when known
+
+
+def quarantine_root(data_dir: Path) -> Path:
+    return Path(data_dir) / QUARANTINE_DIR / "requests"
+
+
+def today_utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).date().isoformat()
+
+
+def _stored_keys(folder: Path) -> set[tuple]:
+    files = sorted(folder.glob("*.parquet"))
+    if not files:
+        return set()
+    table = pads.dataset(files, format="parquet").to_table(columns=_KEY)
+    return set(zip(*(table.column(c).to_pylist() for c in _KEY)))
+
+
+def write_quarantine(rejects: list[Reject], data_dir: Path, fmt: str) -> int:
+    """Write ``rejects`` (atomically, one file per day); returns how many were new."""
+    if not rejects:
+        return 0
+    now_ns = time.time_ns() // 1000 * 1000  # µs: readable as datetime anywhere
+    by_day: dict[str, list[Reject]] = {}
+    for r in rejects:
+        by_day.setdefault(r.day or today_utc(), []).append(r)
+    written = 0
+    for day, items in sorted(by_day.items()):
+        folder = quarantine_root(data_dir) / f"date={day}"
+        seen = _stored_keys(folder)
+        rows = []
+        for r in items:
+            key = (r.source, r.line_no, hashlib.sha256(r.raw).hexdigest())
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append((r, key[2]))
+        if not rows:
+            continue
+        table = pa.table(
+            {
+                "source_file": [r.source for r, _ in rows],
+                "line_no": pa.array([r.line_no for r, _ in rows], pa.int64()),
+                "reason": [r.reason for r, _ in rows],
+                "raw": pa.array([r.raw for r, _ in rows], pa.binary()),
+                "raw_bytes": pa.array([r.raw_bytes for r, _ in rows], pa.int64()),
+                "raw_sha256": [sha for _, sha in rows],
+                "format": [fmt] * len(rows),
+                "ingested_ts": pa.array([now_ns] * len(rows), pa.int64()).cast(TS),
+            },
+            schema=QUARANTINE,
+        )
+        write_parquet_atomic(table, folder / f"q-{uuid.uuid4().hex[:12]}.parquet")
+        written += len(rows)
+    return written
+
+
+def read_quarantine(data_dir: Path) -> pa.Table:
+    """Every quarantined request line (for tests, reports and asset metadata)."""
+    files = sorted(quarantine_root(data_dir).glob("date=*/*.parquet"))
+    if not files:
+        return QUARANTINE.empty_table()
+    return pads.dataset(files, format="parquet").to_table()
+
+
+def reason_counts(table: pa.Table) -> dict[str, int]:
+    if table.num_rows == 0:
+        return {}
+    counts = pc.value_counts(table.column("reason"))
+    return {d["values"]: d["counts"] for d in counts.to_pylist()}

@@ -1,0 +1,164 @@
+"""Append request rows to ``requests/date=D/`` exactly once.
+
+A row is identified by ``(request_id, endpoint)``. A repeat with identical content (a file
+ingested twice, lines re-read after a crash between a Parquet flush and its checkpoint) is
+counted as a duplicate and not written; a repeat with *different* content is a real conflict
+and goes to quarantine. Both are checked within the batch and against what is stored for the
+row's arrival day, so the store is idempotent by content.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as pads
+
+from collectors.contract import DATASETS, REQUESTS
+from collectors.parquet_sink import write_dataset
+from collectors.requests.quarantine import Reject
+
+KEY = ["request_id", "endpoint"]
+COLUMNS = REQUESTS.names
+TS_COLUMNS = [f.name for f in REQUESTS if pa.types.is_timestamp(f.type)]
+VALUE_COLUMNS = [c for c in COLUMNS if c not in KEY]
+META = ["_src", "_line", "_raw"]
+"""Where each row came from: source file, line number, raw bytes (null when not kept)."""
+
+FRAME_SCHEMA = {
+    "request_id": pl.String,
+    "endpoint": pl.String,
+    **{c: pl.Int64 for c in TS_COLUMNS},
+    "prompt_tokens": pl.Int32,
+    "output_tokens": pl.Int32,
+    "status": pl.String,
+    "_src": pl.String,
+    "_line": pl.Int64,
+    "_raw": pl.Binary,
+}
+"""A parsed batch: contract columns with timestamps as epoch ns, plus provenance."""
+
+
+@contextmanager
+def writer_lock(data_dir: Path) -> Iterator[None]:
+    """One request writer at a time per data dir (bulk imports and followers may overlap)."""
+    path = Path(data_dir) / "state" / "requests.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def empty_frame() -> pl.DataFrame:
+    return pl.DataFrame(schema=FRAME_SCHEMA)
+
+
+def day_expr() -> pl.Expr:
+    return pl.from_epoch(pl.col("arrival_ts"), time_unit="ns").dt.strftime("%Y-%m-%d")
+
+
+def to_contract(frame: pl.DataFrame) -> pa.Table:
+    table = frame.select(COLUMNS).to_arrow()
+    cols = [table.column(c).cast(f.type) for c, f in zip(COLUMNS, REQUESTS)]
+    return pa.Table.from_arrays(cols, schema=REQUESTS)
+
+
+def _same_content() -> pl.Expr:
+    return pl.all_horizontal([pl.col(c).eq_missing(pl.col(f"{c}_old")) for c in VALUE_COLUMNS])
+
+
+@dataclass
+class AddResult:
+    written: int = 0
+    duplicates: int = 0
+    conflicts: list[Reject] = field(default_factory=list)
+
+
+class RequestStore:
+    """The requests dataset under ``data_dir``, with each touched day's rows cached in memory.
+
+    Callers serialise :meth:`add` across processes (see :func:`writer_lock`); the cache then
+    only needs the files other writers added, which :meth:`_stored` picks up by name.
+    """
+
+    def __init__(self, data_dir: Path, prefix: str = "req") -> None:
+        self.data_dir = Path(data_dir)
+        self.prefix = prefix
+        self._days: dict[str, pl.DataFrame] = {}
+        self._files: dict[str, set[str]] = {}  # per day: the files already in ``_days``
+
+    def _stored(self, day: str) -> pl.DataFrame:
+        """The day's stored rows, including files another writer added since we last looked."""
+        folder = DATASETS["requests"].partition_dir(self.data_dir, day)
+        known = self._files.setdefault(day, set())
+        new = sorted(p for p in folder.glob("*.parquet") if p.name not in known)
+        if day not in self._days:
+            self._days[day] = pl.DataFrame(schema={c: FRAME_SCHEMA[c] for c in COLUMNS})
+        if new:
+            table = pads.dataset(new, format="parquet").to_table(columns=COLUMNS)
+            rows = pl.from_arrow(table).with_columns(pl.col(TS_COLUMNS).dt.epoch("ns"))
+            rows = rows.cast({c: FRAME_SCHEMA[c] for c in COLUMNS})
+            self._days[day] = pl.concat([self._days[day], rows]).unique(KEY, keep="first", maintain_order=True)
+            known.update(p.name for p in new)
+        return self._days[day]
+
+    def add(self, batch: pl.DataFrame) -> AddResult:
+        """Write the new rows of ``batch`` (FRAME_SCHEMA, in input order); report the rest."""
+        result = AddResult()
+        if batch.height == 0:
+            return result
+        batch = batch.with_row_index("_i").with_columns(_day=day_expr())
+        first = batch.unique(KEY, keep="first", maintain_order=True)
+        repeats = batch.join(first.select("_i"), on="_i", how="anti")
+        self._classify(repeats, first.select(KEY + VALUE_COLUMNS + ["_src", "_line"]), "seen earlier", result)
+
+        new_parts = []
+        for day in first["_day"].unique().sort().to_list():
+            rows = first.filter(pl.col("_day") == day)
+            stored = self._stored(day)
+            known = rows.join(stored.select(KEY), on=KEY, how="semi")
+            self._classify(known, stored, "already stored", result)
+            fresh = rows.join(stored.select(KEY), on=KEY, how="anti")
+            if fresh.height:
+                new_parts.append(fresh)
+        if new_parts:
+            fresh = pl.concat(new_parts)
+            # A failed write leaves the cache as it was: the rows stay new for the retry, and any
+            # day already on disk is picked up as another writer's file on the next look.
+            written = write_dataset(to_contract(fresh), self.data_dir, "requests", prefix=self.prefix, sort_by=["arrival_ts"])
+            for part in new_parts:
+                day = part["_day"][0]
+                self._days[day] = pl.concat([self._days[day], part.select(COLUMNS)])
+            for path in written:
+                self._files[path.parent.name.removeprefix("date=")].add(path.name)
+            result.written = fresh.height
+        return result
+
+    @staticmethod
+    def _classify(rows: pl.DataFrame, reference: pl.DataFrame, where: str, result: AddResult) -> None:
+        """Identical to ``reference`` → duplicate; different → a conflict for quarantine."""
+        if rows.height == 0:
+            return
+        ref = reference.select(KEY + VALUE_COLUMNS).rename({c: f"{c}_old" for c in VALUE_COLUMNS})
+        joined = rows.join(ref, on=KEY, how="left").with_columns(_same=_same_content())
+        result.duplicates += int(joined["_same"].sum())
+        for row in joined.filter(~pl.col("_same")).iter_rows(named=True):
+            raw = row["_raw"] if row["_raw"] is not None else b""
+            result.conflicts.append(
+                Reject(
+                    row["_src"],
+                    row["_line"],
+                    f"duplicate (request_id, endpoint) with different content, {where}",
+                    raw,
+                    len(raw),
+                    row["_day"],
+                )
+            )

@@ -1,0 +1,114 @@
+"""Serving-benchmark per-request results (vLLM ``bench serve --save-result --save-detailed``) → requests.
+
+The file is one JSON document of parallel arrays: ``input_lens``, ``output_lens``, ``ttfts``
+(s), ``itls`` (s; one mean per request in some versions, a list of gaps per request in others),
+per-request start times (Unix epoch s: ``request_timestamps``, or ``start_times``), and
+optionally ``errors`` (empty string when the request succeeded). Other arrays are ignored.
+
+Derived: ``first_token_ts = start + ttft``; ``end_ts = first_token_ts + sum(itls[i])`` for a
+list, ``+ itl × (output_len − 1)`` for a mean. The benchmark does not see the engine's
+scheduling, so ``prefill_start_ts`` stays null. ``line_no`` of a rejected request is its
+1-based position in the arrays. ``request_id`` is ``vllm-<start ns>-<input>-<output>``: built
+from content, so the same results file ingested twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+
+from collectors.requests.quarantine import Reject
+from collectors.requests.records import BadRecord, check_order
+from collectors.requests.store import FRAME_SCHEMA, empty_frame
+from collectors.requests.timestamps import BadTimestamp, epoch_to_ns
+
+START_KEYS = ("request_timestamps", "start_times", "request_start_times")
+NEEDED = ("input_lens", "output_lens", "ttfts", "itls")
+
+
+class NotBenchResult(ValueError):
+    pass
+
+
+def _seconds_ns(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise BadRecord(f"{name} must be a non-negative number of seconds, got {value!r}")
+    return math.floor(value * 1e9 + 0.5)
+
+
+def _count(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRecord(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
+    def item(name):
+        if i >= len(doc[name]):
+            raise BadRecord(f"{name} has no entry {i + 1}")
+        return doc[name][i]
+
+    try:
+        start_ns = epoch_to_ns(item(start_key))
+    except BadTimestamp as exc:
+        raise BadRecord(f"{start_key}: {exc}") from None
+    prompt, output = _count(item("input_lens"), "input_lens"), _count(item("output_lens"), "output_lens")
+    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else []
+    error = errors[i] if i < len(errors) else ""
+    ttft, itl = item("ttfts"), item("itls")
+    first_ns = end_ns = None
+    if not error:
+        first_ns = start_ns + _seconds_ns(ttft, "ttfts")
+        if isinstance(itl, list):
+            decode_ns = sum(_seconds_ns(x, "itls") for x in itl)
+        else:
+            decode_ns = _seconds_ns(itl, "itls") * max(output - 1, 0)
+        end_ns = first_ns + decode_ns
+    row = {
+        "request_id": f"vllm-{start_ns}-{prompt}-{output}",
+        "endpoint": endpoint,
+        "arrival_ts": start_ns,
+        "prefill_start_ts": None,
+        "first_token_ts": first_ns,
+        "end_ts": end_ns,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "status": "error" if error else "ok",
+    }
+    check_order(row)
+    return row
+
+
+def read_vllm_bench(path: Path, endpoint: str | None = None) -> tuple[pl.DataFrame, list[Reject]]:
+    """All requests of one results file: (rows, rejects)."""
+    source = str(path)
+    try:
+        doc = json.loads(Path(path).read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotBenchResult(f"{path}: not a JSON document ({exc})") from None
+    if not isinstance(doc, dict):
+        raise NotBenchResult(f"{path}: expected a JSON object of per-request arrays")
+    missing = [k for k in NEEDED if not isinstance(doc.get(k), list)]
+    start_key = next((k for k in START_KEYS if isinstance(doc.get(k), list)), None)
+    if start_key is None:
+        missing.append(" or ".join(START_KEYS))
+    if missing:
+        raise NotBenchResult(f"{path}: missing per-request array(s): {', '.join(missing)}")
+    endpoint = endpoint or str(doc.get("model_id") or doc.get("model") or "vllm-bench")
+    used = (start_key, *NEEDED, "errors")
+    rows, rejects = [], []
+    for i in range(max(len(doc[k]) for k in (start_key, *NEEDED))):
+        # the request's entries as one JSON object: its "raw line" for quarantine
+        raw = json.dumps({k: doc[k][i] for k in used if isinstance(doc.get(k), list) and i < len(doc[k])}).encode()
+        try:
+            row = _record(doc, start_key, i, endpoint)
+        except BadRecord as exc:
+            rejects.append(Reject(source, i + 1, str(exc), raw, len(raw)))
+            continue
+        row.update(_src=source, _line=i + 1, _raw=raw)
+        rows.append(row)
+    frame = pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row") if rows else empty_frame()
+    return frame, rejects
