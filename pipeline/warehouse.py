@@ -202,7 +202,8 @@ def write_partition(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, 
     folder = derived_path(data_dir, table) / f"date={date}"
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / "part-0.parquet"
-    tmp = folder / f"{TMP_PREFIX}part-0.{uuid.uuid4().hex[:8]}.parquet"
+    # Not named *.parquet: the views glob date=*/*.parquet and must never see a half-written file.
+    tmp = folder / f"{TMP_PREFIX}part-0.parquet.{uuid.uuid4().hex[:8]}"
     try:
         con.execute(
             f"COPY ({query}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)"

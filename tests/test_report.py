@@ -169,3 +169,31 @@ def test_cli_report_user_errors(args, message):
 def test_documented_columns_cover_every_contract_table():
     # The report is built against these; keep them in step with the issues' column lists.
     assert {"phase_segments", "energy_per_token", "swing_stats", "coincidence", "diurnal_profile", "power_headroom"} <= set(SCHEMAS)
+
+
+def test_readers_work_while_a_run_writes(built):
+    """`wattline sql` and the report read the republished catalog read-only, never a writer's lock."""
+    import threading
+
+    from pipeline.readonly import run_query
+    from pipeline.runner import run_day
+
+    data_dir, _ = built
+    before = run_query(data_dir, "select count(*) as n from power_1s").column("n")[0].as_py()
+    done = threading.Event()
+    result = {}
+
+    def rerun():
+        try:
+            result["outcome"] = run_day(data_dir, DATE, selection=["power_1s", "fleet_power_1s"])
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=rerun)
+    thread.start()
+    counts = []
+    while not done.is_set() or not counts:
+        counts.append(run_query(data_dir, "select count(*) as n from power_1s").column("n")[0].as_py())
+    thread.join()
+    assert result["outcome"].success
+    assert set(counts) == {before}  # old day or new day, identical rows, never an error or a half file
