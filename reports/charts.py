@@ -241,7 +241,7 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
         )
     power_layers.append(
         alt.Chart(alt.Data(values=power))
-        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .mark_line(point=alt.OverlayMarkDef(size=30))
         .encode(
             x=x,
             y=alt.Y("w:Q", title="mean power (W)"),
@@ -255,7 +255,7 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
     if requests:
         charts.append(
             alt.Chart(alt.Data(values=requests), title="Request rate by hour of day, one line per day")
-            .mark_line(point=alt.OverlayMarkDef(size=12))
+            .mark_line(point=alt.OverlayMarkDef(size=30))
             .encode(x=x, y=alt.Y("rps:Q", title="requests per second"), color=day_color, tooltip=["day:N", "hour:Q", alt.Tooltip("rps:Q", format=".2f")])
             .properties(width=WIDTH, height=HEIGHT - 80)
         )

@@ -161,6 +161,7 @@ section { background: #fff; border: 1px solid #e1e4e8; border-radius: 6px; paddi
 h2 { font-size: 17px; margin: 4px 0 10px; }
 .chart { margin: 10px 0 4px; min-height: 60px; }
 .caption { color: #555; font-size: 12px; margin: 2px 0 12px; }
+.tablewrap { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: 8px 0 4px; font-size: 12.5px; }
 th, td { border-bottom: 1px solid #e6e6e6; padding: 3px 9px; text-align: left; vertical-align: top; }
 th { background: #f3f5f7; font-weight: 600; }
@@ -205,7 +206,7 @@ def _block(block) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in block.columns)
         body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in block.rows)
         caption = f'<p class="caption">{html.escape(block.caption)}</p>' if block.caption else ""
-        return f"{caption}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return f'{caption}<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
     if isinstance(block, Note):
         return f'<div class="note {block.kind}">{html.escape(block.text)}</div>'
     if isinstance(block, Code):

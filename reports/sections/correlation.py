@@ -30,7 +30,10 @@ def build(ctx: Ctx) -> Section:
         if between:
             s.add(Chart("correlation_heatmap", charts.correlation_heatmap([{"a": a, "b": b, "r": v} for (a, b), v in sorted(cells.items())]),
                         "Pearson correlation of the endpoints' 1 s power (`endpoint_correlation`); near 0: their peaks mostly cancel in the sum."))
-            top = sorted(between, key=lambda p: -(p["pearson_1s"] if p["pearson_1s"] is not None else -2))[:10]
+            unordered = {}
+            for p in between:  # a table may hold both (a, b) and (b, a): show each pair once
+                unordered.setdefault(tuple(sorted((p["a"], p["b"]))), p)
+            top = sorted(unordered.values(), key=lambda p: -(p["pearson_1s"] if p["pearson_1s"] is not None else -2))[:10]
             s.add(Table(["a", "b", "Pearson r (1 s)", "spike co-occurrence (%)", "best lag (s)"],
                         [[p["a"], p["b"], num(p["pearson_1s"], 3), num(100 * p["spike_cooccurrence"] if p["spike_cooccurrence"] is not None else None), num(p["best_lag_s"], 1)] for p in top],
                         "Most correlated pairs (spike co-occurrence: share of one's prefill-level spikes that meet a spike of the other within ±1 s)."))

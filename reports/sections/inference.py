@@ -160,7 +160,7 @@ def build(ctx: Ctx) -> Section:
             s.add(Chart("phase_shares", charts.phase_shares(shares), "From `energy_per_token` (bucket_kind = 'all')."))
         s.add(
             Table(
-                ["endpoint", "J / prompt token", "J / output token", "J / request", "prefill mean (W)", "decode mean (W)", "prefill time share (%)", "prefill energy share (%)", "prefill peaks > TDP"],
+                ["endpoint", "J / prompt token", "J / output token", "J / request", "prefill mean (W)", "decode mean (W)", "prefill time share (%)", "prefill energy share (%)", "prefill peaks > TDP (per hour)"],
                 [[x["endpoint"], num(x["j_per_prompt_token"], 3), num(x["j_per_output_token"], 3), num(x["j_per_request"], 1), num(x["prefill_mean_w"], 0), num(x["decode_mean_w"], 0),
                   num(100 * x["prefill_time_share"] if x["prefill_time_share"] is not None else None), num(100 * x["prefill_energy_share"] if x["prefill_energy_share"] is not None else None), x["tdp_exceedances"]]
                  for x in overall],
