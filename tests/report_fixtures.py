@@ -47,3 +47,19 @@ def with_all_tables(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     write_analytics_tables(target, DATE, hosts=HOSTS, clusters=["c0"], endpoints=["ep-a", "ep-b"], gpus=GPUS)
     return target
+
+
+FOUNDATION_TABLES = {"power_1s", "fleet_power_1s"}
+
+
+def foundation_only(source: Path, target: Path) -> Path:
+    """A copy of ``source`` whose only derived tables are the foundation's: the report as it is
+    before the analytics tables land (whether or not their assets exist in this checkout)."""
+    from pipeline import warehouse
+
+    shutil.copytree(source, target)
+    for folder in (target / "derived").iterdir():
+        if folder.name not in FOUNDATION_TABLES:
+            shutil.rmtree(folder)
+    warehouse.publish(target)
+    return target

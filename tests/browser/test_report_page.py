@@ -6,7 +6,7 @@ import json
 import pytest
 
 from reports.daily import build_report
-from tests.report_fixtures import DATE, build_day, with_all_tables
+from tests.report_fixtures import DATE, build_day, foundation_only, with_all_tables
 
 
 @pytest.fixture(scope="module")
@@ -14,7 +14,7 @@ def reports(tmp_path_factory):
     """Two reports of the same day: before the analytics tables exist, and with all of them."""
     root = tmp_path_factory.mktemp("report-page")
     build_day(root / "data")
-    partial = build_report(root / "data", DATE, root / "out-partial", png=False)
+    partial = build_report(foundation_only(root / "data", root / "data-partial"), DATE, root / "out-partial", png=False)
     full = build_report(with_all_tables(root / "data", root / "data-full"), DATE, root / "out-full", png=False)
     return {"partial": partial, "full": full}
 
