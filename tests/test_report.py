@@ -55,7 +55,6 @@ def test_sections_without_analytics_tables_say_not_available(built, tmp_path):
     assert [c.name for c in sections["fleet_power"].charts] == ["fleet_power"]
     checks = sections["quality"].headline["checks"]
     assert checks["evaluated"] >= 6 and checks["failed"] >= 1  # gpu_coverage WARNs on a 10-minute day
-    assert checks["failed_error"] == 0
 
 
 def test_every_section_complete_with_all_tables(full, tmp_path):
