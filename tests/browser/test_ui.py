@@ -115,19 +115,24 @@ def visit(page, url: str) -> None:
 
 def test_asset_graph_shows_assets_latest_materialization_and_checks(page, ui, artifacts):
     server, _ = ui
-    visit(page, f"{server.url}/locations/{LOCATION}/asset-groups/power")
-    graph = page.locator("body")
-    for name in ("power_1s", "fleet_power_1s", "daily_report"):
-        page.get_by_text(name, exact=True).first.wait_for()
-    page.get_by_text("Latest event").first.wait_for()
-    # power_1s's checks: the coverage WARN fails on a 10-minute day, the others pass.
-    page.get_by_text(re.compile(r"\d+ / \d+ Passed")).first.wait_for()
-    assert "ago" in graph.inner_text()  # latest materialization time, e.g. "1 minute ago"
-    page.screenshot(path=str(artifacts / "ui-asset-graph.png"))
+    # Every group of the code location, then the power group's graph (all its asset names).
     visit(page, f"{server.url}/asset-groups")
     for group in ("power", "raw", "report"):
         page.get_by_text(group, exact=True).first.wait_for()
     page.screenshot(path=str(artifacts / "ui-global-lineage.png"))
+    visit(page, f"{server.url}/locations/{LOCATION}/asset-groups/power")
+    for name in ("power_1s", "fleet_power_1s", "daily_report"):
+        page.get_by_text(name, exact=True).first.wait_for()
+    page.screenshot(path=str(artifacts / "ui-asset-graph.png"))
+    # A graph small enough to draw full nodes (however many assets the group has by then):
+    # fleet_power_1s and its upstream power_1s, each with its latest materialization and checks.
+    visit(page, f"{server.url}/assets/fleet_power_1s?view=lineage&lineageScope=upstream&lineageDepth=1")
+    page.get_by_text("Latest event").nth(1).wait_for()
+    page.get_by_text(re.compile(r"\d+ / \d+ Passed")).first.wait_for()  # power_1s: coverage WARNs on a 10-minute day
+    text = page.locator("body").inner_text()
+    assert "power_1s" in text and "fleet_power_1s" in text
+    assert re.search(r"Latest event\s+[^\n]*ago", text), text[:2000]
+    page.screenshot(path=str(artifacts / "ui-asset-graph-upstream.png"))
 
 
 def test_partition_page_shows_the_materialization(page, ui, artifacts):
