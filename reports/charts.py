@@ -68,7 +68,7 @@ def headroom_bars(rows: list[dict]) -> alt.LayerChart:
     return alt.layer(bars, rule).properties(width=WIDTH, height=40 + 36 * len({r["entity"] for r in rows}))
 
 
-def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucket_s: int) -> alt.LayerChart:
+def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucket_s: int, unit: str = "W") -> alt.LayerChart:
     """area: t, role, w (bucket mean); envelope: t, w (max 2 s mean of the fleet in the bucket);
     rules: label, w (provisioned lines)."""
     title = f"Fleet power by role ({bucket_s // 60 if bucket_s % 60 == 0 else bucket_s}{' min' if bucket_s % 60 == 0 else ' s'} means, stacked) with the fleet's 2 s max envelope"
@@ -77,18 +77,18 @@ def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucke
         .mark_area(opacity=0.8)
         .encode(
             x=_time_x(),
-            y=alt.Y("w:Q", stack="zero", title="power (W)"),
+            y=alt.Y("w:Q", stack="zero", title=f"power ({unit})"),
             color=alt.Color("role:N", scale=ROLE_COLORS, title="role"),
             order=alt.Order("role:N", sort="descending"),
-            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), "role:N", alt.Tooltip("w:Q", format=",.0f")],
+            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), "role:N", alt.Tooltip("w:Q", format=",.1f", title=unit)],
         )
     )
     env = (
         alt.Chart(alt.Data(values=envelope))
         .mark_line(color="#333333", strokeWidth=1)
-        .encode(x=_time_x(), y=alt.Y("w:Q"), tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.0f", title="2 s max (W)")])
+        .encode(x=_time_x(), y=alt.Y("w:Q"), tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.1f", title=f"2 s max ({unit})")])
     )
-    rule = alt.Chart(alt.Data(values=rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y="w:Q", tooltip=["label:N", alt.Tooltip("w:Q", format=",.0f")])
+    rule = alt.Chart(alt.Data(values=rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y="w:Q", tooltip=["label:N"])
     text = (
         alt.Chart(alt.Data(values=rules))
         .mark_text(align="left", dx=4, dy=-6, color="#a50f15", fontSize=10)

@@ -50,9 +50,14 @@ def write_scale_fleet(data_dir: Path, date: str):
     tables = []
     prov = {"role": 32 * 8 * 700 * 2.0, "fleet": 1024 * 700.0, "cluster": 32 * 8 * 700.0}
     series = [("role", "training"), ("role", "inference"), ("fleet", "big")] + [("cluster", c) for c in clusters]
+    power = {}
     for level, entity in series:
-        base = prov[level] * (0.8 if "train" in entity or entity in ("c0", "c1") else 0.35)
-        w = base * (1 + 0.1 * np.sin(seconds / 86400 * 2 * np.pi)) * rng.uniform(0.9, 1.05, 86400)
+        if level == "fleet":  # consistent with its parts
+            w = power[("role", "training")] + power[("role", "inference")]
+        else:
+            base = prov[level] * (0.8 if "train" in entity or entity in ("c0", "c1") else 0.35)
+            w = base * (1 + 0.1 * np.sin(seconds / 86400 * 2 * np.pi)) * rng.uniform(0.9, 1.05, 86400)
+        power[(level, entity)] = w
         tables.append(pa.table({
             "date": pa.array([dt.date.fromisoformat(date)] * 86400, pa.date32()), "level": [level] * 86400, "entity": [entity] * 86400, "ts": ts,
             "power_w": pa.array(w, pa.float32()), "energy_j": pa.array(w, pa.float64()), "gpus_reporting": pa.array([8] * 86400, pa.int32()),

@@ -48,16 +48,23 @@ def build(ctx: Ctx) -> Section:
             WHERE date = {d} AND level IN ('role', 'fleet') GROUP BY ALL ORDER BY level, entity"""
     )
     fleet_prov = sum(p["w"] or 0 for p in provisioned if p["level"] == "fleet")
-    rules = [{"label": f"fleet provisioned {fleet_prov / 1000:,.1f} kW", "w": fleet_prov}] if fleet_prov else []
-    rules += [{"label": f"{p['entity']} provisioned {p['w'] / 1000:,.1f} kW", "w": p["w"]} for p in provisioned if p["level"] == "role" and p["w"]]
+    lines: dict[float, list[str]] = {}  # one dashed line per distinct value, its labels joined
+    if fleet_prov:
+        lines.setdefault(fleet_prov, []).append("fleet")
+    for p in provisioned:
+        if p["level"] == "role" and p["w"]:
+            lines.setdefault(p["w"], []).append(p["entity"])
+    # Watts up to 20 kW, else kW (a 1,000-GPU fleet draws hundreds of kW).
+    unit, scale = ("kW", 1000.0) if max([fleet_prov, *(r["w"] or 0 for r in envelope)]) > 20_000 else ("W", 1.0)
+    rules = [{"label": f"{', '.join(names)} provisioned {w / 1000:,.1f} kW", "w": num(w / scale, 3)} for w, names in sorted(lines.items(), reverse=True)]
     for row in area:
-        row["w"] = num(row["w"], 1)
+        row["w"] = num(row["w"] / scale, 3)
     for row in envelope:
-        row["w"] = num(row["w"], 1)
+        row["w"] = num(row["w"] / scale, 3)
     s.add(
         Chart(
             "fleet_power",
-            charts.fleet_power(area, envelope, rules, bucket),
+            charts.fleet_power(area, envelope, rules, bucket, unit),
             "Areas: mean power of each role per bucket, stacked. Line: the fleet's highest 2 s mean power inside each bucket. Dashed: provisioned power of the fleet and of each role.",
         )
     )

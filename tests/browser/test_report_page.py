@@ -16,7 +16,14 @@ def reports(tmp_path_factory):
     build_day(root / "data")
     partial = build_report(foundation_only(root / "data", root / "data-partial"), DATE, root / "out-partial", png=False)
     full = build_report(with_all_tables(root / "data", root / "data-full"), DATE, root / "out-full", png=False)
-    return {"partial": partial, "full": full}
+    # 1,024 GPUs: a whole day of role/cluster power, every analytics table at that size.
+    from tests.report_tables import write_analytics_tables
+    from tests.scale_fleet import write_scale_fleet
+
+    hosts, clusters, endpoints, gpus = write_scale_fleet(root / "data-scale", DATE)
+    write_analytics_tables(root / "data-scale", DATE, hosts=hosts, clusters=clusters, endpoints=endpoints, gpus=gpus, seconds=3600)
+    scale = build_report(root / "data-scale", DATE, root / "out-scale", png=False)
+    return {"partial": partial, "full": full, "scale": scale}
 
 
 def open_offline(page, path):
@@ -38,7 +45,7 @@ def open_offline(page, path):
     return errors, blocked
 
 
-@pytest.mark.parametrize("which", ["full", "partial"])
+@pytest.mark.parametrize("which", ["full", "partial", "scale"])
 def test_report_renders_offline_without_errors(page, reports, artifacts, which):
     report = reports[which]
     errors, blocked = open_offline(page, report.html_path)
@@ -59,7 +66,9 @@ def test_report_renders_offline_without_errors(page, reports, artifacts, which):
     assert blocked == []  # self-contained: nothing was even requested from the network
     page.screenshot(path=str(artifacts / f"report-{which}.png"), full_page=True)
     page.locator("section#fleet_power").screenshot(path=str(artifacts / f"report-{which}-fleet-power.png"))
-    if which == "partial":
+    if which == "scale":
+        assert report.html_path.stat().st_size < 5 * 1024 * 1024
+    elif which == "partial":
         assert page.get_by_text("Not available yet: `swing_stats` not available yet").first.is_visible()
     else:
         assert page.locator(".note.missing").count() == 0
