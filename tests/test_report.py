@@ -129,7 +129,6 @@ def test_empty_data_dir_gives_a_report_of_missing_sections(tmp_path):
 
 def test_thousand_gpu_fleet_stays_within_budgets(tmp_path):
     """A day of role/cluster power for 125 hosts × 8 GPUs: ≤ 5,000 points per chart, HTML < 5 MB."""
-    from tests.report_tables import write_table
     from tests.scale_fleet import write_scale_fleet
 
     data_dir = tmp_path / "data"
@@ -140,7 +139,6 @@ def test_thousand_gpu_fleet_stays_within_budgets(tmp_path):
     assert max(report.points.values()) <= charts.MAX_POINTS, report.points
     assert report.html_path.stat().st_size < 5 * 1024 * 1024
     assert report.points["fleet_power"] > 2000  # a whole day at 1 minute, not a handful of points
-    del write_table
 
 
 def test_cli_report_writes_html_json_png(built, tmp_path):
@@ -198,3 +196,23 @@ def test_readers_work_while_a_run_writes(built):
     thread.join()
     assert result["outcome"].success
     assert set(counts) == {before}  # old day or new day, identical rows, never an error or a half file
+
+
+def test_diurnal_overlays_the_trailing_days(built, tmp_path):
+    """A second day of role power one day earlier: the diurnal chart draws one line per day."""
+    import duckdb
+
+    from pipeline import warehouse
+
+    data_dir = foundation_only(built[0], tmp_path / "data")
+    src = data_dir / "derived" / "fleet_power_1s" / f"date={DATE}" / "part-0.parquet"
+    prev = data_dir / "derived" / "fleet_power_1s" / "date=2026-11-29"
+    prev.mkdir()
+    duckdb.sql(
+        f"""COPY (SELECT * REPLACE (date - 1 AS date, ts - INTERVAL 1 DAY AS ts, power_w * 0.5 AS power_w)
+                 FROM read_parquet('{src}')) TO '{prev / "part-0.parquet"}' (FORMAT parquet)"""
+    )
+    warehouse.publish(data_dir)
+    sections = _by_key(build_sections(data_dir, DATE))
+    spec = json.dumps(sections["diurnal"].charts[0].chart.to_dict())
+    assert "2026-11-29" in spec and "2026-11-30" in spec
