@@ -33,12 +33,37 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str):
 
 def no_duplicate_samples(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
     dup = _scalar(con, "SELECT coalesce(sum(duplicate_samples), 0) FROM power_1s WHERE date = getvariable('partition_date')")
+    files = []
+    if dup:  # name the files that repeat samples (re-imported or rewritten data), not just the count
+        files = [f for (f,) in con.execute(
+            """
+            WITH s AS (SELECT filename, host, gpu, source, ts FROM read_parquet(getvariable('files_power'), filename = true)),
+            k AS (SELECT host, gpu, source, ts FROM s GROUP BY ALL HAVING count(*) > 1)
+            SELECT DISTINCT filename FROM s SEMI JOIN k USING (host, gpu, source, ts) ORDER BY 1
+            """
+        ).fetchall()]
     return AssetCheckResult(
         check_name="no_duplicate_samples",
         passed=dup == 0,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"duplicate_samples": int(dup)},
-        description=None if dup == 0 else f"{dup} samples repeat a (host, gpu, source, ts) already seen: a file was written twice?",
+        metadata={"duplicate_samples": int(dup), "files": str(files[:10])},
+        description=None if dup == 0 else f"{dup} samples repeat a (host, gpu, source, ts) already seen, in {len(files)} file(s): {', '.join(files[:4])}",
+    )
+
+
+def no_duplicate_files(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+    """Byte-identical copies are quarantined (nothing lost): WARN, so they get cleaned up."""
+    rows = con.execute(
+        """SELECT path, reason FROM quarantined_files
+           WHERE dataset = 'power' AND date = getvariable('partition_date')::VARCHAR AND kind = 'duplicate' AND still_quarantined
+           ORDER BY path"""
+    ).fetchall()
+    return AssetCheckResult(
+        check_name="no_duplicate_files",
+        passed=not rows,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"duplicate_files": len(rows), "files": str([p for p, _ in rows[:10]])},
+        description="; ".join(f"{p}: {why}, quarantined" for p, why in rows[:3]) or None,
     )
 
 
@@ -94,7 +119,7 @@ def gpu_coverage(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
             "min_coverage": float(rows[0][1]) if rows else 0.0,
             "lowest": str(low[:10]),
         },
-        description=None if rows and not low else ("no GPU reported this day" if not rows else f"{len(low)} GPU(s) cover < 95% of the day"),
+        description=None if rows and not low else ("no power samples this day (no usable files under power/date=…)" if not rows else f"{len(low)} GPU(s) cover < 95% of the day"),
     )
 
 
@@ -116,6 +141,8 @@ def gpus_in_inventory(con, *, rejected_files: dict[str, str]) -> AssetCheckResul
 
 
 def files_follow_contract(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+    """Unreadable or drifted files are quarantined; until they are fixed (or their quarantined
+    copy deleted to accept the loss) the day misses their data: ERROR."""
     return AssetCheckResult(
         check_name="files_follow_contract",
         passed=not rejected_files,
@@ -126,7 +153,8 @@ def files_follow_contract(con, *, rejected_files: dict[str, str]) -> AssetCheckR
 
 
 POWER_1S_CHECKS = [
-    Check("files_follow_contract", "Every power file of the day reads and follows the data contract (bad files are left out and named).", files_follow_contract),
+    Check("files_follow_contract", "Every power file of the day reads and follows the data contract (bad files are quarantined and named).", files_follow_contract),
+    Check("no_duplicate_files", "No power file of the day is a byte-identical copy of another (copies are quarantined).", no_duplicate_files),
     Check("no_duplicate_samples", "No (host, gpu, source, ts) appears twice.", no_duplicate_samples),
     Check("timestamps_inside_partition", "Every sample's ts lies inside its date= partition (UTC).", timestamps_inside_partition),
     Check("power_within_bounds", "Power within [0, 2 × TDP] for every GPU.", power_within_bounds),

@@ -1,7 +1,8 @@
 """Read-only access to the warehouse for ad-hoc SQL: one statement, SELECT-like, no host files.
 
 Three locks: the file is opened ``read_only`` (no writes to the catalog); only SELECT and
-EXPLAIN statements pass (no COPY, ATTACH, INSTALL/LOAD, SET, PRAGMA...); and external access
+EXPLAIN of a SELECT pass (no COPY, ATTACH, INSTALL/LOAD, SET, PRAGMA...: EXPLAIN ANALYZE runs
+what it explains, and allowed_directories lets DuckDB write inside the data dir); and external access
 is limited to the data dir and then the configuration is locked, so ``read_csv('/etc/passwd')``
 or a view that points elsewhere is refused by DuckDB itself.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from collectors.inventory import InventoryError
 from pipeline import warehouse
 from pipeline.constants import warehouse_path
 
@@ -33,7 +35,52 @@ def check_statement(sql: str) -> str:
     kind = statements[0].type
     if kind not in ALLOWED_STATEMENTS:
         raise ReadOnlyError(f"read-only: {kind.name} statements are refused (only SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)")
+    if kind == duckdb.StatementType.EXPLAIN:
+        kinds = [_kind(inner) for inner in _explained(statements[0].query)]
+        if duckdb.StatementType.SELECT not in kinds:
+            # EXPLAIN ANALYZE runs its statement: `EXPLAIN ANALYZE COPY ... TO '<data-dir>/x'` would write.
+            name = next((k.name for k in kinds if k), "this")
+            raise ReadOnlyError(f"read-only: EXPLAIN of a {name} statement is refused (only EXPLAIN [ANALYZE] SELECT ...)")
     return sql
+
+
+def _kind(sql: str):
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error:
+        return None
+    return statements[0].type if len(statements) == 1 else None
+
+
+def _explained(query: str) -> list[str]:
+    """Candidates for the statement under ``EXPLAIN [ANALYZE] [(options)]``, found with DuckDB's
+    tokenizer: the text after the options group, and (for ``EXPLAIN (SELECT ...)``) without it."""
+    tokens = [(pos, kind) for pos, kind in duckdb.tokenize(query) if kind != duckdb.token_type.comment]
+    ends = [pos for pos, _ in tokens[1:]] + [len(query)]
+    text = [query[pos:end].strip() for (pos, _), end in zip(tokens, ends)]
+    i = 1  # tokens[0] is EXPLAIN
+    if i < len(text) and text[i].upper() in ("ANALYZE", "ANALYSE"):
+        i += 1
+    candidates = [query[tokens[i][0]:]] if i < len(tokens) else []
+    if i < len(text) and text[i] == "(":
+        while i < len(text) and text[i] != ")":
+            i += 1
+        if i + 1 < len(tokens):
+            candidates.append(query[tokens[i + 1][0]:])
+    return candidates
+
+
+def _publish(data_dir: Path) -> None:
+    """(Re)build the catalog; a broken inventory.yaml is the user's to fix: one line."""
+    try:
+        warehouse.publish(data_dir)
+    except InventoryError as exc:
+        raise ReadOnlyError(" ".join(str(exc).split())) from None
+
+
+def _require_data(data_dir: Path) -> None:
+    if not warehouse.has_data(data_dir) and not warehouse.derived_tables(data_dir):
+        raise ReadOnlyError(f"data dir {data_dir} has no Parquet data yet (run `wattline simulate`, `collect` or `ingest`)")
 
 
 def ensure_warehouse(data_dir: Path) -> Path:
@@ -42,16 +89,18 @@ def ensure_warehouse(data_dir: Path) -> Path:
         raise ReadOnlyError(f"data dir {data_dir} does not exist (run `wattline simulate` or pass --data-dir)")
     path = warehouse_path(data_dir)
     if not path.exists():
-        if not warehouse.has_data(data_dir) and not warehouse.derived_tables(data_dir):
-            raise ReadOnlyError(f"data dir {data_dir} has no Parquet data yet (run `wattline simulate`, `collect` or `ingest`)")
-        warehouse.publish(data_dir)
+        _require_data(data_dir)
+        _publish(data_dir)
     return path
 
 
 def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPyConnection:
+    """Open the catalog read-only; wait out a lock (someone's read-write DuckDB CLI), rebuild a
+    damaged catalog once (it holds only views and inventory tables), else one clear error."""
     path = ensure_warehouse(data_dir)
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     deadline = time.monotonic() + retries_s
+    rebuilt = False
     while True:
         try:
             con = duckdb.connect(str(path), read_only=True, config=config)
@@ -60,22 +109,35 @@ def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPy
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
             return con
-        except duckdb.IOException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            elif not rebuilt and "not a valid DuckDB database file" in str(exc):
+                _publish(data_dir)
+                rebuilt = True
+            else:
+                raise ReadOnlyError(f"cannot open {path}: {_first_line(exc)}") from None
 
 
 def run_query(data_dir: Path, sql: str) -> duckdb.DuckDBPyRelation:
-    """Execute one read-only statement and return its result as an Arrow table."""
+    """Execute one read-only statement and return its result as an Arrow table.
+
+    A catalog whose views point at files deleted since it was built ("No files found") is
+    rebuilt once and the query retried, so deleting a dataset does not break every query."""
     check_statement(sql)
-    con = connect_readonly(data_dir)
-    try:
-        return con.sql(sql).to_arrow_table()
-    except duckdb.Error as exc:
-        raise ReadOnlyError(_first_line(exc)) from None
-    finally:
-        con.close()
+    for attempt in (1, 2):
+        con = connect_readonly(data_dir)
+        try:
+            return con.sql(sql).to_arrow_table()
+        except duckdb.IOException as exc:
+            if attempt == 2 or "No files found that match the pattern" not in str(exc):
+                raise ReadOnlyError(_first_line(exc)) from None
+        except duckdb.Error as exc:
+            raise ReadOnlyError(_first_line(exc)) from None
+        finally:
+            con.close()
+        _require_data(data_dir)
+        _publish(data_dir)
 
 
 def _first_line(exc: Exception) -> str:

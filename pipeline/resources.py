@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 from dagster import ConfigurableResource
 
-from collectors.contract import DATASETS, SchemaError, check_file_schema
-from pipeline import warehouse
+from collectors.contract import DATASETS
+from pipeline import quarantine, warehouse
 from pipeline.constants import resolve_data_dir
 
 
@@ -28,23 +28,44 @@ class WarehouseResource(ConfigurableResource):
         return resolve_data_dir(self.data_dir or None)
 
     def raw_files(self, dataset: str, date: str) -> tuple[list[Path], dict[str, str]]:
-        """The day's files of ``dataset`` that follow the contract, and the rejected ones with why."""
-        good, bad = [], {}
-        for path in warehouse.raw_files(self.path, dataset, date):
-            try:
-                check_file_schema(path, DATASETS[dataset].schema)
-                good.append(path)
-            except SchemaError as exc:
-                bad[str(path)] = str(exc).removeprefix(f"{path}: ")
-        return good, bad
+        """The day's usable files of ``dataset``, and {path: reason} of its files in quarantine
+        that lose data (unreadable or drifted; byte-identical copies are not listed).
+
+        Every raw dataset goes through here (see :meth:`connection`), so requests and
+        job_events files are validated and quarantined exactly like power files.
+        """
+        return quarantine.usable_files(self.path, dataset, date), self.rejected_files(dataset, date)
+
+    def rejected_files(self, dataset: str, date: str) -> dict[str, str]:
+        """{path: reason} of the day's files in quarantine that lose data (not byte-identical copies)."""
+        return {
+            e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
+            for e in quarantine.entries(self.path, date, dataset)
+            if e["kind"] != "duplicate"
+        }
 
     @contextlib.contextmanager
     def connection(self, date: str | None = None, raw_files: dict[str, list[Path]] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-        with warehouse.compute_connection(self.path, date, raw_overrides=raw_files) as con:
+        """A compute connection; with a ``date``, each raw dataset's view holds only that day's
+        usable files (unless ``raw_files`` names them), so no asset reads an unchecked file."""
+        overrides = dict(raw_files or {})
+        if date is not None:
+            for name in DATASETS:
+                if name not in overrides:
+                    overrides[name] = self.raw_files(name, date)[0]
+        with warehouse.compute_connection(self.path, date, raw_overrides=overrides) as con:
             yield con
 
     def write_partition(self, con: duckdb.DuckDBPyConnection, table: str, date: str, query: str) -> int:
         """Replace the day's partition of ``table`` and republish the catalog; returns rows written."""
-        rows = warehouse.write_partition(con, self.path, table, date, query)
+        try:
+            rows = warehouse.write_partition(con, self.path, table, date, query)
+        except duckdb.Error:
+            # A file whose footer is sound but whose data is damaged fails the query, not the
+            # footer check: find it, quarantine it and compute the rest of the day once more.
+            if not sum(quarantine.quarantine_damaged(self.path, name, date) for name in DATASETS):
+                raise
+            warehouse.create_views(con, self.path, raw_overrides={n: quarantine.usable_files(self.path, n, date) for n in DATASETS})
+            rows = warehouse.write_partition(con, self.path, table, date, query)
         warehouse.publish(self.path)
         return rows

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ class RunOutcome:
     failed_checks: list[FailedCheck] = field(default_factory=list)
     error: str | None = None
     step_seconds: dict[str, float] = field(default_factory=dict)
+    quarantined: list[dict] = field(default_factory=list)
+    """The day's files still in quarantine (every dataset, including ones no check covers yet)."""
 
     @property
     def error_checks(self) -> list[FailedCheck]:
@@ -51,15 +54,23 @@ def dagster_home(data_dir: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
     if not target.exists() or target.read_bytes() != REPO_DAGSTER_YAML.read_bytes():
-        shutil.copyfile(REPO_DAGSTER_YAML, target)
+        # Copy then rename: a concurrent `wattline run` must never read a half-copied file.
+        tmp = home / f".dagster.yaml.{os.getpid()}"
+        shutil.copyfile(REPO_DAGSTER_YAML, tmp)
+        os.replace(tmp, target)
     return home
 
 
 @contextlib.contextmanager
 def run_lock(data_dir: Path):
+    """Waits (saying so once on stderr) while another run holds this data dir; never fails."""
     data_dir.mkdir(parents=True, exist_ok=True)
     with open(data_dir / ".run.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another run on {data_dir} to finish...", file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -76,15 +87,22 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) ->
 
     defs = build_definitions(str(data_dir))
     job = defs.resolve_job_def("daily_job")
+    from pipeline.warehouse import remove_stale_tmp
+
     with run_lock(data_dir), DagsterInstance.get() as instance:
+        remove_stale_tmp(data_dir)
         result = job.execute_in_process(
             partition_key=date,
             instance=instance,
             raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("WATTLINE_LOG_LEVEL", "WARNING")}}}},
+            # Dagster's console logger prints stack traces for failed steps: the CLI reports
+            # failures and quarantined files itself in one line each; the UI keeps the details.
+            run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("WATTLINE_LOG_LEVEL", "CRITICAL")}}}},
             asset_selection=[AssetKey(a) for a in selection] if selection else None,
         )
-    outcome = RunOutcome(date=date, success=result.success, run_id=result.run_id)
+    from pipeline import quarantine
+
+    outcome = RunOutcome(date=date, success=result.success, run_id=result.run_id, quarantined=quarantine.entries(data_dir, date))
     for event in result.all_events:
         if event.is_step_success and event.step_key:
             outcome.step_seconds[event.step_key] = event.event_specific_data.duration_ms / 1000
@@ -101,10 +119,18 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) ->
                 )
             )
     if not result.success:
-        failures = [e for e in result.all_events if e.is_failure]
-        outcome.error = "; ".join(
-            f"{e.step_key}: {e.step_failure_data.error.message.strip().splitlines()[-1] if e.step_failure_data and e.step_failure_data.error else e.message}"
-            for e in failures
-            if e.step_key
-        ) or "run failed"
+        failures = [e for e in result.all_events if e.is_failure and e.step_key]
+        outcome.error = "; ".join(f"{e.step_key}: {_root_cause(e)}" for e in failures) or "run failed"
     return outcome
+
+
+def _root_cause(event) -> str:
+    """The first line of the innermost error of a failed step (the DuckDB or Python error that
+    caused it, not Dagster's wrapper)."""
+    error = event.step_failure_data.error if event.step_failure_data else None
+    if error is None:
+        return event.message or "failed"
+    while error.cause is not None:
+        error = error.cause
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else error.cls_name or "failed"

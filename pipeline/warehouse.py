@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,9 +159,15 @@ def create_views(
         else:
             body = _raw_relation_sql(data_dir, name, files)
         con.execute(f"CREATE OR REPLACE {kind} {name} AS {body}")
+        if files is not None:  # the exact file list behind the view, for checks that name files
+            listed = ", ".join(_quote(str(f)) for f in files)
+            con.execute(f"SET VARIABLE files_{name} = [{listed}]::VARCHAR[]")
     for table in derived_tables(data_dir):
         con.execute(_derived_view_sql(data_dir, table))
     _create_inventory_tables(con, load_inventory_if_any(data_dir))
+    from pipeline import quarantine  # local: quarantine reads raw_files from here
+
+    con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)
 
@@ -202,7 +209,8 @@ def write_partition(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, 
     folder = derived_path(data_dir, table) / f"date={date}"
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / "part-0.parquet"
-    # Not named *.parquet: the views glob date=*/*.parquet and must never see a half-written file.
+    # Not ending in .parquet: DuckDB's glob matches dot-files, and a reader of the view must
+    # never see the half-written (or the complete, not yet renamed) copy beside the old one.
     tmp = folder / f"{TMP_PREFIX}part-0.parquet.{uuid.uuid4().hex[:8]}"
     try:
         con.execute(
@@ -248,6 +256,22 @@ def publish(data_dir: Path) -> Path:
             tmp.unlink(missing_ok=True)
             Path(f"{tmp}.wal").unlink(missing_ok=True)
     return target
+
+
+def remove_stale_tmp(data_dir: Path, older_than_s: float = 3600.0) -> list[Path]:
+    """Delete temporary partition and catalog files left by a killed writer; returns them.
+
+    Only old ones: a live writer (a run launched from the UI) may be writing one right now.
+    They are harmless meanwhile (no glob of a view matches them), only disk space."""
+    cutoff = time.time() - older_than_s
+    candidates = [*data_dir.glob(f"{TMP_PREFIX}*"), *(data_dir / DERIVED_DIR).rglob(f"{TMP_PREFIX}*")]
+    removed = []
+    for path in candidates:
+        with contextlib.suppress(FileNotFoundError):
+            if path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def has_data(data_dir: Path) -> bool:

@@ -8,6 +8,7 @@ into the :class:`Summary`. The follow mode (:mod:`collectors.requests.tail`) use
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class Summary:
     quarantined: int = 0
     duplicates: int = 0
     errors: list[str] = field(default_factory=list)  # files that could not be read at all
+    reasons: Counter = field(default_factory=Counter)  # newly quarantined lines by reason kind
 
     def line(self) -> str:
         return (
@@ -44,6 +46,8 @@ class Summary:
             f"duplicates {self.duplicates} (from {self.files_read} file(s)"
             + (f"; {len(self.errors)} unreadable" if self.errors else "")
             + ")"
+            + ("; quarantine reasons: " + ", ".join(f"{k} {n}" for k, n in self.reasons.most_common())
+               if self.reasons else "")
         )
 
 
@@ -69,7 +73,8 @@ class Ingestor:
             added = self.store.add(frame)
             self.summary.ingested += added.written
             self.summary.duplicates += added.duplicates
-            self.summary.quarantined += write_quarantine(rejects + added.conflicts, self.data_dir, self.fmt)
+            self.summary.quarantined += write_quarantine(rejects + added.conflicts, self.data_dir, self.fmt,
+                                                         self.summary.reasons)
 
     # ---- bulk
 

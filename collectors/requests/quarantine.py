@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +67,17 @@ def _stored_keys(folder: Path) -> set[tuple]:
     return set(zip(*(table.column(c).to_pylist() for c in _KEY)))
 
 
-def write_quarantine(rejects: list[Reject], data_dir: Path, fmt: str) -> int:
-    """Write ``rejects`` (atomically, one file per day); returns how many were new."""
+def reason_kind(reason: str) -> str:
+    """A reason without its per-line detail, for counts: 'invalid JSON: Expecting value at column 1'
+    → 'invalid JSON', 'invalid UTF-8 at byte 7' → 'invalid UTF-8', '..., got str' → '...'."""
+    if reason.startswith(("invalid JSON", "truncated last line")):
+        return reason.split(":", 1)[0]
+    return re.sub(r"( at byte \d+|, got .*)$", "", reason)
+
+
+def write_quarantine(rejects: list[Reject], data_dir: Path, fmt: str, counts: Counter | None = None) -> int:
+    """Write ``rejects`` (atomically, one file per day); returns how many were new, and adds them
+    to ``counts`` by :func:`reason_kind` when given."""
     if not rejects:
         return 0
     now_ns = time.time_ns() // 1000 * 1000  # µs: readable as datetime anywhere
@@ -101,6 +112,8 @@ def write_quarantine(rejects: list[Reject], data_dir: Path, fmt: str) -> int:
         )
         write_parquet_atomic(table, folder / f"q-{uuid.uuid4().hex[:12]}.parquet")
         written += len(rows)
+        if counts is not None:
+            counts.update(reason_kind(r.reason) for r, _ in rows)
     return written
 
 

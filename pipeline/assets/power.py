@@ -22,18 +22,20 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
     """Per GPU per second: mean, min, max power (W), trapezoid energy (J), samples, gap flag.
 
     Built from each GPU's best source per minute (nvml-buffer > nvml-field > nvidia-smi
-    instant > 1 s average); files that break the contract are left out and named by a check.
+    instant > 1 s average); files that break the contract are quarantined and named by a check.
     """
     date = context.partition_key
     good, rejected = warehouse.raw_files("power", date)
     for path, why in rejected.items():
-        context.log.error(f"left out {path}: {why}")
+        context.log.error(f"in quarantine: {path}: {why}")
     with warehouse.connection(date, raw_files={"power": good}) as con:
         rows = warehouse.write_partition(con, "power_1s", date, sqlfiles.query("power_1s"))
         gpus, energy_j, sources = con.execute(
             """SELECT count(DISTINCT (host, gpu)), coalesce(sum(energy_j), 0), string_agg(DISTINCT source, ', ')
                FROM power_1s WHERE date = getvariable('partition_date')"""
         ).fetchone()
+        rejected = warehouse.rejected_files("power", date)  # files with damaged data are found while writing
+        files_used = con.execute("SELECT len(getvariable('files_power'))").fetchone()[0]
         checks = [c.run(con, rejected_files=rejected) for c in POWER_1S_CHECKS]
     return MaterializeResult(
         metadata={
@@ -41,7 +43,7 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
             "gpus": gpus,
             "energy_kwh": round(energy_j / 3.6e6, 3),
             "sources": sources or "",
-            "files_used": len(good),
+            "files_used": files_used,
             "files_rejected": len(rejected),
             "dagster/row_count": rows,
         },

@@ -6,6 +6,7 @@ import time
 
 import click
 
+from collectors.inventory import InventoryError
 from pipeline import warehouse
 from pipeline.cli.common import UserError, data_dir_option, date_option
 
@@ -15,6 +16,10 @@ def require_day_data(data_dir, date: str) -> None:
         raise UserError(f"data dir {data_dir} does not exist (run `wattline simulate` or point --data-dir at your data)")
     if not any(warehouse.raw_files(data_dir, name, date) for name in ("power", "requests", "job_events")):
         raise UserError(f"no power, requests or job_events Parquet for {date} under {data_dir}")
+    try:  # every asset needs it: say what is wrong before a run fails on it
+        warehouse.load_inventory_if_any(data_dir)
+    except InventoryError as exc:
+        raise UserError(" ".join(str(exc).split())) from None
 
 
 @click.command("run")
@@ -30,6 +35,8 @@ def command(date: str, select: str | None, timings: bool, data_dir) -> None:
     started = time.monotonic()
     outcome = run_day(data_dir, date, selection=select.split(",") if select else None)
     seconds = time.monotonic() - started
+    for entry in outcome.quarantined:
+        click.echo(f"quarantined {entry['dataset']} file {entry['path']}: {entry['reason']} (now {entry['quarantined_path']})", err=True)
     for check in outcome.failed_checks:
         click.echo(f"check {check.severity}: {check.asset}.{check.check}: {check.description}".rstrip(": "), err=True)
     if not outcome.success:

@@ -1,0 +1,100 @@
+"""`wattline collect`: the click command, importable without the pipeline (so `python -m collectors.nvml`
+runs on a GPU host that has only pyarrow, click and pynvml)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from collectors.nvml.nvml_source import NVML_MODULE_ENV, NvmlUnavailable
+
+DATA_DIR_ENV = "WATTLINE_DATA_DIR"  # same variable as pipeline.constants
+
+
+class CollectError(click.ClickException):
+    """One line on stderr, exit code 2 (same shape as pipeline.cli.common.UserError)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def parse_seconds(value: str | float) -> float:
+    """'100ms', '0.1s', '2', '1m' → seconds."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m)?\s*", str(value))
+    if not m:
+        raise CollectError(f"bad duration {value!r}: expected e.g. 100ms, 0.5s, 2")
+    return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+
+
+def parse_gpus(value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    try:
+        return sorted({int(x) for x in value.split(",") if x.strip()})
+    except ValueError:
+        raise CollectError(f"bad --gpus {value!r}: expected indices like 0,1,3") from None
+
+
+@click.command("collect")
+@click.option("--interval", default="100ms", show_default=True, help="Tick for instant + 1 s average power.")
+@click.option("--buffer/--no-buffer", default=True, show_default=True, help="Drain the driver's ~20 ms power buffer.")
+@click.option("--buffer-seconds", default="1s", show_default=True, help="Buffer drain period (the buffer holds ~2.4 s).")
+@click.option("--gpus", default=None, help="GPU indices, e.g. 0,1 (default: all).")
+@click.option("--flush-seconds", default="10s", show_default=True, help="Write a Parquet file this often.")
+@click.option("--slow-seconds", default="1s", show_default=True, help="Clock, utilisation, memory, temperature, power limit.")
+@click.option("--energy-seconds", default="30s", show_default=True, help="Energy counter period (~4 ms CPU per read).")
+@click.option("--status-seconds", default="60s", show_default=True, help="Log a counters line this often.")
+@click.option("--host", default=None, help="Host name in the rows (default: this machine's short hostname).")
+@click.option("--max-pending-rows", default=1_000_000, show_default=True, help="Rows kept in memory while writes fail.")
+@click.option("--compact/--no-compact", default=True, show_default=True, help="Merge closed hours' files while running.")
+@click.option("--compact-only", is_flag=True, help="Compact closed hours of the data dir (all hosts, or --host) and exit.")
+@click.option("--data-dir", "data_dir", type=click.Path(file_okay=False, path_type=Path), envvar=DATA_DIR_ENV,
+              default="data", show_default=True, help=f"Data directory (env {DATA_DIR_ENV}).")
+@click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+@click.option("--nvml-module", default=None, hidden=True, help=f"NVML binding to import (env {NVML_MODULE_ENV}); tests use a fake.")
+@click.option("--duration-seconds", default=None, hidden=True, help="Stop after this long (benchmarks, tests).")
+def command(interval, buffer, buffer_seconds, gpus, flush_seconds, slow_seconds, energy_seconds, status_seconds,
+            host, max_pending_rows, compact, compact_only, data_dir, log_level, nvml_module, duration_seconds) -> None:
+    """Sample GPU power through NVML into the `power` dataset until SIGTERM/SIGINT."""
+    logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    data_dir = Path(data_dir).expanduser().resolve()
+    if compact_only:
+        from collectors.nvml.compact import compact_power
+
+        res = compact_power(data_dir, host)
+        click.echo(f"compacted {res.hours} hour(s): {res.files_in} files → {len(res.paths)} "
+                   f"({res.rows} rows; {res.rolled_forward} leftover sources of interrupted merges removed)")
+        return
+    from collectors.nvml.daemon import CollectorConfig, run_collector
+    from collectors.nvml.gpu_sampler import SamplingConfig
+
+    interval_s = parse_seconds(interval)
+    buffer_s = parse_seconds(buffer_seconds)
+    if not 0.005 <= interval_s <= 60:
+        raise CollectError(f"--interval {interval} is out of range (5ms..60s)")
+    if buffer and not 0.05 <= buffer_s <= 2.0:
+        raise CollectError("--buffer-seconds must be between 50ms and 2s: the driver buffer holds only ~2.4 s")
+    sampling = SamplingConfig(interval_s=interval_s, slow_s=parse_seconds(slow_seconds),
+                              energy_s=parse_seconds(energy_seconds), buffer=buffer, buffer_s=buffer_s)
+    cfg = CollectorConfig(data_dir=data_dir, gpus=parse_gpus(gpus), sampling=sampling,
+                          flush_s=parse_seconds(flush_seconds), status_s=parse_seconds(status_seconds),
+                          compact=compact, max_pending_rows=max_pending_rows, nvml_module=nvml_module,
+                          duration_s=parse_seconds(duration_seconds) if duration_seconds else None)
+    if host:
+        cfg.host = host
+    try:
+        code = run_collector(cfg)
+    except NvmlUnavailable as exc:
+        raise CollectError(str(exc)) from None
+    sys.exit(code)
+
+
+def main() -> None:
+    command(prog_name=os.environ.get("WATTLINE_PROG", "wattline collect"))

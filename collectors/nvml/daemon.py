@@ -1,0 +1,201 @@
+"""The collector process: start one sampler per GPU, flush on a fixed cadence, stop cleanly on a signal.
+
+Exit codes: 0 after a clean stop with everything written; 1 if rows could not be written at the
+end (disk still failing; counted and logged); 2 when NVML is unusable (raised as NvmlUnavailable).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors.nvml.compact import compact_power
+from collectors.nvml.counters import Counters, summary_line, write_status
+from collectors.nvml.flusher import Flusher
+from collectors.nvml.gpu_sampler import GpuSampler, SamplerLoop, SamplingConfig
+from collectors.nvml.nvml_source import GpuReader, NvmlUnavailable, describe_error, load_nvml
+from collectors.nvml.resume import prepare
+from collectors.nvml.rows import RowBuffer, rows_to_table
+
+log = logging.getLogger("wattline.collect")
+
+
+@dataclass
+class CollectorConfig:
+    data_dir: Path
+    host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
+    gpus: list[int] | None = None
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    flush_s: float = 10.0
+    status_s: float = 60.0
+    compact: bool = True
+    compact_every_s: float = 300.0
+    max_pending_rows: int = 1_000_000
+    nvml_module: str | None = None
+    duration_s: float | None = None
+    """Stop by itself after this long (benchmarks, tests); None: run until a signal."""
+
+
+def status_path(data_dir: Path, host: str) -> Path:
+    return Path(data_dir) / "collector" / f"{host}.status.json"
+
+
+class Collector:
+    def __init__(self, cfg: CollectorConfig, stop: threading.Event | None = None):
+        self.cfg = cfg
+        self.stop = stop or threading.Event()
+        self.counters = Counters()
+        self.rows = RowBuffer()
+        self.flusher = Flusher(cfg.data_dir, cfg.host, self.counters, cfg.max_pending_rows)
+        self.samplers: list[GpuSampler] = []
+        self.loops: list[SamplerLoop] = []
+
+    def open(self) -> None:
+        nvml = load_nvml(self.cfg.nvml_module)
+        self.nvml = nvml
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except Exception as exc:
+            raise NvmlUnavailable(f"NVML cannot count GPUs: {describe_error(exc)}") from None
+        indices = list(range(count)) if self.cfg.gpus is None else self.cfg.gpus
+        unknown = [i for i in indices if not 0 <= i < count]
+        if unknown or not indices:
+            raise NvmlUnavailable(f"no such GPU index {unknown or '(none)'}: this machine has {count} GPU(s)")
+        resume = prepare(self.cfg.data_dir, self.cfg.host)
+        for i in indices:
+            reader = GpuReader(nvml, i)
+            try:
+                reader.reopen()
+            except Exception as exc:  # the sampler retries it with backoff
+                log.error("gpu %d: cannot open (%s); will retry", i, describe_error(exc))
+            self.samplers.append(GpuSampler(reader, self.cfg.sampling, self.rows, self.counters,
+                                            buffer_since_us=resume.get(i, 0)))
+        log.info("collecting GPUs %s on host %s into %s (interval %.3f s, buffer %s, flush every %.0f s)",
+                 indices, self.cfg.host, self.cfg.data_dir, self.cfg.sampling.interval_s,
+                 "on" if self.cfg.sampling.buffer else "off", self.cfg.flush_s)
+
+    def uuids(self) -> dict[int, str]:
+        return {s.gpu: s.reader.uuid for s in self.samplers}
+
+    def flush(self) -> bool:
+        rows = self.rows.take()
+        if rows:
+            self.flusher.add(rows_to_table(rows, self.cfg.host, self.uuids()))
+        ok = self.flusher.flush()
+        self.write_status()
+        return ok
+
+    def snapshot(self) -> dict:
+        snap = self.counters.snapshot()
+        snap["counters"]["rows_pending"] = self.flusher.pending_rows + len(self.rows)
+        snap["host"] = self.cfg.host
+        return snap
+
+    def write_status(self) -> None:
+        if not write_status(status_path(self.cfg.data_dir, self.cfg.host), self.snapshot()):
+            self.counters.add("status_write_errors")
+
+    def maybe_compact(self) -> None:
+        try:
+            res = compact_power(self.cfg.data_dir, self.cfg.host, min_age_s=2 * self.cfg.flush_s + 30)
+        except Exception as exc:  # disk full during a merge: sources are untouched, try again later
+            self.counters.add("compaction_errors")
+            log.error("compaction failed (%s); sources kept, will retry", exc)
+            return
+        if res.hours:
+            self.counters.add("hours_compacted", res.hours)
+            log.info("compacted %d hour(s): %d files → %d", res.hours, res.files_in, len(res.paths))
+
+    def run(self) -> int:
+        cfg = self.cfg
+        self.loops = [SamplerLoop(self.samplers, cfg.sampling, self.counters, self.stop)]
+        self.loops[0].start()
+        start = time.monotonic()
+        end = start + cfg.duration_s if cfg.duration_s else None
+        next_flush = start + cfg.flush_s
+        next_status = start + cfg.status_s
+        next_compact = start + min(cfg.compact_every_s, 60.0)
+        watch_s = cfg.sampling.stall_split_s if len(self.samplers) > 1 else float("inf")
+        while True:
+            wake = min(next_flush, end or next_flush, time.monotonic() + watch_s)
+            if self.stop.wait(max(0.0, wake - time.monotonic())):
+                break
+            now = time.monotonic()
+            if end and now >= end:
+                break
+            self.watchdog(now)
+            if now >= next_flush:
+                self.flush()
+                next_flush += cfg.flush_s
+                if next_flush <= now:
+                    next_flush = now + cfg.flush_s
+            if now >= next_status:
+                log.info(summary_line(self.snapshot()))
+                next_status = now + cfg.status_s
+            if cfg.compact and now >= next_compact:
+                self.maybe_compact()
+                next_compact = now + cfg.compact_every_s
+        return self.shutdown()
+
+    def watchdog(self, now: float) -> None:
+        """Move GPUs away from a loop that is blocked in one GPU's NVML call."""
+        for loop in list(self.loops):
+            new = loop.split_stalled(now, self.cfg.sampling.stall_split_s)
+            if new is not None:
+                self.loops.append(new)
+                new.start()
+
+    def shutdown(self) -> int:
+        self.stop.set()
+        deadline = time.monotonic() + max(5.0, 2 * self.cfg.sampling.slow_call_s)
+        for loop in self.loops:
+            loop.join(timeout=max(0.1, deadline - time.monotonic()))
+        ok = self.flush()
+        snap = self.snapshot()
+        log.info("stopped; " + summary_line(snap))
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:
+            pass
+        if not ok:
+            log.error("exiting with %d rows that could not be written", self.flusher.pending_rows)
+            return 1
+        return 0
+
+
+def _lean_memory() -> None:
+    """A long-running daemon should hand memory back: Arrow's system allocator instead of its
+    caching one, and at most 2 glibc malloc arenas (one per thread otherwise)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-8, 2)  # M_ARENA_MAX
+    except Exception:
+        pass
+    try:
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())
+    except Exception:
+        pass
+
+
+def run_collector(cfg: CollectorConfig) -> int:
+    """Open NVML, install SIGTERM/SIGINT handlers, collect until stopped; returns the exit code."""
+    _lean_memory()
+    collector = Collector(cfg)
+    collector.open()  # NvmlUnavailable propagates: the CLI prints it as one line, exit 2
+
+    def _stop(signum, _frame):
+        log.info("signal %d: flushing and stopping", signum)
+        collector.stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    return collector.run()

@@ -1,0 +1,212 @@
+"""Raw files the pipeline cannot use are moved out of their dataset into quarantine, with a reason.
+
+Why move them: DuckDB reads a dataset through one glob, so a single unreadable file there fails
+every query on the catalog's raw views, and a drifted one (int for float, an extra column) is
+silently cast and mixed in. A quarantined file is kept, never deleted:
+
+- ``<data-dir>/quarantine/files/<its path under the data dir>``: the file itself;
+- ``<data-dir>/quarantine/file_log/*.parquet``: one row per file (dataset, date, path,
+  quarantined_path, kind, reason, bytes, at), queryable as the ``quarantined_files`` view, whose
+  ``still_quarantined`` says whether the file is still there.
+
+A day's checks fail while any of its files is still quarantined: fix the file and put it back
+(then re-run the day), or delete the quarantined copy to accept the loss. Kinds: ``unreadable``
+(truncated footer...), ``schema`` (drifted from the contract), ``duplicate`` (a byte-identical
+copy of another file of the day: nothing is lost by leaving it out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collectors.contract import DATASETS, SchemaError, check_file_schema
+from collectors.parquet_sink import fsync_dir, write_parquet_atomic
+from pipeline.constants import QUARANTINE_DIR
+from pipeline.warehouse import raw_files
+
+FILES_DIR = "files"
+LOG_DIR = "file_log"
+KINDS = ("unreadable", "schema", "duplicate")
+
+LOG_SCHEMA = pa.schema(
+    [
+        ("dataset", pa.string()),
+        ("date", pa.string()),
+        ("path", pa.string()),
+        ("quarantined_path", pa.string()),
+        ("kind", pa.string()),
+        ("reason", pa.string()),
+        ("bytes", pa.int64()),
+        ("at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+_verdicts: dict[tuple[str, int, int, str], tuple[str, str] | None] = {}
+"""Footer verdicts per (path, size, mtime, dataset): each asset of a run opens a connection, and
+a day can hold thousands of files; a file that changes gets a new key."""
+
+
+def files_dir(data_dir: Path) -> Path:
+    return data_dir / QUARANTINE_DIR / FILES_DIR
+
+
+def log_dir(data_dir: Path) -> Path:
+    return data_dir / QUARANTINE_DIR / LOG_DIR
+
+
+def _verdict(path: Path, dataset: str) -> tuple[str, str] | None:
+    """None if ``path`` follows the contract, else (kind, reason)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, dataset)
+    if key not in _verdicts:
+        try:
+            check_file_schema(path, DATASETS[dataset].schema)
+            _verdicts[key] = None
+        except SchemaError as exc:
+            reason = " ".join(str(exc).removeprefix(f"{path}: ").split())  # one line
+            _verdicts[key] = ("unreadable" if reason.startswith("not a readable Parquet file") else "schema", reason)
+    return _verdicts[key]
+
+
+_hashes: dict[tuple[str, int, int], str] = {}
+
+
+def _sha256(path: Path) -> str:
+    """Content hash, cached like the verdicts (every asset's connection asks again)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _hashes:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        _hashes[key] = digest.hexdigest()
+    return _hashes[key]
+
+
+def _duplicates(files: list[Path]) -> dict[Path, Path]:
+    """Byte-identical copies: {copy: the oldest file (mtime, then name) with the same bytes}.
+    Only files of equal size are hashed, so a normal day costs one stat per file."""
+    by_size: dict[int, list[Path]] = {}
+    for f in files:
+        by_size.setdefault(f.stat().st_size, []).append(f)
+    copies: dict[Path, Path] = {}
+    for group in by_size.values():
+        if len(group) < 2:
+            continue
+        first_with: dict[str, Path] = {}
+        for f in sorted(group, key=lambda p: (p.stat().st_mtime_ns, p.name)):
+            original = first_with.setdefault(_sha256(f), f)
+            if original != f:
+                copies[f] = original
+    return copies
+
+
+@contextlib.contextmanager
+def _lock(data_dir: Path) -> Iterator[None]:
+    """Validation moves files: one process at a time per data dir (a UI-launched run and
+    ``wattline run`` may validate the same day)."""
+    with open(data_dir / ".quarantine.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def usable_files(data_dir: Path, dataset: str, date: str) -> list[Path]:
+    """The day's files of ``dataset`` that the pipeline may read; the others are quarantined."""
+    with _lock(data_dir):
+        files = raw_files(data_dir, dataset, date)
+        bad = {f: v for f in files if (v := _verdict(f, dataset))}
+        good = [f for f in files if f not in bad]
+        for copy, original in _duplicates(good).items():
+            bad[copy] = ("duplicate", f"byte-identical copy of {original}")
+        if bad:
+            _quarantine(data_dir, dataset, date, bad)
+        return [f for f in good if f not in bad]
+
+
+def quarantine_damaged(data_dir: Path, dataset: str, date: str) -> int:
+    """Decode every usable file of the day in full and quarantine those that fail; returns how
+    many. The footer check cannot see damaged data pages: this runs only after a query failed."""
+    import duckdb
+
+    with _lock(data_dir):
+        bad = {}
+        con = duckdb.connect()
+        try:
+            for f in raw_files(data_dir, dataset, date):
+                try:
+                    con.sql("SELECT * FROM read_parquet('" + str(f).replace("'", "''") + "')").to_arrow_table()
+                except duckdb.Error as exc:
+                    bad[f] = ("unreadable", "damaged data: " + " ".join(str(exc).split()))
+        finally:
+            con.close()
+        if bad:
+            _quarantine(data_dir, dataset, date, bad)
+        return len(bad)
+
+
+def _destination(data_dir: Path, path: Path) -> Path:
+    dest = files_dir(data_dir) / path.relative_to(data_dir)
+    if dest.exists():  # the same name quarantined before: keep both
+        dest = dest.with_name(f"{dest.stem}.{uuid.uuid4().hex[:8]}{dest.suffix}")
+    return dest
+
+
+def _quarantine(data_dir: Path, dataset: str, date: str, bad: dict[Path, tuple[str, str]]) -> None:
+    """Log first, then move: a crash in between leaves the file in place (validated again next
+    run), never a moved file that no log row names."""
+    now = dt.datetime.now(dt.timezone.utc)
+    moves = {path: _destination(data_dir, path) for path in bad}
+    rows = [
+        dict(dataset=dataset, date=date, path=str(p), quarantined_path=str(moves[p]), kind=kind,
+             reason=reason, bytes=p.stat().st_size, at=now)
+        for p, (kind, reason) in sorted(bad.items())
+    ]
+    write_parquet_atomic(pa.Table.from_pylist(rows, schema=LOG_SCHEMA), log_dir(data_dir) / f"{date}-{dataset}-{uuid.uuid4().hex[:12]}.parquet")
+    for src, dest in moves.items():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dest)
+        fsync_dir(dest.parent)
+        fsync_dir(src.parent)
+
+
+def entries(data_dir: Path, date: str | None = None, dataset: str | None = None, *, present_only: bool = True) -> list[dict]:
+    """Quarantine log rows (oldest first), by default only files still in quarantine."""
+    folder = log_dir(data_dir)
+    if not folder.is_dir():
+        return []
+    logs = sorted(folder.glob("*.parquet"))
+    if not logs:
+        return []
+    rows = pa.concat_tables(pq.read_table(f, schema=LOG_SCHEMA) for f in logs).sort_by("at").to_pylist()
+    return [
+        r for r in rows
+        if (date is None or r["date"] == date)
+        and (dataset is None or r["dataset"] == dataset)
+        and (not present_only or Path(r["quarantined_path"]).exists())
+    ]
+
+
+def view_sql(data_dir: Path) -> str:
+    """Body of the ``quarantined_files`` view (typed and empty when nothing was ever quarantined)."""
+    q = lambda s: "'" + str(s).replace("'", "''") + "'"  # noqa: E731
+    if not log_dir(data_dir).is_dir() or not any(log_dir(data_dir).glob("*.parquet")):
+        cols = ", ".join(f"NULL::{'TIMESTAMPTZ' if f.name == 'at' else 'BIGINT' if f.name == 'bytes' else 'VARCHAR'} AS {f.name}" for f in LOG_SCHEMA)
+        return f"SELECT {cols}, NULL::BOOLEAN AS still_quarantined WHERE false"
+    return (
+        f"SELECT l.*, l.quarantined_path IN (SELECT file FROM glob({q(files_dir(data_dir) / '**')})) AS still_quarantined "
+        f"FROM read_parquet({q(log_dir(data_dir) / '*.parquet')}) AS l"
+    )

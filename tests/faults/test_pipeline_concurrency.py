@@ -1,0 +1,144 @@
+"""Issue 5, item 7: two `wattline run` of one day at once, and `wattline sql` while a run writes.
+
+Real processes (the console script), because the locks under test are per process: the run
+lock (`.run.lock`), DuckDB's file locks and the atomic renames of derived files and catalog.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import warehouse
+from pipeline.runner import run_day
+from tests.builders import DAY, write_square_fleet
+
+DATE = DAY.isoformat()
+WATTLINE = str(Path(sys.executable).parent / "wattline")
+SECRET = "wattline-fault-test-secret-4f1c9e"
+LOCK_ERRORS = ("Traceback", "Could not set lock", "database is locked", "IO Error", "Conflicting lock")
+
+
+def _derived(data_dir, table):
+    return pq.read_table(data_dir / "derived" / table / f"date={DATE}" / "part-0.parquet")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("concurrency") / "data"
+    write_square_fleet(data_dir, seconds=60)
+    assert run_day(data_dir, DATE).ok
+    return data_dir
+
+
+def test_two_runs_of_one_day_serialize_and_sql_answers_during_them(built, tmp_path):
+    """Fault: two `wattline run --date D` start together while `wattline sql` queries in a loop.
+    Must survive: both runs (exit 0, no lock error shown, the second says it waits), their
+    order (Dagster's run records do not overlap), every query (exit 0, always the whole table:
+    old or new partition, never a mix or a half-written file), the tables (equal to before).
+    Also: a secret in the runs' environment appears in no output and no file they wrote."""
+    data_dir = built
+    before = {t: _derived(data_dir, t) for t in ("power_1s", "fleet_power_1s")}
+    expected = (len(before["power_1s"]), sum(before["power_1s"]["samples"].to_pylist()))
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "AWS_SECRET_ACCESS_KEY": SECRET, "WATTLINE_DUCKDB_THREADS": "1"}
+    runs = [
+        subprocess.Popen([WATTLINE, "run", "--date", DATE, "--data-dir", str(data_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    query = "select count(*) as n, sum(samples) as s from power_1s"
+    answers, during = [], 0
+    while any(r.poll() is None for r in runs) or not answers:
+        alive_before = any(r.poll() is None for r in runs)
+        q = subprocess.run([WATTLINE, "sql", query, "--format", "csv", "--data-dir", str(data_dir)], env=env, capture_output=True, text=True, timeout=120)
+        during += alive_before and any(r.poll() is None for r in runs)
+        answers.append((q.returncode, q.stdout.strip().splitlines()[-1] if q.stdout.strip() else "", q.stderr.strip()))
+    outputs = [r.communicate(timeout=300) for r in runs]
+
+    for r, (out, err) in zip(runs, outputs):
+        assert r.returncode == 0, err
+        assert not any(word in err for word in LOCK_ERRORS), err
+        assert f"{DATE}: " in out
+    assert sum("waiting for another run" in err for _, err in outputs) <= 1
+    assert during >= 1, "no query ran while a run was in progress: the test proved nothing"
+    assert all(a == (0, f"{expected[0]},{expected[1]}", "") for a in answers), answers
+    assert not any(word in a[2] for a in answers for word in LOCK_ERRORS)
+
+    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+    with DagsterInstance.from_config(str(data_dir / ".dagster")) as instance:
+        records = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]), order_by="create_timestamp", ascending=True)[-2:]
+    assert len(records) == 2
+    first, second = records
+    assert first.end_time <= second.start_time, "the two runs overlapped"
+
+    for table, old in before.items():
+        assert _derived(data_dir, table).equals(old), table
+    for out, err in outputs:
+        assert SECRET not in out + err
+    leaked = [p for p in data_dir.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+def test_reader_never_sees_a_partition_file_being_written(built, monkeypatch):
+    """Fault: a reader globs a derived table at the instant a writer has finished its
+    temporary file but not yet renamed it (DuckDB's glob matches dot-files). Must survive: the
+    reader's count (the old partition only, not old + new)."""
+    data_dir = built
+    glob = str(data_dir / "derived" / "power_1s" / "date=*" / "*.parquet")
+    before = duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall()[0][0]
+    seen = []
+    real_replace = warehouse.os.replace
+
+    def replace_and_look(src, dst):
+        seen.append(duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall()[0][0])
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(warehouse.os, "replace", replace_and_look)
+    with warehouse.compute_connection(data_dir, DATE) as con:
+        warehouse.write_partition(con, data_dir, "power_1s", DATE, f"SELECT * FROM read_parquet('{glob}')")
+    assert seen == [before]
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from pipeline import sqlfiles, warehouse
+data_dir, date, point = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+real_replace = os.replace
+def replace(src, dst):
+    if Path(dst).name == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_replace(src, dst)
+os.replace = replace
+with warehouse.compute_connection(data_dir, date) as con:
+    warehouse.write_partition(con, data_dir, "power_1s", date, sqlfiles.query("power_1s"))
+warehouse.publish(data_dir)
+"""
+
+
+@pytest.mark.parametrize("point", ["part-0.parquet", "warehouse.duckdb"], ids=["partition-rename", "catalog-rename"])
+def test_writer_killed_before_its_rename_corrupts_nothing(built, point):
+    """Fault: SIGKILL of a writer at the worst instant: its temporary file is complete, the
+    rename not done (partition file, then catalog). Must survive: the table (same bytes as
+    before), `sql` (answers), and the next run's disk (old leftovers are removed)."""
+    import os
+
+    from pipeline.readonly import run_query
+
+    data_dir = built
+    before = _derived(data_dir, "power_1s")
+    child = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(data_dir), DATE, point], capture_output=True, text=True, timeout=120)
+    assert child.returncode == -9, child.stderr
+    assert _derived(data_dir, "power_1s").to_pylist() == before.to_pylist()  # old file, or the new one: same rows
+    assert run_query(data_dir, "select count(*) as n from power_1s").to_pylist() == [{"n": len(before)}]
+    leftovers = [p for p in data_dir.rglob(".tmp-*") if "/power/" not in str(p)]
+    assert len(leftovers) == 1
+    assert warehouse.remove_stale_tmp(data_dir) == []  # young: could be a live writer's
+    os.utime(leftovers[0], (time.time() - 7200, time.time() - 7200))
+    assert warehouse.remove_stale_tmp(data_dir) == leftovers
