@@ -227,7 +227,7 @@ def quarantine(data_dir: Path, date: str) -> QuarantineSummary:
     by_dataset: dict[str, int] = {}
     reasons: dict[tuple[str, str], int] = {}
     if root.is_dir():
-        for folder in sorted(root.glob(f"*/date={date}")):
+        for folder in sorted(root.glob(f"*/date={date}")):  # quarantine/<dataset>/date=D/ (not files/, file_log/)
             files = sorted(f for f in folder.glob("*.parquet") if not f.name.startswith("."))
             if not files:
                 continue

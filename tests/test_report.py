@@ -216,3 +216,27 @@ def test_diurnal_overlays_the_trailing_days(built, tmp_path):
     sections = _by_key(build_sections(data_dir, DATE))
     spec = json.dumps(sections["diurnal"].charts[0].chart.to_dict())
     assert "2026-11-29" in spec and "2026-11-30" in spec
+
+
+def test_quality_counts_quarantined_files_and_rows(built, tmp_path):
+    """A damaged power file quarantined by the pipeline and two ingestion rejects show up in the
+    data-quality section and the JSON."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.runner import run_day
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(built[0], data_dir)
+    victim = sorted((data_dir / "power" / f"date={DATE}" / "host=infer-0").glob("*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])  # truncated: unreadable
+    rejects = data_dir / "quarantine" / "requests" / f"date={DATE}"
+    rejects.mkdir(parents=True)
+    pq.write_table(pa.table({"reason": ["bad json: line 3", "bad json: line 9"], "raw": [b"{", b"}"]}), rejects / "part.parquet")
+    run_day(data_dir, DATE)
+    quality = _by_key(build_sections(data_dir, DATE))["quality"]
+    assert quality.error is None
+    assert quality.headline["quarantined_rows"] == {"requests": 2}
+    assert quality.headline["quarantined_files"] == {"power:unreadable": 1}

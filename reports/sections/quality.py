@@ -97,7 +97,24 @@ def build(ctx: Ctx) -> Section:
     else:
         s.add(Note("Energy counter vs integrated power: no GPU reported an energy counter (`power.energy_j`) this day.", "info"))
 
-    # Quarantine.
+    # Quarantined raw files (moved out of their dataset by the pipeline, logged in the catalog).
+    files_cols = ("dataset", "date", "path", "kind", "reason", "still_quarantined")
+    if r.has("quarantined_files", files_cols):
+        files = r.rows(
+            f"""SELECT dataset, kind, count(*) AS files, count(*) FILTER (still_quarantined) AS still,
+                       any_value(reason) AS reason, any_value(path) AS example
+                FROM quarantined_files WHERE date::VARCHAR = '{ctx.date}' GROUP BY ALL ORDER BY dataset, kind"""
+        )
+        s.headline["quarantined_files"] = {f"{f['dataset']}:{f['kind']}": int(f["files"]) for f in files}
+        if files:
+            s.add(Table(["dataset", "kind", "files", "still in quarantine", "example", "reason"],
+                        [[f["dataset"], f["kind"], int(f["files"]), int(f["still"]), f["example"], (f["reason"] or "")[:160]] for f in files],
+                        f"Raw files of {ctx.date} set aside by the pipeline (unreadable, drifted from the contract, or duplicates); kept under {ctx.data_dir}/quarantine/files/."),
+                  Code("every quarantined file of the day", f"SELECT * FROM quarantined_files WHERE date = '{ctx.date}' ORDER BY at"))
+        else:
+            s.add(Note(f"No raw file of {ctx.date} was quarantined.", "info"))
+
+    # Quarantined rows (ingestion's per-line rejects).
     q = quarantine(ctx.data_dir, ctx.date)
     s.headline["quarantined_rows"] = q.by_dataset
     if q.by_dataset:
