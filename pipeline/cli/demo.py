@@ -8,7 +8,7 @@ import time
 import click
 
 from pipeline.cli.common import UserError, data_dir_option, parse_date
-from pipeline.constants import REPORTS_DIR, warehouse_path
+from pipeline.constants import warehouse_path
 
 EXAMPLE_QUERIES = (
     "select level, entity, round(max(power_pct), 1) as peak_pct from fleet_power_1s where level in ('role', 'cluster') group by all order by 1, 2",
@@ -27,6 +27,7 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, data_d
     """Simulate one day of a mixed GPU fleet, materialize every asset, write the report."""
     from collectors.simulate import simulate
     from pipeline.runner import run_day
+    from reports.daily import default_out_dir
 
     day = parse_date(date) if date else (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
     t0 = time.monotonic()
@@ -39,7 +40,7 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, data_d
     if not outcome.success:
         raise UserError(f"pipeline run failed: {outcome.error}")
     click.echo(f"materialized {len(outcome.materialized)} assets in {time.monotonic() - t1:.0f} s (run {outcome.run_id})")
-    report = REPORTS_DIR / f"{day}.html"
+    report = default_out_dir() / f"{day}.html"
     click.echo("")
     click.echo(f"report:    {report if report.exists() else '(not written: the report asset did not run)'}")
     click.echo(f"warehouse: {warehouse_path(data_dir)}")

@@ -1,0 +1,46 @@
+"""`wattline report --date D [--out DIR]`: the day's report from the warehouse tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipeline import warehouse
+from pipeline.cli.common import UserError, data_dir_option, date_option
+
+
+@click.command("report")
+@date_option
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default: $WATTLINE_REPORTS_DIR, else reports/out).")
+@click.option("--no-png", is_flag=True, help="Skip the PNG per chart (the HTML and JSON are still written).")
+@data_dir_option
+def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
+    """Write D.html (self-contained, opens offline), a PNG per chart and D.json (headline numbers).
+
+    Reads only warehouse tables (read-only), so it is safe while a run is writing. Sections
+    whose table has not been built yet say "not available yet".
+    """
+    from reports.daily import build_report, default_out_dir
+
+    if not data_dir.is_dir():
+        raise UserError(f"data dir {data_dir} does not exist (run `wattline simulate` or pass --data-dir)")
+    if not warehouse.has_data(data_dir) and not warehouse.derived_tables(data_dir):
+        raise UserError(f"data dir {data_dir} has no Parquet data yet (run `wattline simulate`, `collect` or `ingest`)")
+    if not any(
+        (data_dir / "derived" / table / f"date={date}").is_dir() for table in warehouse.derived_tables(data_dir)
+    ):
+        click.echo(f"note: no derived tables for {date} yet: run `wattline run --date {date} --data-dir {data_dir}` first", err=True)
+    report = build_report(data_dir, date, out or default_out_dir(), png=not no_png)
+    for s in report.sections:
+        if s.error:
+            click.echo(f"section {s.key} failed: {s.error}", err=True)
+    partial = [s.key for s in report.sections if s.missing]
+    size = report.html_path.stat().st_size
+    click.echo(f"report:  {report.html_path} ({size / 1e6:.2f} MB, {len(report.points)} charts, max {max(report.points.values(), default=0)} points per chart)")
+    click.echo(f"numbers: {report.json_path}")
+    if report.pngs:
+        click.echo(f"charts:  {report.pngs[0].parent}/ ({len(report.pngs)} PNG)")
+    if partial:
+        click.echo(f"partial sections (tables not available yet): {', '.join(partial)}")

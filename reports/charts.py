@@ -1,0 +1,287 @@
+"""The report's Altair charts, one function each. Inputs are already aggregated rows (lists of
+dicts, times as epoch milliseconds UTC): every chart stays within ``MAX_POINTS`` data rows."""
+
+from __future__ import annotations
+
+import altair as alt
+
+MAX_POINTS = 5000
+WIDTH = 760
+HEIGHT = 260
+
+ROLE_COLORS = alt.Scale(domain=["training", "inference"], range=["#d95f02", "#1b9e77"])
+PHASE_COLORS = alt.Scale(domain=["prefill", "decode", "idle"], range=["#fdae6b", "#c6dbef", "#f0f0f0"])
+
+
+def _time_x(field: str = "t", title: str = "time (UTC)", fmt: str = "%H:%M") -> alt.X:
+    return alt.X(f"{field}:T", scale=alt.Scale(type="utc"), axis=alt.Axis(format=fmt, title=title, labelOverlap=True))
+
+
+def count_points(spec: dict) -> int:
+    """Data rows embedded in a Vega-Lite spec (inline datasets and values)."""
+    total = sum(len(v) for v in spec.get("datasets", {}).values())
+
+    def walk(node):
+        nonlocal total
+        if isinstance(node, dict):
+            data = node.get("data")
+            if isinstance(data, dict) and isinstance(data.get("values"), list):
+                total += len(data["values"])
+            for key, value in node.items():
+                if key != "datasets":
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk({k: v for k, v in spec.items() if k != "datasets"})
+    return total
+
+
+def role_pct_bars(rows: list[dict]) -> alt.Chart:
+    """rows: role, stat ('mean' | 'peak'), pct (of provisioned)."""
+    return (
+        alt.Chart(alt.Data(values=rows), title="Mean and peak power by role, % of provisioned")
+        .mark_bar()
+        .encode(
+            y=alt.Y("role:N", title=None),
+            yOffset=alt.YOffset("stat:N", sort=["mean", "peak"]),
+            x=alt.X("pct:Q", title="% of provisioned power"),
+            color=alt.Color("stat:N", title="statistic", scale=alt.Scale(domain=["mean", "peak"], range=["#9ecae1", "#3182bd"])),
+            tooltip=["role:N", "stat:N", alt.Tooltip("pct:Q", format=".1f")],
+        )
+        .properties(width=WIDTH, height=40 + 40 * len({r["role"] for r in rows}))
+    )
+
+
+def headroom_bars(rows: list[dict]) -> alt.LayerChart:
+    """rows: entity, stat ('p99 2 s' | 'max 2 s'), pct (of provisioned)."""
+    base = alt.Chart(alt.Data(values=rows), title="Observed 2 s power per cluster, % of provisioned (100% = provisioned)")
+    bars = base.mark_bar().encode(
+        y=alt.Y("entity:N", title="cluster"),
+        yOffset=alt.YOffset("stat:N"),
+        x=alt.X("pct:Q", title="% of provisioned", scale=alt.Scale(domainMax=100)),
+        color=alt.Color("stat:N", title=None, scale=alt.Scale(range=["#bcbddc", "#756bb1"])),
+        tooltip=["entity:N", "stat:N", alt.Tooltip("pct:Q", format=".1f")],
+    )
+    rule = alt.Chart(alt.Data(values=[{"x": 100}])).mark_rule(color="#a50f15", strokeDash=[4, 3]).encode(x="x:Q")
+    return alt.layer(bars, rule).properties(width=WIDTH, height=40 + 36 * len({r["entity"] for r in rows}))
+
+
+def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucket_s: int, unit: str = "W") -> alt.LayerChart:
+    """area: t, role, w (bucket mean); envelope: t, w (max 2 s mean of the fleet in the bucket);
+    rules: label, w (provisioned lines)."""
+    title = f"Fleet power by role ({bucket_s // 60 if bucket_s % 60 == 0 else bucket_s}{' min' if bucket_s % 60 == 0 else ' s'} means, stacked) with the fleet's 2 s max envelope"
+    stack = (
+        alt.Chart(alt.Data(values=area))
+        .mark_area(opacity=0.8)
+        .encode(
+            x=_time_x(),
+            y=alt.Y("w:Q", stack="zero", title=f"power ({unit})"),
+            color=alt.Color("role:N", scale=ROLE_COLORS, title="role"),
+            order=alt.Order("role:N", sort="descending"),
+            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), "role:N", alt.Tooltip("w:Q", format=",.1f", title=unit)],
+        )
+    )
+    env = (
+        alt.Chart(alt.Data(values=envelope))
+        .mark_line(color="#333333", strokeWidth=1)
+        .encode(x=_time_x(), y=alt.Y("w:Q"), tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.1f", title=f"2 s max ({unit})")])
+    )
+    rule = alt.Chart(alt.Data(values=rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y="w:Q", tooltip=["label:N"])
+    text = (
+        alt.Chart(alt.Data(values=rules))
+        .mark_text(align="left", dx=4, dy=-6, color="#a50f15", fontSize=10)
+        .encode(y="w:Q", x=alt.value(0), text="label:N")
+    )
+    return alt.layer(stack, env, rule, text, title=title).properties(width=WIDTH, height=HEIGHT + 40)
+
+
+def swing_ecdf(curves: list[dict], marks: list[dict]) -> alt.LayerChart | alt.FacetChart:
+    """curves: role, window, q (0..1), pct (swing % of provisioned) from the 1 s series;
+    marks: role, window, stat, q, pct from swing_stats' instantaneous trace (may be empty)."""
+    windows = sorted({c["window"] for c in curves}, key=lambda w: int(w.split()[0]))
+    line = (
+        alt.Chart()
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("pct:Q", title="swing within the window (% of provisioned)"),
+            y=alt.Y("q:Q", title="share of windows (ECDF)", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("role:N", scale=ROLE_COLORS),
+            tooltip=["role:N", "window:N", alt.Tooltip("q:Q", format=".2f"), alt.Tooltip("pct:Q", format=".2f")],
+        )
+    )
+    layers = [line.properties(data=alt.Data(values=curves))]
+    if marks:
+        layers.append(
+            alt.Chart(alt.Data(values=marks))
+            .mark_point(filled=True, size=50, shape="diamond")
+            .encode(
+                x="pct:Q",
+                y="q:Q",
+                color=alt.Color("role:N", scale=ROLE_COLORS),
+                tooltip=["role:N", "window:N", "stat:N", alt.Tooltip("pct:Q", format=".2f")],
+            )
+        )
+    # One panel per window, each with only its own rows (a facet of a multi-source layer is not allowed).
+    panels = []
+    for w in windows:
+        panel_layers = [line.properties(data=alt.Data(values=[c for c in curves if c["window"] == w]))]
+        own_marks = [m for m in marks if m["window"] == w]
+        if own_marks:
+            panel_layers.append(layers[1].properties(data=alt.Data(values=own_marks)))
+        panels.append(alt.layer(*panel_layers, title=f"{w} windows").properties(width=(WIDTH - 60) // max(1, len(windows)), height=HEIGHT - 40))
+    return alt.hconcat(*panels, title="Power swing distribution per role and window (lines: 1 s series; ◆: p50/p99/max of the instantaneous trace)")
+
+
+def endpoint_window(power: list[dict], segments: list[dict], endpoint: str, resolution: str) -> alt.LayerChart:
+    """power: t, w; segments: start, end, phase (shading, may be empty)."""
+    layers = []
+    if segments:
+        layers.append(
+            alt.Chart(alt.Data(values=segments))
+            .mark_rect(opacity=0.6)
+            .encode(
+                x=_time_x("start", fmt="%H:%M:%S"),
+                x2="end:T",
+                color=alt.Color("phase:N", scale=PHASE_COLORS, title="phase"),
+                tooltip=["phase:N", alt.Tooltip("start:T", format="%H:%M:%S.%L", formatType="utc"), alt.Tooltip("end:T", format="%H:%M:%S.%L", formatType="utc")],
+            )
+        )
+    layers.append(
+        alt.Chart(alt.Data(values=power))
+        .mark_line(color="#08306b", strokeWidth=1)
+        .encode(
+            x=_time_x(fmt="%H:%M:%S"),
+            y=alt.Y("w:Q", title="endpoint power (W)"),
+            tooltip=[alt.Tooltip("t:T", format="%H:%M:%S.%L", formatType="utc"), alt.Tooltip("w:Q", format=",.0f")],
+        )
+    )
+    return alt.layer(*layers, title=f"{endpoint}: power over 5 minutes ({resolution}) with prefill/decode shading").properties(width=WIDTH, height=HEIGHT)
+
+
+def phase_shares(rows: list[dict]) -> alt.Chart:
+    """rows: endpoint, share_of ('time' | 'energy'), share (0..1)."""
+    return (
+        alt.Chart(alt.Data(values=rows), title="Prefill share of time and of energy per endpoint")
+        .mark_bar()
+        .encode(
+            y=alt.Y("endpoint:N", title=None),
+            yOffset=alt.YOffset("share_of:N"),
+            x=alt.X("share:Q", title="prefill share", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("share_of:N", title="share of", scale=alt.Scale(range=["#fdae6b", "#e6550d"])),
+            tooltip=["endpoint:N", "share_of:N", alt.Tooltip("share:Q", format=".1%")],
+        )
+        .properties(width=WIDTH, height=40 + 36 * len({r["endpoint"] for r in rows}))
+    )
+
+
+def j_per_token(rows: list[dict]) -> alt.Chart:
+    """rows: endpoint, bucket, order, token ('prompt' | 'output'), j."""
+    order = [b for _, b in sorted({(r["order"], r["bucket"]) for r in rows})]
+    return (
+        alt.Chart(alt.Data(values=rows))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("bucket:O", sort=order, title="batch size (concurrent requests)"),
+            y=alt.Y("j:Q", title="J per token"),
+            color=alt.Color("endpoint:N"),
+            tooltip=["endpoint:N", "bucket:O", "token:N", alt.Tooltip("j:Q", format=".3f")],
+        )
+        .properties(width=(WIDTH - 80) // 2, height=HEIGHT - 40)
+        .facet(column=alt.Column("token:N", title="J per prompt / output token"))
+        .resolve_scale(y="independent")
+        .properties(title="Energy per token by endpoint and batch-size bucket")
+    )
+
+
+def correlation_heatmap(rows: list[dict]) -> alt.LayerChart:
+    """rows: a, b, r (Pearson of 1 s power), symmetric with the diagonal."""
+    names = sorted({r["a"] for r in rows})
+    size = max(160, min(WIDTH - 200, 40 * len(names)))
+    base = alt.Chart(alt.Data(values=rows)).encode(x=alt.X("a:N", title=None, sort=names), y=alt.Y("b:N", title=None, sort=names))
+    rect = base.mark_rect().encode(
+        color=alt.Color("r:Q", title="Pearson r", scale=alt.Scale(scheme="redblue", domain=[-1, 1], reverse=True)),
+        tooltip=["a:N", "b:N", alt.Tooltip("r:Q", format=".3f")],
+    )
+    layers = [rect]
+    if len(names) <= 16:
+        layers.append(base.mark_text(fontSize=10).encode(text=alt.Text("r:Q", format=".2f")))
+    return alt.layer(*layers, title="Correlation of 1 s power between inference endpoints").properties(width=size, height=size)
+
+
+def coincidence_bars(rows: list[dict]) -> alt.LayerChart:
+    """rows: level, entity, factor (coincidence factor, 0..1)."""
+    bars = (
+        alt.Chart(alt.Data(values=rows))
+        .mark_bar()
+        .encode(
+            y=alt.Y("entity:N", sort="-x", title=None),
+            x=alt.X("factor:Q", title="coincidence factor (max of sum ÷ sum of members' max)", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("level:N", title="level"),
+            tooltip=["level:N", "entity:N", alt.Tooltip("factor:Q", format=".3f")],
+        )
+    )
+    return alt.layer(bars, title="Coincidence factor per power domain (1.0 = members peak together)").properties(
+        width=WIDTH - 160, height=30 + 18 * len(rows)
+    )
+
+
+def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt.VConcatChart:
+    """power: day, role, hour, w; requests: day, hour, rps; profile: role, hour, mean, p5, p95."""
+    days = sorted({p["day"] for p in power} | {r["day"] for r in requests})
+    day_color = alt.Color("day:N", title="day", scale=alt.Scale(domain=days, range=day_ramp(len(days))))
+    x = alt.X("hour:Q", title="hour of day (UTC)", scale=alt.Scale(domain=[0, 23]), axis=alt.Axis(tickCount=12))
+    power_layers = []
+    if profile:
+        power_layers.append(
+            alt.Chart(alt.Data(values=profile))
+            .mark_area(opacity=0.2, color="#636363")
+            .encode(x=x, y=alt.Y("p5:Q", title="mean power (W)"), y2="p95:Q", detail="role:N", tooltip=["role:N", "hour:Q", alt.Tooltip("mean:Q", format=",.0f")])
+        )
+    power_layers.append(
+        alt.Chart(alt.Data(values=power))
+        .mark_line(point=alt.OverlayMarkDef(size=30))
+        .encode(
+            x=x,
+            y=alt.Y("w:Q", title="mean power (W)"),
+            color=day_color,
+            strokeDash=alt.StrokeDash("role:N", title="role"),
+            tooltip=["day:N", "role:N", "hour:Q", alt.Tooltip("w:Q", format=",.0f")],
+        )
+    )
+    top = alt.layer(*power_layers, title="Power by hour of day, one line per day (band: diurnal_profile p5–p95)").properties(width=WIDTH, height=HEIGHT - 40)
+    charts = [top]
+    if requests:
+        charts.append(
+            alt.Chart(alt.Data(values=requests), title="Request rate by hour of day, one line per day")
+            .mark_line(point=alt.OverlayMarkDef(size=30))
+            .encode(x=x, y=alt.Y("rps:Q", title="requests per second"), color=day_color, tooltip=["day:N", "hour:Q", alt.Tooltip("rps:Q", format=".2f")])
+            .properties(width=WIDTH, height=HEIGHT - 80)
+        )
+    return alt.vconcat(*charts).resolve_scale(color="shared")
+
+
+def day_ramp(n: int, light: str = "#9ecae1", dark: str = "#08306b") -> list[str]:
+    """``n`` colours from light (oldest day) to dark (the report's day)."""
+    a = [int(light[i : i + 2], 16) for i in (1, 3, 5)]
+    b = [int(dark[i : i + 2], 16) for i in (1, 3, 5)]
+    if n <= 1:
+        return [dark]
+    return ["#" + "".join(f"{round(x + (y - x) * k / (n - 1)):02x}" for x, y in zip(a, b)) for k in range(n)]
+
+
+def coverage_bars(rows: list[dict]) -> alt.LayerChart:
+    """rows: host, role, coverage_pct (share of the day's GPU-seconds with data)."""
+    bars = (
+        alt.Chart(alt.Data(values=rows))
+        .mark_bar()
+        .encode(
+            x=alt.X("host:N", sort=None, title="host", axis=alt.Axis(labels=len(rows) <= 60)),
+            y=alt.Y("coverage_pct:Q", title="coverage of the day (%)", scale=alt.Scale(domain=[0, 100])),
+            color=alt.Color("role:N", scale=ROLE_COLORS),
+            tooltip=["host:N", "role:N", alt.Tooltip("coverage_pct:Q", format=".2f")],
+        )
+    )
+    rule = alt.Chart(alt.Data(values=[{"y": 95}])).mark_rule(strokeDash=[4, 3], color="#a50f15").encode(y="y:Q")
+    return alt.layer(bars, rule, title="Power coverage per host (share of GPU-seconds with samples; dashed: 95%)").properties(width=WIDTH, height=HEIGHT - 60)

@@ -1,0 +1,82 @@
+"""Building blocks of a section: charts, tables with units, notes and drill-down SQL."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reports.data import Reader, RunHistory
+
+
+@dataclass
+class Chart:
+    name: str
+    chart: Any  # an Altair top-level chart
+    caption: str = ""
+
+
+@dataclass
+class Table:
+    columns: list[str]  # header text, units included: "mean (W)"
+    rows: list[list]
+    caption: str = ""
+
+
+@dataclass
+class Note:
+    text: str
+    kind: str = "info"  # info | missing | warn
+
+
+@dataclass
+class Code:
+    label: str
+    sql: str
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    blocks: list = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    headline: dict = field(default_factory=dict)
+    error: str | None = None
+
+    def not_available(self, why: str) -> None:
+        """Record (and show) that part of the section waits for a table."""
+        self.missing.append(why)
+        self.blocks.append(Note(f"Not available yet: {why}.", "missing"))
+
+    def add(self, *blocks) -> None:
+        self.blocks.extend(b for b in blocks if b is not None)
+
+    @property
+    def charts(self) -> list[Chart]:
+        return [b for b in self.blocks if isinstance(b, Chart)]
+
+
+@dataclass
+class Ctx:
+    reader: Reader
+    data_dir: Path
+    date: str
+    history: RunHistory
+
+    def sql_date(self) -> str:
+        return f"DATE '{self.date}'"
+
+
+def num(value, digits: int = 1):
+    """A float rounded for display and JSON (None and NaN stay None)."""
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return value
+    if math.isnan(f) or math.isinf(f):
+        return None
+    return round(f, digits)

@@ -1,0 +1,64 @@
+"""Browser tests: Playwright driving Debian's Chromium (``/usr/bin/chromium``), headless.
+
+No browser is ever downloaded: CI installs the ``chromium`` package with apt (see ``.ci/run``).
+Screenshots land in ``test-artifacts/`` at the repo root (gitignored). Skip these locally with
+``-m 'not browser'``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("WATTLINE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/browser/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium), or skip with -m 'not browser'")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, ignore_https_errors=False)
+    pg = context.new_page()
+    pg.set_default_timeout(30_000)
+    try:
+        yield pg
+    finally:
+        context.close()

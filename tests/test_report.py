@@ -1,0 +1,242 @@
+"""The daily report on constructed data: with and without each analytics table, known numbers,
+the point and size budgets, the asset in the daily job, the `wattline report` command."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import main
+from reports import charts
+from reports.daily import build_report, build_sections, write_report
+from tests.report_fixtures import DATE, build_day, foundation_only, with_all_tables
+from tests.report_tables import SCHEMAS, SECTION_OF, write_analytics_tables
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("report") / "data"
+    return data_dir, build_day(data_dir)
+
+
+@pytest.fixture(scope="module")
+def full(built, tmp_path_factory):
+    """`built` plus every analytics table (issues 3 and 8) with its documented columns."""
+    return with_all_tables(built[0], tmp_path_factory.mktemp("report-full") / "data")
+
+
+def _by_key(sections):
+    return {s.key: s for s in sections}
+
+
+def test_report_asset_runs_last_in_the_daily_job(built):
+    data_dir, outcome = built
+    assert outcome.materialized[-1] == "daily_report"
+    import os
+    from pathlib import Path
+
+    out = Path(os.environ["WATTLINE_REPORTS_DIR"])
+    page = (out / f"{DATE}.html").read_text()
+    assert "wattline daily report: 2026-11-30" in page
+    summary = json.loads((out / f"{DATE}.json").read_text())
+    # 10 minutes: train-0 2 GPUs × 400 W mean, infer-0 2 × 200 W → 1.2 kW for 600 s = 0.2 kWh.
+    assert summary["headline"]["fleet_energy_kwh"] == pytest.approx(1200 * 600 / 3.6e6, rel=0.01)
+
+
+def test_sections_without_analytics_tables_say_not_available(built, tmp_path):
+    data_dir = foundation_only(built[0], tmp_path / "data")
+    sections = _by_key(build_sections(data_dir, DATE))
+    assert all(s.error is None for s in sections.values()), {k: s.error for k, s in sections.items()}
+    assert not sections["fleet_power"].missing
+    for table, keys in SECTION_OF.items():
+        for key in keys:
+            assert any(table in why for why in sections[key].missing), (table, sections[key].missing)
+    # The foundation tables still give numbers and charts.
+    assert [c.name for c in sections["fleet_power"].charts] == ["fleet_power"]
+    checks = sections["quality"].headline["checks"]
+    assert checks["evaluated"] >= 6 and checks["failed"] >= 1  # gpu_coverage WARNs on a 10-minute day
+
+
+def test_every_section_complete_with_all_tables(full, tmp_path):
+    report = build_report(full, DATE, tmp_path / "out", png=True)
+    sections = _by_key(report.sections)
+    assert {k: (s.missing, s.error) for k, s in sections.items() if s.missing or s.error} == {}
+    names = set(report.points)
+    assert {"headline_roles", "headline_headroom", "fleet_power", "swing_distribution", "inference_window", "phase_shares",
+            "j_per_token_batch", "correlation_heatmap", "coincidence", "diurnal", "coverage"} <= names
+    assert {p.name for p in report.pngs} == {f"{n}.png" for n in names}
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in report.pngs)
+    summary = json.loads(report.json_path.read_text())
+    assert all(s["complete"] for s in summary["sections"].values())
+    assert summary["headline"]["max_2s_swing_pct"]["role:training"] == 80.0
+    assert summary["headline"]["headroom_pct"] == {"c0": 25.0}
+    assert summary["headline"]["roles"]["training"]["mean_pct"] == 40.0  # from power_summary
+    page = report.html_path.read_text()
+    assert "37.5" in page and "not available yet" not in page.lower()
+
+
+def test_shading_and_diurnal_profile_come_from_their_tables(full):
+    sections = _by_key(build_sections(full, DATE))
+    window = next(c for c in sections["inference"].charts if c.name == "inference_window")
+    spec = window.chart.to_dict()
+    assert "rect" in json.dumps(spec)  # prefill/decode shading layer
+    # The diurnal_profile table has no date column: its rows are read from the day's partition.
+    assert "p5" in json.dumps(sections["diurnal"].charts[0].chart.to_dict())
+
+
+@pytest.mark.parametrize("table", sorted(SECTION_OF))
+def test_each_missing_table_only_marks_its_section(full, tmp_path, table):
+    import shutil
+
+    from pipeline import warehouse
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(full, data_dir, ignore=shutil.ignore_patterns(".dagster"))
+    shutil.rmtree(data_dir / "derived" / table)
+    warehouse.publish(data_dir)
+    sections = build_sections(data_dir, DATE)
+    assert all(s.error is None for s in sections)
+    partial = {s.key: s.missing for s in sections if s.missing}
+    assert set(partial) == SECTION_OF[table], partial
+    for key in SECTION_OF[table]:
+        assert any(table in why for why in partial[key])
+
+
+def test_table_with_a_renamed_column_is_reported_not_raised(full, tmp_path):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from pipeline import warehouse
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(full, data_dir, ignore=shutil.ignore_patterns(".dagster"))
+    path = data_dir / "derived" / "swing_stats" / f"date={DATE}" / "part-0.parquet"
+    t = pq.read_table(path)
+    pq.write_table(t.rename_columns(["max_swing_watts" if c == "max_swing_w" else c for c in t.column_names]), path)
+    warehouse.publish(data_dir)
+    sections = _by_key(build_sections(data_dir, DATE))
+    assert sections["swings"].error is None
+    assert any("lacks column(s) max_swing_w" in why for why in sections["swings"].missing)
+
+
+def test_empty_data_dir_gives_a_report_of_missing_sections(tmp_path):
+    data_dir = tmp_path / "empty"
+    data_dir.mkdir()
+    path = write_report(data_dir, DATE, tmp_path / "out", png=False)
+    assert path.exists() and "not available yet" in path.read_text().lower()
+
+
+def test_thousand_gpu_fleet_stays_within_budgets(tmp_path):
+    """A day of role/cluster power for 125 hosts × 8 GPUs: ≤ 5,000 points per chart, HTML < 5 MB."""
+    from tests.scale_fleet import write_scale_fleet
+
+    data_dir = tmp_path / "data"
+    hosts, clusters, endpoints, gpus = write_scale_fleet(data_dir, DATE)
+    write_analytics_tables(data_dir, DATE, hosts=hosts, clusters=clusters, endpoints=endpoints, gpus=gpus, seconds=3600)
+    report = build_report(data_dir, DATE, tmp_path / "out", png=False)
+    assert all(s.error is None for s in report.sections), [s.error for s in report.sections]
+    assert max(report.points.values()) <= charts.MAX_POINTS, report.points
+    assert report.html_path.stat().st_size < 5 * 1024 * 1024
+    assert report.points["fleet_power"] > 2000  # a whole day at 1 minute, not a handful of points
+
+
+def test_cli_report_writes_html_json_png(built, tmp_path):
+    data_dir, _ = built
+    out = tmp_path / "cli-out"
+    result = CliRunner().invoke(main, ["report", "--date", DATE, "--out", str(out), "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    assert (out / f"{DATE}.html").exists() and (out / f"{DATE}.json").exists()
+    assert (out / DATE / "fleet_power.png").exists()
+    assert f"{DATE}.html" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "--date", "2026-13-01"], "bad date"),
+        (["report", "--date", DATE, "--data-dir", "/nonexistent/wattline"], "does not exist"),
+    ],
+)
+def test_cli_report_user_errors(args, message):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_documented_columns_cover_every_contract_table():
+    # The report is built against these; keep them in step with the issues' column lists.
+    assert {"phase_segments", "energy_per_token", "swing_stats", "coincidence", "diurnal_profile", "power_headroom"} <= set(SCHEMAS)
+
+
+def test_readers_work_while_a_run_writes(built):
+    """`wattline sql` and the report read the republished catalog read-only, never a writer's lock."""
+    import threading
+
+    from pipeline.readonly import run_query
+    from pipeline.runner import run_day
+
+    data_dir, _ = built
+    before = run_query(data_dir, "select count(*) as n from power_1s").column("n")[0].as_py()
+    done = threading.Event()
+    result = {}
+
+    def rerun():
+        try:
+            result["outcome"] = run_day(data_dir, DATE, selection=["power_1s", "fleet_power_1s"])
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=rerun)
+    thread.start()
+    counts = []
+    while not done.is_set() or not counts:
+        counts.append(run_query(data_dir, "select count(*) as n from power_1s").column("n")[0].as_py())
+    thread.join()
+    assert result["outcome"].success
+    assert set(counts) == {before}  # old day or new day, identical rows, never an error or a half file
+
+
+def test_diurnal_overlays_the_trailing_days(built, tmp_path):
+    """A second day of role power one day earlier: the diurnal chart draws one line per day."""
+    import duckdb
+
+    from pipeline import warehouse
+
+    data_dir = foundation_only(built[0], tmp_path / "data")
+    src = data_dir / "derived" / "fleet_power_1s" / f"date={DATE}" / "part-0.parquet"
+    prev = data_dir / "derived" / "fleet_power_1s" / "date=2026-11-29"
+    prev.mkdir()
+    duckdb.sql(
+        f"""COPY (SELECT * REPLACE (date - 1 AS date, ts - INTERVAL 1 DAY AS ts, power_w * 0.5 AS power_w)
+                 FROM read_parquet('{src}')) TO '{prev / "part-0.parquet"}' (FORMAT parquet)"""
+    )
+    warehouse.publish(data_dir)
+    sections = _by_key(build_sections(data_dir, DATE))
+    spec = json.dumps(sections["diurnal"].charts[0].chart.to_dict())
+    assert "2026-11-29" in spec and "2026-11-30" in spec
+
+
+def test_quality_counts_quarantined_files_and_rows(built, tmp_path):
+    """A damaged power file quarantined by the pipeline and two ingestion rejects show up in the
+    data-quality section and the JSON."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.runner import run_day
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(built[0], data_dir)
+    victim = sorted((data_dir / "power" / f"date={DATE}" / "host=infer-0").glob("*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])  # truncated: unreadable
+    rejects = data_dir / "quarantine" / "requests" / f"date={DATE}"
+    rejects.mkdir(parents=True)
+    pq.write_table(pa.table({"reason": ["bad json: line 3", "bad json: line 9"], "raw": [b"{", b"}"]}), rejects / "part.parquet")
+    run_day(data_dir, DATE)
+    quality = _by_key(build_sections(data_dir, DATE))["quality"]
+    assert quality.error is None
+    assert quality.headline["quarantined_rows"] == {"requests": 2}
+    assert quality.headline["quarantined_files"] == {"power:unreadable": 1}
