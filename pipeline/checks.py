@@ -27,6 +27,26 @@ class Check:
         return AssetCheckSpec(name=self.name, asset=asset, description=self.description)
 
 
+def violations(
+    check_name: str,
+    rows: list[tuple],
+    severity: AssetCheckSeverity,
+    description: str | None = None,
+    *,
+    count_key: str = "violations",
+    examples: int = 5,
+) -> AssetCheckResult:
+    """The common check: passes when the violation query returned no rows, else says how many
+    (metadata ``count_key``), shows the first few and gives ``description``."""
+    return AssetCheckResult(
+        check_name=check_name,
+        passed=not rows,
+        severity=severity,
+        metadata={count_key: len(rows), "examples": str(rows[:examples])},
+        description=description if rows else None,
+    )
+
+
 def _scalar(con: duckdb.DuckDBPyConnection, sql: str):
     return con.execute(sql).fetchone()[0]
 
@@ -91,13 +111,7 @@ def power_within_bounds(con, *, rejected_files: dict[str, str]) -> AssetCheckRes
         ORDER BY 1, 2
         """
     ).fetchall()
-    return AssetCheckResult(
-        check_name="power_within_bounds",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"gpus_out_of_bounds": len(rows), "examples": str(rows[:5])},
-        description=f"power outside [0, {POWER_MAX_TDP_MULTIPLE:g} × TDP]" if rows else None,
-    )
+    return violations("power_within_bounds", rows, AssetCheckSeverity.ERROR, f"power outside [0, {POWER_MAX_TDP_MULTIPLE:g} × TDP]", count_key="gpus_out_of_bounds")
 
 
 def gpu_coverage(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
@@ -131,13 +145,7 @@ def gpus_in_inventory(con, *, rejected_files: dict[str, str]) -> AssetCheckResul
         WHERE p.date = getvariable('partition_date') ORDER BY 1, 2
         """
     ).fetchall()
-    return AssetCheckResult(
-        check_name="gpus_in_inventory",
-        passed=not rows,
-        severity=AssetCheckSeverity.WARN,
-        metadata={"unknown_gpus": len(rows), "examples": str(rows[:10])},
-        description=f"{len(rows)} GPU(s) report power but are not in inventory.yaml: left out of host/cluster sums" if rows else None,
-    )
+    return violations("gpus_in_inventory", rows, AssetCheckSeverity.WARN, f"{len(rows)} GPU(s) report power but are not in inventory.yaml: left out of host/cluster sums", count_key="unknown_gpus", examples=10)
 
 
 def files_follow_contract(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:

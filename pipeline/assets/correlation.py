@@ -5,7 +5,7 @@ the sum of the peaks)."""
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, asset
 
 from pipeline.assetkit import json_meta, materialize
-from pipeline.checks import Check
+from pipeline.checks import Check, violations
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -21,13 +21,7 @@ def _symmetric(con) -> AssetCheckResult:
           AND (abs(x.pearson_1s - y.pearson_1s) > 1e-4 OR abs(x.pearson_1s) > 1 + 1e-4 OR x.best_lag_s <> -y.best_lag_s)
         """
     ).fetchall()
-    return AssetCheckResult(
-        check_name="pairs_symmetric",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"violations": len(rows), "examples": str(rows[:5])},
-        description=f"{len(rows)} pair(s) whose correlation differs by order or lies outside [−1, 1]" if rows else None,
-    )
+    return violations("pairs_symmetric", rows, AssetCheckSeverity.ERROR, f"{len(rows)} pair(s) whose correlation differs by order or lies outside [−1, 1]")
 
 
 def _has_pairs(con) -> AssetCheckResult:
@@ -83,13 +77,7 @@ def _factor_bounds(con) -> AssetCheckResult:
         """SELECT level, entity, coincidence_factor FROM coincidence
            WHERE date = getvariable('partition_date') AND NOT (coincidence_factor > 0 AND coincidence_factor <= 1 + 1e-6)"""
     ).fetchall()
-    return AssetCheckResult(
-        check_name="factor_within_0_1",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"violations": len(rows), "examples": str(rows[:5])},
-        description=f"{len(rows)} coincidence factor(s) outside (0, 1]" if rows else None,
-    )
+    return violations("factor_within_0_1", rows, AssetCheckSeverity.ERROR, f"{len(rows)} coincidence factor(s) outside (0, 1]")
 
 
 COINCIDENCE_CHECKS = [Check("factor_within_0_1", "0 < coincidence factor ≤ 1 (ERROR).", _factor_bounds)]

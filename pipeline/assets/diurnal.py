@@ -5,7 +5,7 @@ output token by local hour (and day of week once 7 days exist)."""
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetDep, AssetExecutionContext, Config, TimeWindowPartitionMapping, asset
 
 from pipeline.assetkit import json_meta, materialize
-from pipeline.checks import Check
+from pipeline.checks import Check, violations
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -18,12 +18,7 @@ def _hours_in_day(con) -> AssetCheckResult:
         """SELECT entity, hour_utc, seconds FROM hourly_activity
            WHERE date = getvariable('partition_date') AND (hour_utc NOT BETWEEN 0 AND 23 OR seconds > 3600)"""
     ).fetchall()
-    return AssetCheckResult(
-        check_name="hours_valid",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"violations": len(rows), "examples": str(rows[:5])},
-    )
+    return violations("hours_valid", rows, AssetCheckSeverity.ERROR)
 
 
 HOURLY_CHECKS = [Check("hours_valid", "Hours within 0–23 with at most 3,600 seconds each (ERROR).", _hours_in_day)]

@@ -7,7 +7,7 @@ share: they read this table (≈ 1 row per GPU per 100 ms) instead of scanning r
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, asset
 
 from pipeline.assetkit import json_meta, materialize
-from pipeline.checks import Check
+from pipeline.checks import Check, violations
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -25,13 +25,7 @@ def _samples_conserved(con) -> AssetCheckResult:
         WHERE g.n IS DISTINCT FROM s.n ORDER BY 1, 2
         """
     ).fetchall()
-    return AssetCheckResult(
-        check_name="samples_conserved",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"gpus_mismatched": len(rows), "examples": str(rows[:5])},
-        description=f"{len(rows)} GPU(s) have a different sample count on the grid than in power_1s" if rows else None,
-    )
+    return violations("samples_conserved", rows, AssetCheckSeverity.ERROR, f"{len(rows)} GPU(s) have a different sample count on the grid than in power_1s", count_key="gpus_mismatched")
 
 
 def _grid_gaps(con) -> AssetCheckResult:
@@ -116,13 +110,7 @@ def _agrees_with_1s(con) -> AssetCheckResult:
         WHERE abs(a.w - b.w) > 0.01 * greatest(b.w, 1) ORDER BY 1
         """
     ).fetchall()
-    return AssetCheckResult(
-        check_name="agrees_with_1s",
-        passed=not rows,
-        severity=AssetCheckSeverity.WARN,
-        metadata={"entities_off_by_over_1pct": len(rows), "examples": str(rows[:5])},
-        description=f"{len(rows)} entit(y/ies) whose 100 ms mean differs from fleet_power_1s by > 1%" if rows else None,
-    )
+    return violations("agrees_with_1s", rows, AssetCheckSeverity.WARN, f"{len(rows)} entit(y/ies) whose 100 ms mean differs from fleet_power_1s by > 1%", count_key="entities_off_by_over_1pct")
 
 
 FLEET_CHECKS = [

@@ -4,7 +4,7 @@ how many more hosts of the same profile a cluster could take (resampling observe
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, Config, asset
 
 from pipeline.assetkit import json_meta, materialize
-from pipeline.checks import Check
+from pipeline.checks import Check, violations
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -21,13 +21,7 @@ def _within_provisioned(con) -> AssetCheckResult:
         """SELECT level || ':' || entity, round(max_2s_w), provisioned_w FROM power_headroom
            WHERE date = getvariable('partition_date') AND max_2s_w > provisioned_w ORDER BY 1"""
     ).fetchall()
-    return AssetCheckResult(
-        check_name="within_provisioned",
-        passed=not rows,
-        severity=AssetCheckSeverity.WARN,
-        metadata={"domains_over": len(rows), "examples": str(rows[:10])},
-        description=f"{len(rows)} domain(s) drew more than provisioned power over a 2 s window" if rows else None,
-    )
+    return violations("within_provisioned", rows, AssetCheckSeverity.WARN, f"{len(rows)} domain(s) drew more than provisioned power over a 2 s window", count_key="domains_over", examples=10)
 
 
 def _ordered(con) -> AssetCheckResult:
@@ -35,12 +29,7 @@ def _ordered(con) -> AssetCheckResult:
         """SELECT level, entity FROM power_headroom WHERE date = getvariable('partition_date')
            AND NOT (p99_2s_w <= p999_2s_w + 1e-3 AND p999_2s_w <= max_2s_w + 1e-3)"""
     ).fetchall()
-    return AssetCheckResult(
-        check_name="quantiles_ordered",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"violations": len(rows)},
-    )
+    return violations("quantiles_ordered", rows, AssetCheckSeverity.ERROR)
 
 
 CHECKS = [

@@ -4,7 +4,7 @@
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, asset
 
 from pipeline.assetkit import json_meta, materialize
-from pipeline.checks import Check
+from pipeline.checks import Check, violations
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -18,13 +18,7 @@ def _ordered(con) -> AssetCheckResult:
            WHERE date = getvariable('partition_date')
              AND NOT (mean_w <= max_w + 1e-3 AND p99_w <= p999_w AND p999_w <= round(max_w) + 0.5 AND mean_w >= 0)"""
     ).fetchall()
-    return AssetCheckResult(
-        check_name="quantiles_ordered",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"violations": len(rows), "examples": str(rows[:5])},
-        description=f"{len(rows)} row(s) break 0 ≤ mean ≤ max or p99 ≤ p99.9 ≤ max" if rows else None,
-    )
+    return violations("quantiles_ordered", rows, AssetCheckSeverity.ERROR, f"{len(rows)} row(s) break 0 ≤ mean ≤ max or p99 ≤ p99.9 ≤ max")
 
 
 def _energy_matches_mean(con) -> AssetCheckResult:
@@ -35,13 +29,7 @@ def _energy_matches_mean(con) -> AssetCheckResult:
             WHERE date = getvariable('partition_date') AND level = 'gpu'
               AND abs(energy_kwh - mean_w * hours_covered / 1000) > {ENERGY_TOLERANCE} * greatest(energy_kwh, 1e-6)"""
     ).fetchall()
-    return AssetCheckResult(
-        check_name="energy_matches_mean",
-        passed=not rows,
-        severity=AssetCheckSeverity.WARN,
-        metadata={"gpus_off_by_over_2pct": len(rows), "examples": str(rows[:5])},
-        description=f"{len(rows)} GPU(s) whose integrated energy and mean × time differ by > 2%" if rows else None,
-    )
+    return violations("energy_matches_mean", rows, AssetCheckSeverity.WARN, f"{len(rows)} GPU(s) whose integrated energy and mean × time differ by > 2%", count_key="gpus_off_by_over_2pct")
 
 
 SUMMARY_CHECKS = [

@@ -4,7 +4,7 @@ within 1, 2, 10 and 60 s, on the instantaneous 100 ms trace and on the driver's 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, asset
 
 from pipeline.assetkit import json_meta, materialize
-from pipeline.checks import Check
+from pipeline.checks import Check, violations
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -22,13 +22,7 @@ def _consistent(con) -> AssetCheckResult:
         QUALIFY max_swing_w < running_max - 1e-3 OR p50_swing_w > p99_swing_w + 1e-3 OR p99_swing_w > max_swing_w + 1e-3
         """
     ).fetchall()
-    return AssetCheckResult(
-        check_name="swings_consistent",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"violations": len(rows), "examples": str(rows[:5])},
-        description=f"{len(rows)} row(s) break max swing monotonic in W or p50 ≤ p99 ≤ max" if rows else None,
-    )
+    return violations("swings_consistent", rows, AssetCheckSeverity.ERROR, f"{len(rows)} row(s) break max swing monotonic in W or p50 ≤ p99 ≤ max")
 
 
 def _windows_complete(con) -> AssetCheckResult:

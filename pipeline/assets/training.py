@@ -4,7 +4,7 @@ checkpoints, evals) swing the feed — from job_events, or from the power alone 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, asset
 
 from pipeline.assetkit import json_meta, materialize
-from pipeline.checks import Check
+from pipeline.checks import Check, violations
 from pipeline.constants import DUCKDB_POOL
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -15,12 +15,7 @@ def _shares_valid(con) -> AssetCheckResult:
         """SELECT job, gap_energy_share, gap_time_share FROM training_energy WHERE date = getvariable('partition_date')
            AND NOT (gap_energy_share BETWEEN 0 AND 1 AND gap_time_share BETWEEN 0 AND 1)"""
     ).fetchall()
-    return AssetCheckResult(
-        check_name="shares_valid",
-        passed=not rows,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"violations": len(rows), "examples": str(rows[:5])},
-    )
+    return violations("shares_valid", rows, AssetCheckSeverity.ERROR)
 
 
 def _events_cover_jobs(con) -> AssetCheckResult:
