@@ -37,23 +37,16 @@ def materialize(
     checks: Sequence[Check] = (),
     headline: Headline | None = None,
     *,
-    raw_power: bool = False,
     variables: dict[str, float | str] | None = None,
 ) -> MaterializeResult:
     """Write ``table``'s partition for the context's day, then check it and describe it.
 
-    ``variables``: DuckDB variables the SQL reads with getvariable (asset config).
-    ``raw_power``: the query reads the raw ``power`` dataset, so contract-breaking files are
-    left out here exactly as ``power_1s`` leaves them out (and names them in its check).
+    ``variables``: DuckDB variables the SQL reads with getvariable (asset config). Raw files
+    that break the contract are already left out by ``warehouse.connection(date)`` (and named
+    by ``power_1s``'s check).
     """
     date = context.partition_key
-    overrides = None
-    if raw_power:
-        good, rejected = warehouse.raw_files("power", date)
-        for path, why in rejected.items():
-            context.log.warning(f"left out {path}: {why}")
-        overrides = {"power": good}
-    with warehouse.connection(date, raw_files=overrides) as con:
+    with warehouse.connection(date) as con:
         for name, value in (variables or {}).items():
             con.execute(f"SET VARIABLE {name} = ?", [value])
         prepare, query = statements(table)

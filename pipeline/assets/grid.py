@@ -73,7 +73,7 @@ def power_100ms(context: AssetExecutionContext, warehouse: WarehouseResource):
     """Per GPU and 100 ms slot: mean best-source power (W), the driver's 1 s average (W, if any),
     sample count, source, and whether that source is itself a 1 s average. The grid all swing,
     correlation and phase analytics start from."""
-    return materialize(context, warehouse, "power_100ms", CHECKS, _headline, raw_power=True)
+    return materialize(context, warehouse, "power_100ms", CHECKS, _headline)
 
 
 INCOMPLETE_WARN_SHARE = 0.05

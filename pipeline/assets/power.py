@@ -25,10 +25,9 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
     instant > 1 s average); files that break the contract are quarantined and named by a check.
     """
     date = context.partition_key
-    good, rejected = warehouse.raw_files("power", date)
-    for path, why in rejected.items():
-        context.log.error(f"in quarantine: {path}: {why}")
-    with warehouse.connection(date, raw_files={"power": good}) as con:
+    with warehouse.connection(date) as con:  # validates the day's files, quarantining bad ones
+        for path, why in warehouse.rejected_files("power", date).items():
+            context.log.error(f"in quarantine: {path}: {why}")
         rows = warehouse.write_partition(con, "power_1s", date, sqlfiles.query("power_1s"))
         gpus, energy_j, sources = con.execute(
             """SELECT count(DISTINCT (host, gpu)), coalesce(sum(energy_j), 0), string_agg(DISTINCT source, ', ')
