@@ -14,6 +14,7 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
 from pipeline import sqlfiles
 from pipeline.checks import Check
 from pipeline.resources import WarehouseResource
+from pipeline.scope import Scope
 
 Headline = Callable[[duckdb.DuckDBPyConnection], dict]
 
@@ -38,21 +39,24 @@ def materialize(
     headline: Headline | None = None,
     *,
     variables: dict[str, float | str] | None = None,
+    sql: str | None = None,
 ) -> MaterializeResult:
     """Write ``table``'s partition for the context's day, then check it and describe it.
 
+    The partition is a cluster-day or a fleet-day (pipeline/scope.py); ``sql`` names the SQL
+    file when it is not ``sql/<table>.sql`` (the fleet rollups: ``rollup/<table>``).
     ``variables``: DuckDB variables the SQL reads with getvariable (asset config). Raw files
     that break the contract are already left out by ``warehouse.connection(date)`` (and named
     by ``power_1s``'s check).
     """
-    date = context.partition_key
-    with warehouse.connection(date) as con:
+    scope = Scope.of(context)
+    with warehouse.connection(scope) as con:
         for name, value in (variables or {}).items():
             con.execute(f"SET VARIABLE {name} = ?", [value])
-        prepare, query = statements(table)
+        prepare, query = statements(sql or table)
         for statement in prepare:
             con.execute(statement)
-        rows = warehouse.write_partition(con, table, date, query)
+        rows = warehouse.write_partition(con, table, scope, query)
         results = [c.run(con) for c in checks]
         metadata = headline(con) if headline else {}
     metadata.update({"rows": rows, "dagster/row_count": rows})

@@ -8,7 +8,7 @@ import pkgutil
 from dagster import Definitions, load_asset_checks_from_modules, load_assets_from_modules
 
 import pipeline.assets
-from pipeline.jobs import daily_job
+from pipeline.jobs import build_jobs
 from pipeline.resources import WarehouseResource
 from pipeline.schedules import daily_schedule
 from pipeline.sensors import new_parquet_sensor
@@ -23,10 +23,11 @@ def _asset_modules():
 
 def build_definitions(data_dir: str = "") -> Definitions:
     modules = _asset_modules()
+    assets = load_assets_from_modules(modules)
     return Definitions(
-        assets=load_assets_from_modules(modules),
+        assets=assets,
         asset_checks=load_asset_checks_from_modules(modules),
-        jobs=[daily_job],
+        jobs=list(build_jobs(assets)),
         schedules=[daily_schedule],
         sensors=[new_parquet_sensor],
         resources={"warehouse": WarehouseResource(data_dir=data_dir)},

@@ -12,6 +12,7 @@ from dagster import ConfigurableResource
 from collectors.contract import DATASETS
 from pipeline import quarantine, warehouse
 from pipeline.constants import resolve_data_dir
+from pipeline.scope import Scope
 
 
 class WarehouseResource(ConfigurableResource):
@@ -44,28 +45,49 @@ class WarehouseResource(ConfigurableResource):
             if e["kind"] != "duplicate"
         }
 
+    def scoped_files(self, date: str, scope: Scope | None) -> dict[str, list[Path]]:
+        """The day's usable files of every raw dataset; a cluster-day's power files are its hosts'."""
+        files = {name: quarantine.usable_files(self.path, name, date) for name in DATASETS}
+        if scope is not None and scope.fleet:
+            files["power"] = []
+        elif scope is not None and scope.cluster:
+            inventory = warehouse.load_inventory_if_any(self.path)
+            hosts = set(warehouse.cluster_members(inventory, scope.cluster)[0]) if inventory else set()
+            files["power"] = [f for f in files["power"] if _host_of(f) in hosts]
+        return files
+
     @contextlib.contextmanager
-    def connection(self, date: str | None = None, raw_files: dict[str, list[Path]] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A compute connection; with a ``date``, each raw dataset's view holds only that day's
-        usable files (unless ``raw_files`` names them), so no asset reads an unchecked file."""
+    def connection(
+        self, date: str | Scope | None = None, raw_files: dict[str, list[Path]] | None = None
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A compute connection; with a ``date`` (or a cluster-day / fleet-day :class:`Scope`),
+        each raw dataset's view holds only that day's usable files (unless ``raw_files`` names
+        them), so no asset reads an unchecked file."""
+        scope = date if isinstance(date, Scope) else None
+        day = scope.date if scope else date
         overrides = dict(raw_files or {})
-        if date is not None:
-            for name in DATASETS:
-                if name not in overrides:
-                    overrides[name] = self.raw_files(name, date)[0]
-        with warehouse.compute_connection(self.path, date, raw_overrides=overrides) as con:
+        if day is not None:
+            for name, files in self.scoped_files(day, scope).items():
+                overrides.setdefault(name, files)
+        with warehouse.compute_connection(self.path, day, raw_overrides=overrides, scope=scope) as con:
             yield con
 
-    def write_partition(self, con: duckdb.DuckDBPyConnection, table: str, date: str, query: str) -> int:
-        """Replace the day's partition of ``table`` and republish the catalog; returns rows written."""
+    def write_partition(self, con: duckdb.DuckDBPyConnection, table: str, date: str | Scope, query: str) -> int:
+        """Replace the day's (or cluster-day's) part of ``table`` and republish the catalog;
+        returns rows written."""
+        scope = date if isinstance(date, Scope) else Scope(date=date)
         try:
-            rows = warehouse.write_partition(con, self.path, table, date, query)
+            rows = warehouse.write_partition(con, self.path, table, scope.date, query, scope)
         except duckdb.Error:
             # A file whose footer is sound but whose data is damaged fails the query, not the
             # footer check: find it, quarantine it and compute the rest of the day once more.
-            if not sum(quarantine.quarantine_damaged(self.path, name, date) for name in DATASETS):
+            if not sum(quarantine.quarantine_damaged(self.path, name, scope.date) for name in DATASETS):
                 raise
-            warehouse.create_views(con, self.path, raw_overrides={n: quarantine.usable_files(self.path, n, date) for n in DATASETS})
-            rows = warehouse.write_partition(con, self.path, table, date, query)
+            warehouse.create_views(con, self.path, raw_overrides=self.scoped_files(scope.date, scope), scope=scope if scope.cluster or scope.fleet else None)
+            rows = warehouse.write_partition(con, self.path, table, scope.date, query, scope)
         warehouse.publish(self.path)
         return rows
+
+
+def _host_of(path: Path) -> str | None:
+    return next((part.split("=", 1)[1] for part in path.parts if part.startswith("host=")), None)

@@ -7,8 +7,10 @@ Two runs on one data dir serialize on a file lock instead of fighting over files
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
+import multiprocessing
 import os
 import shutil
 import sys
@@ -18,6 +20,8 @@ from pathlib import Path
 
 from pipeline.constants import DAGSTER_HOME_DIR, REPO_DAGSTER_YAML
 
+WORKERS_ENV = "WATTLINE_WORKERS"
+
 
 @dataclass
 class FailedCheck:
@@ -25,6 +29,8 @@ class FailedCheck:
     check: str
     severity: str
     description: str
+    partition: str = ""
+    """The cluster for a cluster-day's check, the date for the fleet-day's."""
 
 
 @dataclass
@@ -36,6 +42,8 @@ class RunOutcome:
     failed_checks: list[FailedCheck] = field(default_factory=list)
     error: str | None = None
     step_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds per step, summed over the day's cluster-days (wall time of each step)."""
+    run_ids: list[str] = field(default_factory=list)
     quarantined: list[dict] = field(default_factory=list)
     """The day's files still in quarantine (every dataset, including ones no check covers yet)."""
 
@@ -77,51 +85,126 @@ def run_lock(data_dir: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None) -> RunOutcome:
-    """Run ``daily_job`` (or just ``selection``'s assets) for partition ``date``."""
+def default_workers(clusters: int) -> int:
+    """$WATTLINE_WORKERS, else one worker process per core, at most one per cluster."""
+    if os.environ.get(WORKERS_ENV):
+        return max(1, int(os.environ[WORKERS_ENV]))
+    return max(1, min(clusters, os.cpu_count() or 1))
+
+
+def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None, workers: int | None = None) -> RunOutcome:
+    """Materialize day ``date``: one run of ``cluster_day_job`` per cluster of the inventory
+    (``workers`` of them at a time, each in its own process), then one run of ``fleet_day_job``.
+    ``selection``: only these assets (by name; ``swing_stats`` also selects ``fleet/swing_stats``).
+
+    The same jobs, instance and asset code as the UI: Dagster records one run per cluster-day
+    and one for the fleet-day. Worker processes play the part that a run launcher plays in a
+    deployment (docs/scale-out.md); each runs the in-process executor on its cluster-day.
+    """
     os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
     warnings.filterwarnings("ignore", module="dagster")
-    from dagster import AssetKey, DagsterInstance
+    from dagster import DagsterInstance
 
-    from pipeline.definitions import build_definitions
-
-    defs = build_definitions(str(data_dir))
-    job = defs.resolve_job_def("daily_job")
+    from pipeline import quarantine
+    from pipeline.partitions import register_clusters
+    from pipeline.warehouse import clusters as inventory_clusters
     from pipeline.warehouse import remove_stale_tmp
 
-    with run_lock(data_dir), DagsterInstance.get() as instance:
+    clusters = inventory_clusters(data_dir)
+    workers = workers or default_workers(len(clusters))
+    outcome = RunOutcome(date=date, success=True, run_id="")
+    with run_lock(data_dir):
         remove_stale_tmp(data_dir)
+        with DagsterInstance.get() as instance:
+            register_clusters(instance, clusters)
+        parts = [(str(data_dir), date, c, selection, _worker_threads(workers)) for c in clusters]
+        if workers > 1 and len(parts) > 1:
+            ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked DuckDB or Dagster state
+            with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                results = list(pool.map(_run_part, parts))
+        else:
+            results = [_run_part(p) for p in parts]
+        if all(r["success"] for r in results) or not results:
+            results.append(_run_part((str(data_dir), date, None, selection, None)))
+    for r in results:
+        _merge(outcome, r)
+    outcome.quarantined = quarantine.entries(data_dir, date)
+    return outcome
+
+
+def _worker_threads(workers: int) -> int | None:
+    """DuckDB threads per worker: the cores shared out, unless $WATTLINE_DUCKDB_THREADS says."""
+    if workers <= 1 or os.environ.get("WATTLINE_DUCKDB_THREADS"):
+        return None
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def _run_part(args) -> dict:
+    """One Dagster run: a cluster-day (``cluster`` given) or the fleet-day. Returns plain data,
+    so it can come back from a worker process."""
+    data_dir, date, cluster, selection, threads = args
+    os.environ["DAGSTER_HOME"] = str(dagster_home(Path(data_dir)))
+    if threads:
+        os.environ["WATTLINE_DUCKDB_THREADS"] = str(threads)
+    warnings.filterwarnings("ignore", module="dagster")
+    from dagster import DagsterInstance
+
+    from pipeline.definitions import build_definitions
+    from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
+    from pipeline.partitions import cluster_day_key
+
+    defs = build_definitions(data_dir)
+    job = defs.resolve_job_def(CLUSTER_JOB if cluster else FLEET_JOB)
+    selected = _select(job, selection)
+    part = {"cluster": cluster, "success": True, "run_id": "", "materialized": [], "failed_checks": [], "error": None, "step_seconds": {}}
+    if selection and not selected:
+        return part
+    with DagsterInstance.get() as instance:
         result = job.execute_in_process(
-            partition_key=date,
+            partition_key=cluster_day_key(date, cluster) if cluster else date,
             instance=instance,
             raise_on_error=False,
             # Dagster's console logger prints stack traces for failed steps: the CLI reports
             # failures and quarantined files itself in one line each; the UI keeps the details.
             run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("WATTLINE_LOG_LEVEL", "CRITICAL")}}}},
-            asset_selection=[AssetKey(a) for a in selection] if selection else None,
+            asset_selection=selected,
         )
-    from pipeline import quarantine
-
-    outcome = RunOutcome(date=date, success=result.success, run_id=result.run_id, quarantined=quarantine.entries(data_dir, date))
+    part["success"], part["run_id"] = result.success, result.run_id
     for event in result.all_events:
         if event.is_step_success and event.step_key:
-            outcome.step_seconds[event.step_key] = event.event_specific_data.duration_ms / 1000
-    for event in result.get_asset_materialization_events():
-        outcome.materialized.append(event.asset_key.to_user_string())
-    for evaluation in result.get_asset_check_evaluations():
-        if not evaluation.passed:
-            outcome.failed_checks.append(
-                FailedCheck(
-                    asset=evaluation.asset_key.to_user_string(),
-                    check=evaluation.check_name,
-                    severity=evaluation.severity.value,
-                    description=evaluation.description or "",
-                )
-            )
+            part["step_seconds"][event.step_key] = event.event_specific_data.duration_ms / 1000
+    part["materialized"] = [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()]
+    part["failed_checks"] = [
+        dict(asset=e.asset_key.to_user_string(), check=e.check_name, severity=e.severity.value, description=e.description or "", partition=cluster or date)
+        for e in result.get_asset_check_evaluations()
+        if not e.passed
+    ]
     if not result.success:
         failures = [e for e in result.all_events if e.is_failure and e.step_key]
-        outcome.error = "; ".join(f"{e.step_key}: {_root_cause(e)}" for e in failures) or "run failed"
-    return outcome
+        where = f"[{cluster}] " if cluster else ""
+        part["error"] = "; ".join(f"{where}{e.step_key}: {_root_cause(e)}" for e in failures) or "run failed"
+    return part
+
+
+def _select(job, selection: list[str] | None):
+    """The job's asset keys whose name (last path component) is in ``selection``."""
+    if not selection:
+        return None
+    wanted = set(selection)
+    return [k for k in job.asset_layer.selected_asset_keys if k.path[-1] in wanted]
+
+
+def _merge(outcome: RunOutcome, part: dict) -> None:
+    outcome.success = outcome.success and part["success"]
+    if part["run_id"]:
+        outcome.run_id = f"{outcome.run_id}, {part['run_id']}" if outcome.run_id else part["run_id"]
+        outcome.run_ids.append(part["run_id"])
+    outcome.materialized += part["materialized"]
+    outcome.failed_checks += [FailedCheck(**c) for c in part["failed_checks"]]
+    for step, seconds in part["step_seconds"].items():
+        outcome.step_seconds[step] = outcome.step_seconds.get(step, 0.0) + seconds
+    if part["error"]:
+        outcome.error = f"{outcome.error}; {part['error']}" if outcome.error else part["error"]
 
 
 def _root_cause(event) -> str:

@@ -1,9 +1,9 @@
-"""A sensor that re-runs a day when Parquet for it lands or changes (late data included).
+"""A sensor that re-runs a day's cluster-days when Parquet for it lands or changes (late data included).
 
 The cursor keeps, per day, a signature of that day's raw files (names, sizes, mtimes); a day
-whose signature changed gets a run whose run_key is the signature, so the same files never
-trigger twice. Today's partition is skipped: collectors append to it all day, and the
-schedule builds it tomorrow.
+whose signature changed gets one run per cluster, whose run_key carries the signature, so the
+same files never trigger twice. It also registers the inventory's clusters as partitions. Today's
+partition is skipped: collectors append to it all day, and the schedule builds it tomorrow.
 """
 
 
@@ -11,11 +11,12 @@ import datetime as dt
 import hashlib
 import json
 
-from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
+from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from collectors.contract import DATASETS
 from pipeline import warehouse as wh
-from pipeline.jobs import daily_job
+from pipeline.jobs import CLUSTER_JOB
+from pipeline.partitions import CLUSTER_DIM, cluster_day_key
 from pipeline.resources import WarehouseResource
 from pipeline.schedules import AUTOMATION_ON
 
@@ -30,13 +31,27 @@ def day_signatures(data_dir) -> dict[str, str]:
     return {day: hashlib.sha256(repr(sorted(v)).encode()).hexdigest()[:16] for day, v in by_day.items()}
 
 
-@sensor(job=daily_job, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING if AUTOMATION_ON else DefaultSensorStatus.STOPPED)
+@sensor(job_name=CLUSTER_JOB, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING if AUTOMATION_ON else DefaultSensorStatus.STOPPED)
 def new_parquet_sensor(context: SensorEvaluationContext, warehouse: WarehouseResource):
     seen = json.loads(context.cursor) if context.cursor else {}
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     current = day_signatures(warehouse.path)
     changed = sorted(day for day, sig in current.items() if day < today and seen.get(day) != sig)
     context.update_cursor(json.dumps(current))
+    clusters = wh.clusters(warehouse.path)
+    known = set(context.instance.get_dynamic_partitions(CLUSTER_DIM))
+    new = [c for c in clusters if c not in known]
     if not changed:
+        if new:
+            return SensorResult(dynamic_partitions_requests=[_add(new)], skip_reason="no new or changed Parquet for a completed day")
         return SkipReason("no new or changed Parquet for a completed day")
-    return [RunRequest(partition_key=day, run_key=f"{day}:{current[day]}") for day in changed]
+    requests = [
+        RunRequest(partition_key=cluster_day_key(day, c), run_key=f"{day}:{c}:{current[day]}") for day in changed for c in clusters
+    ]
+    return SensorResult(run_requests=requests, dynamic_partitions_requests=[_add(new)] if new else [])
+
+
+def _add(clusters: list[str]):
+    from pipeline.partitions import cluster_partitions
+
+    return cluster_partitions.build_add_request(clusters)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import os
 import re
 import time
@@ -28,6 +29,7 @@ from collectors.inventory import Inventory, load_inventory
 from collectors.parquet_sink import TMP_PREFIX, fsync_dir
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, derived_path, warehouse_path
+from pipeline.scope import PER_GPU_TABLES, ROLE_ROW_TABLES, Scope, read_back_sql, store_rows_sql
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -67,21 +69,46 @@ def derived_tables(data_dir: Path) -> list[str]:
     root = data_dir / DERIVED_DIR
     if not root.exists():
         return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("date=*/*.parquet")))
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("date=*/**/*.parquet")))
 
 
-def _raw_relation_sql(data_dir: Path, dataset: str, files: list[Path] | None = None) -> str:
+def _parts_glob(data_dir: Path, table: str, cluster: str | None = None) -> str:
+    """Every part of ``table`` (the fleet-day's and each cluster-day's), or one cluster's parts."""
+    folder = derived_path(data_dir, table)
+    return str(folder / "date=*" / f"cluster={cluster}" / "*.parquet") if cluster else str(folder / "date=*" / "**" / "*.parquet")
+
+
+def _raw_relation_sql(data_dir: Path, dataset: str, files: list[Path] | None = None, where: str | None = None) -> str:
     ds = DATASETS[dataset]
     if files is not None:
         source = "[" + ", ".join(_quote(str(f)) for f in files) + "]"
     else:
         source = _quote(str(data_dir / ds.glob()))
-    return f"SELECT * FROM read_parquet({source}, hive_partitioning = true, hive_types = {{'date': DATE}})"
+    sql = f"SELECT * FROM read_parquet({source}, hive_partitioning = true, hive_types = {{'date': DATE}})"
+    return f"{sql} WHERE {where}" if where else sql
 
 
-def _derived_view_sql(data_dir: Path, table: str) -> str:
-    glob = _quote(str(derived_path(data_dir, table) / "date=*" / "*.parquet"))
-    return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet({glob}, hive_partitioning = false)"
+def _has_levels(con: duckdb.DuckDBPyConnection, relation: str) -> bool:
+    names = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+    return {"level", "entity"} <= names
+
+
+def _derived_view_sql(data_dir: Path, table: str, scope: Scope | None = None, con: duckdb.DuckDBPyConnection | None = None) -> str:
+    """The view of ``table``: all its parts; inside a cluster scope only that cluster's part,
+    its cluster_role rows read back as role (see pipeline/scope.py)."""
+    cluster = scope.cluster if scope else None
+    if cluster and any(Path(p).is_file() for p in glob.glob(_parts_glob(data_dir, table, cluster))):
+        source = f"read_parquet({_quote(_parts_glob(data_dir, table, cluster))}, hive_partitioning = false)"
+        if con is not None and _has_levels(con, source):
+            return f"CREATE OR REPLACE VIEW {table} AS {read_back_sql(source, cluster)}"
+        return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source}"
+    source = f"read_parquet({_quote(_parts_glob(data_dir, table))}, hive_partitioning = false)"
+    if (cluster or (scope and scope.fleet)) and table in PER_GPU_TABLES:
+        # a cluster without this table's part yet, or a fleet-day: typed, and empty
+        return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source} WHERE false"
+    if cluster:
+        return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source} WHERE false"
+    return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source}"
 
 
 def _empty_relation_sql(dataset: str) -> str:
@@ -141,30 +168,67 @@ def load_inventory_if_any(data_dir: Path) -> Inventory | None:
     return load_inventory(path) if path.exists() else None
 
 
+def clusters(data_dir: Path) -> list[str]:
+    """The inventory's clusters (the cluster partitions), in inventory order."""
+    inventory = load_inventory_if_any(data_dir)
+    return [c.name for f in inventory.fleets for c in f.clusters] if inventory else []
+
+
+def cluster_inventory(inventory: Inventory, cluster: str) -> Inventory:
+    """The inventory cut down to one cluster (its fleet holding only that cluster)."""
+    for fleet in inventory.fleets:
+        for c in fleet.clusters:
+            if c.name == cluster:
+                return inventory.model_copy(update={"fleets": [fleet.model_copy(update={"clusters": [c]})]})
+    raise WarehouseError(f"cluster {cluster!r} is not in the inventory")
+
+
+def cluster_members(inventory: Inventory, cluster: str) -> tuple[list[str], list[str]]:
+    """The cluster's host names and inference endpoint names."""
+    hosts = [h for _, c, h in inventory.iter_hosts() if c.name == cluster]
+    return [h.name for h in hosts], [e.name for h in hosts for e in h.endpoints]
+
+
+def _in_list(column: str, values: list[str]) -> str:
+    return f"{column} IN ({', '.join(_quote(v) for v in values)})" if values else "false"
+
+
 def create_views(
     con: duckdb.DuckDBPyConnection,
     data_dir: Path,
     *,
     kind: str = "VIEW",
     raw_overrides: dict[str, list[Path]] | None = None,
+    scope: Scope | None = None,
 ) -> None:
-    """Define the raw datasets, derived tables, inventory tables and shared macros on ``con``."""
+    """Define the raw datasets, derived tables, inventory tables and shared macros on ``con``;
+    with a ``scope``, as that cluster-day or fleet-day sees them (pipeline/scope.py: a fleet-day
+    sees no raw power samples and no per-GPU table)."""
     raw_overrides = raw_overrides or {}
+    inventory = load_inventory_if_any(data_dir)
+    filters: dict[str, str] = {}
+    if scope and scope.cluster:
+        if inventory is None:
+            raise WarehouseError(f"no {INVENTORY_FILE}: cannot tell which hosts are in cluster {scope.cluster!r}")
+        hosts, endpoints = cluster_members(inventory, scope.cluster)
+        inventory = cluster_inventory(inventory, scope.cluster)
+        filters = {"power": _in_list("host", hosts), "requests": _in_list("endpoint", endpoints), "job_events": _in_list("host", hosts)}
     for name in DATASETS:
         files = raw_overrides.get(name)
-        if files is None and not raw_files(data_dir, name):
-            body = _empty_relation_sql(name)
-        elif files is not None and not files:
+        if (scope and scope.fleet and name == "power") or (files is None and not raw_files(data_dir, name)) or (files is not None and not files):
             body = _empty_relation_sql(name)
         else:
-            body = _raw_relation_sql(data_dir, name, files)
+            body = _raw_relation_sql(data_dir, name, files, filters.get(name))
         con.execute(f"CREATE OR REPLACE {kind} {name} AS {body}")
         if files is not None:  # the exact file list behind the view, for checks that name files
             listed = ", ".join(_quote(str(f)) for f in files)
             con.execute(f"SET VARIABLE files_{name} = [{listed}]::VARCHAR[]")
+    if scope is not None:
+        con.execute(f"SET VARIABLE scope = {_quote('cluster' if scope.cluster else 'fleet')}")
+        con.execute(f"SET VARIABLE cluster = {_quote(scope.cluster) if scope.cluster else 'NULL'}")
     for table in derived_tables(data_dir):
-        con.execute(_derived_view_sql(data_dir, table))
-    _create_inventory_tables(con, load_inventory_if_any(data_dir))
+        con.execute(_derived_view_sql(data_dir, table, scope, con))
+    _create_inventory_tables(con, inventory)
     from pipeline import quarantine  # local: quarantine reads raw_files from here
 
     con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {quarantine.view_sql(data_dir)}")
@@ -177,6 +241,7 @@ def compute_connection(
     data_dir: Path,
     date: str | None = None,
     raw_overrides: dict[str, list[Path]] | None = None,
+    scope: Scope | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """An in-memory DuckDB with every dataset as a view and ``partition_date`` set."""
     config = duckdb_config()
@@ -186,27 +251,35 @@ def compute_connection(
     con = duckdb.connect(":memory:", config=config)
     try:
         con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET enable_progress_bar = false")  # worker processes share one terminal
         if date is not None:
             if not _DATE.match(date):
                 raise ValueError(f"bad partition date {date!r}")
             con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
         con.execute(f"SET VARIABLE data_dir = {_quote(str(data_dir))}")
-        create_views(con, data_dir, raw_overrides=raw_overrides)
+        create_views(con, data_dir, raw_overrides=raw_overrides, scope=scope)
         yield con
     finally:
         con.close()
 
 
-def write_partition(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, date: str, query: str) -> int:
-    """Replace ``table``'s partition ``date`` with the rows of ``query``; returns the row count.
+def write_partition(
+    con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, date: str, query: str, scope: Scope | None = None
+) -> int:
+    """Replace ``table``'s part for ``date`` (and ``scope``'s cluster) with the rows of ``query``;
+    returns the row count.
 
     The file is written beside its final name and renamed over it, so a reader sees the old
-    partition or the new one, never a mix; re-running a day replaces it (idempotent).
+    part or the new one, never a mix; re-running a day replaces it (idempotent). A cluster-day
+    stores its role rows as cluster_role and drops its fleet rows; a fleet-day keeps only role
+    and fleet rows (pipeline/scope.py).
     """
     _check_ident(table)
     if not _DATE.match(date):
         raise ValueError(f"bad partition date {date!r}")
-    folder = derived_path(data_dir, table) / f"date={date}"
+    scope = scope or Scope(date=date)
+    query = scoped_rows_sql(con, table, query, scope)
+    folder = scope.part_dir(data_dir, table) if scope.cluster else derived_path(data_dir, table) / f"date={date}"
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / "part-0.parquet"
     # Not ending in .parquet: DuckDB's glob matches dot-files, and a reader of the view must
@@ -222,8 +295,20 @@ def write_partition(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, 
         fsync_dir(folder)
     finally:
         tmp.unlink(missing_ok=True)
-    con.execute(_derived_view_sql(data_dir, table))
+    con.execute(_derived_view_sql(data_dir, table, scope, con))
     return con.execute(f"SELECT count(*) FROM read_parquet({_quote(str(final))})").fetchone()[0]
+
+
+def scoped_rows_sql(con: duckdb.DuckDBPyConnection, table: str, query: str, scope: Scope) -> str:
+    """``query`` cut to the rows ``scope`` owns of ``table``."""
+    if scope.cluster is None and not scope.fleet:
+        return query
+    names = {row[0] for row in con.execute(f"DESCRIBE {query}").fetchall()}
+    if {"level", "entity"} <= names:
+        return store_rows_sql(query, scope.cluster) if scope.cluster else f"SELECT * FROM ({query}) WHERE level IN ('role', 'fleet')"
+    if table in ROLE_ROW_TABLES:  # per role and endpoint: endpoints are per cluster, roles fleet-wide
+        return f"SELECT * FROM ({query}) WHERE " + ("entity <> role" if scope.cluster else "entity = role")
+    return query
 
 
 @contextlib.contextmanager

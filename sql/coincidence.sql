@@ -7,43 +7,22 @@
 -- sets its maximum, so the sum of maxima counts noise peaks that never coincide and even a
 -- perfectly synchronized training job reads ≈ 0.8; 1 s is also the scale breakers and the
 -- published fleet studies work at.
+CREATE OR REPLACE TEMP TABLE _members AS
 WITH gpu AS (
     SELECT p.host, p.gpu, max(p.mean_w) AS max_w, avg(p.mean_w) AS mean_w
     FROM power_1s AS p
     WHERE p.date = getvariable('partition_date')
     GROUP BY ALL
-),
-members AS (
-    SELECT
-        CASE WHEN grouping(i.host) = 0 THEN 'host' WHEN grouping(i.cluster) = 0 THEN 'cluster'
-             WHEN grouping(i.role) = 0 THEN 'role' ELSE 'fleet' END AS level,
-        coalesce(i.host, i.cluster, i.role, i.fleet) AS entity,
-        sum(g.max_w) AS sum_of_max_w,
-        avg(g.max_w / nullif(g.mean_w, 0)) AS mean_member_peak_to_avg,
-        count(*) AS members
-    FROM gpu AS g
-    JOIN inventory_gpus AS i USING (host, gpu)
-    GROUP BY GROUPING SETS ((i.host), (i.cluster), (i.role), (i.fleet))
-),
-sums AS (
-    SELECT level, entity, max(power_w) AS max_w, avg(power_w) AS mean_w
-    FROM (
-        SELECT level, entity, power_w
-        FROM fleet_power_1s
-        WHERE date = getvariable('partition_date') AND level <> 'gpu'
-        QUALIFY gpus_reporting = max(gpus_reporting) OVER (PARTITION BY level, entity)
-    )
-    GROUP BY ALL
 )
 SELECT
-    getvariable('partition_date') AS date,
-    m.level,
-    m.entity,
-    (s.max_w / m.sum_of_max_w)::FLOAT AS coincidence_factor,
-    ((s.max_w / nullif(s.mean_w, 0)) / m.mean_member_peak_to_avg)::FLOAT AS smoothing_ratio,
-    m.members::INTEGER AS members,
-    s.max_w::FLOAT AS max_1s_w,
-    m.sum_of_max_w::FLOAT AS sum_of_member_max_1s_w
-FROM members AS m
-JOIN sums AS s USING (level, entity)
-ORDER BY m.level, m.entity
+    CASE WHEN grouping(i.host) = 0 THEN 'host' WHEN grouping(i.cluster) = 0 THEN 'cluster'
+         WHEN grouping(i.role) = 0 THEN 'role' ELSE 'fleet' END AS level,
+    coalesce(i.host, i.cluster, i.role, i.fleet) AS entity,
+    sum(g.max_w) AS sum_of_max_w,
+    avg(g.max_w / nullif(g.mean_w, 0)) AS mean_member_peak_to_avg,
+    count(*) AS members
+FROM gpu AS g
+JOIN inventory_gpus AS i USING (host, gpu)
+GROUP BY GROUPING SETS ((i.host), (i.cluster), (i.role), (i.fleet));
+
+FROM coincidence_rows('_members')

@@ -4,6 +4,7 @@
 -- power_1s / fleet_power_1s), and the share of GPU-time above TDP and idle (below 20% of TDP:
 -- an H200 idles at 80–120 W of 700), over the entity's GPUs' slots. Entity quantiles use the
 -- complete slots only (every reporting GPU present). hours_covered: seconds with power (power_1s).
+-- gpu_slots: the GPU-slots the shares are over (what the fleet rollup weights them by).
 CREATE OR REPLACE TEMP TABLE _gpu_bins AS
 SELECT
     'gpu' AS level,
@@ -28,49 +29,22 @@ FROM fleet_power_100ms
 WHERE date = getvariable('partition_date') AND complete
 GROUP BY ALL;
 
-WITH basic AS (
-    SELECT level, entity, sum(sum_w) / sum(n) AS mean_w, max(max_w) AS max_w, sum(n) AS slots
-    FROM _bins GROUP BY ALL
-),
-p99 AS (SELECT level, entity, value FROM hist_quantile('_bins', 0.99)),
-p999 AS (SELECT level, entity, value FROM hist_quantile('_bins', 0.999)),
-gpu_time AS (
-    SELECT
-        CASE WHEN grouping(entity) = 0 THEN 'gpu' WHEN grouping(host) = 0 THEN 'host'
-             WHEN grouping(cluster) = 0 THEN 'cluster' WHEN grouping(role) = 0 THEN 'role' ELSE 'fleet' END AS level,
-        coalesce(entity, host, cluster, role, fleet) AS entity,
-        sum(above_tdp) / sum(n) AS above_tdp_share,
-        sum(idle) / sum(n) AS idle_share
-    FROM _gpu_bins
-    GROUP BY GROUPING SETS ((entity), (host), (cluster), (role), (fleet))
-),
-energy AS (
-    SELECT 'gpu' AS level, host || '/' || gpu AS entity, sum(energy_j) AS energy_j, count(*) AS seconds
-    FROM power_1s WHERE date = getvariable('partition_date') GROUP BY ALL
-    UNION ALL
-    SELECT level, entity, sum(energy_j), count(*)
-    FROM fleet_power_1s WHERE date = getvariable('partition_date') GROUP BY ALL
-)
+CREATE OR REPLACE TEMP TABLE _gpu_time AS
 SELECT
-    getvariable('partition_date') AS date,
-    b.level,
-    b.entity,
-    b.mean_w::FLOAT AS mean_w,
-    p99.value::FLOAT AS p99_w,
-    p999.value::FLOAT AS p999_w,
-    b.max_w::FLOAT AS max_w,
-    (100 * b.mean_w / e.provisioned_w)::FLOAT AS mean_pct,
-    (100 * b.max_w / e.provisioned_w)::FLOAT AS max_pct,
-    (b.max_w / nullif(b.mean_w, 0))::FLOAT AS peak_to_avg,
-    round(en.energy_j / 3.6e6, 9) AS energy_kwh,  -- rounded: parallel sums may differ in the last bit
-    t.above_tdp_share::FLOAT AS above_tdp_share,
-    t.idle_share::FLOAT AS idle_share,
-    e.provisioned_w,
-    (en.seconds / 3600.0)::FLOAT AS hours_covered
-FROM basic AS b
-JOIN inventory_entities AS e USING (level, entity)
-LEFT JOIN p99 USING (level, entity)
-LEFT JOIN p999 USING (level, entity)
-LEFT JOIN gpu_time AS t USING (level, entity)
-LEFT JOIN energy AS en USING (level, entity)
-ORDER BY b.level, b.entity
+    CASE WHEN grouping(entity) = 0 THEN 'gpu' WHEN grouping(host) = 0 THEN 'host'
+         WHEN grouping(cluster) = 0 THEN 'cluster' WHEN grouping(role) = 0 THEN 'role' ELSE 'fleet' END AS level,
+    coalesce(entity, host, cluster, role, fleet) AS entity,
+    sum(above_tdp) / sum(n) AS above_tdp_share,
+    sum(idle) / sum(n) AS idle_share,
+    sum(n) AS gpu_slots
+FROM _gpu_bins
+GROUP BY GROUPING SETS ((entity), (host), (cluster), (role), (fleet));
+
+CREATE OR REPLACE TEMP TABLE _energy AS
+SELECT 'gpu' AS level, host || '/' || gpu AS entity, sum(energy_j) AS energy_j, count(*) AS seconds
+FROM power_1s WHERE date = getvariable('partition_date') GROUP BY ALL
+UNION ALL
+SELECT level, entity, sum(energy_j), count(*)
+FROM fleet_power_1s WHERE date = getvariable('partition_date') GROUP BY ALL;
+
+FROM power_summary_rows('_bins', '_gpu_time', '_energy')

@@ -20,7 +20,9 @@ UNION ALL
 SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot,
        CASE WHEN complete THEN power_w END, CASE WHEN complete THEN power_avg_w END, complete
 FROM fleet_power_100ms
-WHERE date = getvariable('partition_date');
+WHERE date = getvariable('partition_date')
+  -- a fleet-day rollup (SET VARIABLE scope = 'fleet') swings only the role and fleet series
+  AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR level IN ('role', 'fleet'));
 
 -- 1 s blocks: each block's ten slot values side by side (v0..v9, null where a slot is empty or
 -- incomplete), so max, min, count and every 100 ms step inside the block come from one row.

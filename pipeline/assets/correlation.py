@@ -6,8 +6,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext,
 
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 
 
@@ -58,11 +57,10 @@ def _corr_headline(con) -> dict:
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power_1s"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("endpoint_correlation") for c in CORR_CHECKS],
 )
 def endpoint_correlation(context: AssetExecutionContext, warehouse: WarehouseResource):
@@ -92,11 +90,10 @@ def _coincidence_headline(con) -> dict:
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power_1s", "fleet_power_1s"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("coincidence") for c in COINCIDENCE_CHECKS],
 )
 def coincidence(context: AssetExecutionContext, warehouse: WarehouseResource):

@@ -2,12 +2,11 @@
 `diurnal_profile` reads the trailing weeks of it and profiles power, requests, tokens and J per
 output token by local hour (and day of week once 7 days exist)."""
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetDep, AssetExecutionContext, Config, TimeWindowPartitionMapping, asset
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetDep, AssetKey, AssetExecutionContext, Config, TimeWindowPartitionMapping, asset
 
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 
 TRAILING_DAYS = 28
@@ -25,11 +24,10 @@ HOURLY_CHECKS = [Check("hours_valid", "Hours within 0–23 with at most 3,600 se
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power_1s", "fleet_power_1s", "requests"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("hourly_activity") for c in HOURLY_CHECKS],
 )
 def hourly_activity(context: AssetExecutionContext, warehouse: WarehouseResource):
@@ -81,10 +79,12 @@ def _headline(con) -> dict:
 
 @asset(
     partitions_def=daily_partitions,
-    deps=[AssetDep(hourly_activity, partition_mapping=TimeWindowPartitionMapping(start_offset=-(TRAILING_DAYS - 1)))],
+    deps=[
+        hourly_activity,  # the day's endpoint rows, from every cluster
+        AssetDep(AssetKey(["fleet", "hourly_activity"]), partition_mapping=TimeWindowPartitionMapping(start_offset=-(TRAILING_DAYS - 1))),
+    ],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("diurnal_profile") for c in DIURNAL_CHECKS],
 )
 def diurnal_profile(context: AssetExecutionContext, warehouse: WarehouseResource, config: DiurnalConfig):

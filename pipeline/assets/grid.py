@@ -8,8 +8,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext,
 
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 
 GRID_GAP_WARN_SHARE = 0.05
@@ -62,11 +61,10 @@ def _headline(con) -> dict:
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power", "power_1s"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("power_100ms") for c in CHECKS],
 )
 def power_100ms(context: AssetExecutionContext, warehouse: WarehouseResource):
@@ -129,11 +127,10 @@ def _fleet_headline(con) -> dict:
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=[power_100ms, "fleet_power_1s"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("fleet_power_100ms") for c in FLEET_CHECKS],
 )
 def fleet_power_100ms(context: AssetExecutionContext, warehouse: WarehouseResource):

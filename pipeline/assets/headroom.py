@@ -5,8 +5,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext,
 
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 
 
@@ -50,11 +49,10 @@ def _headline(con) -> dict:
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["fleet_power_1s"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("power_headroom") for c in CHECKS],
 )
 def power_headroom(context: AssetExecutionContext, warehouse: WarehouseResource, config: HeadroomConfig):

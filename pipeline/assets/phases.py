@@ -4,24 +4,23 @@
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.phases import checks
 from pipeline.resources import WarehouseResource
+from pipeline.scope import Scope
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power_100ms", "requests"],
     group_name="phases",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("phase_timeline") for c in checks.TIMELINE_CHECKS],
 )
 def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     """Per endpoint GPU and 100 ms slot: power, requests in prefill/decode, the request-based
     phase label and the power-only label (`power_phase`). See docs/phases.md."""
-    date = context.partition_key
+    date = Scope.of(context)
     with warehouse.connection(date) as con:
         rows = warehouse.write_partition(con, "phase_timeline", date, sqlfiles.query("phase_timeline"))
         endpoints, logged, share = con.execute(
@@ -42,17 +41,16 @@ def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource)
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=[phase_timeline],
     group_name="phases",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("phase_segments") for c in checks.SEGMENT_CHECKS],
 )
 def phase_segments(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     """Maximal runs of one phase per endpoint GPU, `source` = requests or power, with mean/peak
     W, energy J, tokens and whether the peak exceeded TDP."""
-    date = context.partition_key
+    date = Scope.of(context)
     with warehouse.connection(date) as con:
         rows = warehouse.write_partition(con, "phase_segments", date, sqlfiles.query("phase_segments"))
         stats = con.execute(

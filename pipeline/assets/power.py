@@ -5,17 +5,16 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ass
 
 from pipeline import sqlfiles
 from pipeline.checks import POWER_1S_CHECKS
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
+from pipeline.scope import Scope
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("power_1s") for c in POWER_1S_CHECKS],
 )
 def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
@@ -24,16 +23,16 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
     Built from each GPU's best source per minute (nvml-buffer > nvml-field > nvidia-smi
     instant > 1 s average); files that break the contract are quarantined and named by a check.
     """
-    date = context.partition_key
+    date = Scope.of(context)
     with warehouse.connection(date) as con:  # validates the day's files, quarantining bad ones
-        for path, why in warehouse.rejected_files("power", date).items():
+        for path, why in warehouse.rejected_files("power", date.date).items():
             context.log.error(f"in quarantine: {path}: {why}")
         rows = warehouse.write_partition(con, "power_1s", date, sqlfiles.query("power_1s"))
         gpus, energy_j, sources = con.execute(
             """SELECT count(DISTINCT (host, gpu)), coalesce(sum(energy_j), 0), string_agg(DISTINCT source, ', ')
                FROM power_1s WHERE date = getvariable('partition_date')"""
         ).fetchone()
-        rejected = warehouse.rejected_files("power", date)  # files with damaged data are found while writing
+        rejected = warehouse.rejected_files("power", date.date)  # files with damaged data are found while writing
         files_used = con.execute("SELECT len(getvariable('files_power'))").fetchone()[0]
         checks = [c.run(con, rejected_files=rejected) for c in POWER_1S_CHECKS]
     return MaterializeResult(
@@ -51,16 +50,15 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=[power_1s],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
 )
 def fleet_power_1s(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     """Per second, summed power (W) and energy (J) of every host, cluster, role and fleet, with
     provisioned power, % of provisioned and how many of the domain's GPUs reported."""
-    date = context.partition_key
+    date = Scope.of(context)
     with warehouse.connection(date) as con:
         rows = warehouse.write_partition(con, "fleet_power_1s", date, sqlfiles.query("fleet_power_1s"))
         peaks = con.execute(

@@ -4,24 +4,23 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ass
 
 from pipeline import sqlfiles
 from pipeline.assets.phases import phase_segments, phase_timeline
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.phases import checks
 from pipeline.resources import WarehouseResource
+from pipeline.scope import Scope
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=[phase_timeline],
     group_name="phases",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("request_energy") for c in checks.ENERGY_CHECKS],
 )
 def request_energy(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     """Per request: prefill J, decode J, total J, J per prompt and per output token (attribution
     rule in docs/phases.md); idle energy stays with the endpoint (energy_per_token.idle_j)."""
-    date = context.partition_key
+    date = Scope.of(context)
     with warehouse.connection(date) as con:
         # One attribution pass for the table and its conservation check: every request touching
         # the day is charged; the partition keeps the day's arrivals (the SQL file's own filter).
@@ -47,16 +46,15 @@ def request_energy(context: AssetExecutionContext, warehouse: WarehouseResource)
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=[request_energy, phase_segments],
     group_name="phases",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
 )
 def energy_per_token(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     """J per prompt/output token and per request, mean power and shares per phase, TDP peaks per
     hour: per endpoint, overall and by batch size, prompt/output length, hour, GPU model and power limit."""
-    date = context.partition_key
+    date = Scope.of(context)
     with warehouse.connection(date) as con:
         rows = warehouse.write_partition(con, "energy_per_token", date, sqlfiles.query("energy_per_token"))
         overall = con.execute(

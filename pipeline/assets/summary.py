@@ -1,12 +1,11 @@
 """`power_summary` (per entity: mean, tail, peak, energy, time above TDP and idle) and
 `training_vs_inference` (per role: the fleet's numbers beside the published reference points)."""
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, asset
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, AssetKey, asset
 
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 
 ENERGY_TOLERANCE = 0.02
@@ -51,11 +50,10 @@ def _summary_headline(con) -> dict:
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power_100ms", "fleet_power_100ms", "power_1s", "fleet_power_1s"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("power_summary") for c in SUMMARY_CHECKS],
 )
 def power_summary(context: AssetExecutionContext, warehouse: WarehouseResource):
@@ -96,10 +94,9 @@ def _tvi_headline(con) -> dict:
 
 @asset(
     partitions_def=daily_partitions,
-    deps=[power_summary, "swing_stats"],
+    deps=[power_summary, "swing_stats", AssetKey(["fleet", "power_summary"]), AssetKey(["fleet", "swing_stats"])],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("training_vs_inference") for c in TVI_CHECKS],
 )
 def training_vs_inference(context: AssetExecutionContext, warehouse: WarehouseResource):

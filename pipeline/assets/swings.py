@@ -5,8 +5,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext,
 
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 
 INCOMPLETE_WARN_SHARE = 0.05
@@ -59,11 +58,10 @@ def _headline(con) -> dict:
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power_100ms", "fleet_power_100ms"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("swing_stats") for c in CHECKS],
 )
 def swing_stats(context: AssetExecutionContext, warehouse: WarehouseResource):

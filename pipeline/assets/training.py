@@ -5,8 +5,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext,
 
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
-from pipeline.constants import DUCKDB_POOL
-from pipeline.partitions import daily_partitions
+from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 
 
@@ -59,11 +58,10 @@ def _headline(con) -> dict:
 
 
 @asset(
-    partitions_def=daily_partitions,
+    partitions_def=day_cluster_partitions,
     deps=["power_100ms", "job_events"],
     group_name="power",
     kinds={"duckdb", "parquet"},
-    pool=DUCKDB_POOL,
     check_specs=[c.spec("training_energy") for c in CHECKS],
 )
 def training_energy(context: AssetExecutionContext, warehouse: WarehouseResource):

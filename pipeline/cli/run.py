@@ -25,15 +25,20 @@ def require_day_data(data_dir, date: str) -> None:
 @click.command("run")
 @date_option
 @click.option("--select", default=None, metavar="ASSET[,ASSET...]", help="Only these assets (default: all).")
-@click.option("--timings", is_flag=True, help="Print each asset's wall time.")
+@click.option("--timings", is_flag=True, help="Print each asset's wall time (summed over the cluster-days).")
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=None,
+    help="Cluster-days built at once, each in its own process (env WATTLINE_WORKERS; default: one per core, at most one per cluster).",
+)
 @data_dir_option
-def command(date: str, select: str | None, timings: bool, data_dir) -> None:
-    """Materialize all assets of the day's partition (the same job the UI and schedule run)."""
+def command(date: str, select: str | None, timings: bool, workers: int | None, data_dir) -> None:
+    """Materialize the day: every cluster-day (in parallel worker processes), then the fleet-day
+    rollups and the report (the same jobs the UI and schedule run)."""
     from pipeline.runner import run_day
 
     require_day_data(data_dir, date)
     started = time.monotonic()
-    outcome = run_day(data_dir, date, selection=select.split(",") if select else None)
+    outcome = run_day(data_dir, date, selection=select.split(",") if select else None, workers=workers)
     seconds = time.monotonic() - started
     for entry in outcome.quarantined:
         click.echo(f"quarantined {entry['dataset']} file {entry['path']}: {entry['reason']} (now {entry['quarantined_path']})", err=True)

@@ -1,0 +1,78 @@
+"""What one computation sees: a cluster-day, or the fleet-day rolled up from cluster parts.
+
+Every cluster-day asset runs its SQL on a connection where *the fleet is that one cluster*:
+the raw datasets hold only the cluster's hosts (power, job_events) and endpoints (requests),
+the inventory only its GPUs, and each derived table only the cluster's own part. The SQL is the
+same file as for a whole fleet; whatever it computes per host, cluster, endpoint or job is
+exact. Its role rows are the cluster's *share* of each role: they are stored as level
+``cluster_role`` (entity ``cluster/role``) and its fleet rows (equal to the cluster's) are not
+stored. Inside a cluster scope the stored ``cluster_role`` rows read back as ``role`` again, so
+a cluster's SQL never sees another cluster. Fleet-day assets roll the parts up (role = sum of
+its cluster_role parts, fleet = sum of clusters) and see no raw samples and no per-GPU table.
+
+Parts on disk: ``derived/<table>/date=D/cluster=C/part-0.parquet`` for a cluster-day,
+``derived/<table>/date=D/part-0.parquet`` for the fleet-day (see docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.constants import derived_path
+from pipeline.partitions import CLUSTER_DIM, DATE_DIM
+
+CLUSTER_ROLE = "cluster_role"
+PER_GPU_TABLES = ("power_1s", "power_100ms")
+"""Per-GPU derived tables: visible to cluster-days only (a fleet-day never reads them)."""
+ROLE_ROW_TABLES = ("hourly_activity",)
+"""Tables keyed by (role, entity) whose role rows (entity = role) are the fleet-day's part and
+whose endpoint rows are the cluster-days'."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    date: str | None = None
+    cluster: str | None = None
+    fleet: bool = False
+    """A fleet-day rollup: the raw datasets and the per-GPU tables are empty to it."""
+
+    @classmethod
+    def of(cls, context) -> Scope:
+        """The scope of an asset's partition: a MultiPartitionKey (date, cluster) or a day."""
+        key = context.partition_key
+        dims = getattr(key, "keys_by_dimension", None)
+        if dims:
+            return cls(date=dims[DATE_DIM], cluster=dims[CLUSTER_DIM])
+        return cls(date=key, fleet=True)
+
+    @property
+    def label(self) -> str:
+        return f"{self.date}|{self.cluster}" if self.cluster else str(self.date)
+
+    def part_dir(self, data_dir: Path, table: str) -> Path:
+        folder = derived_path(data_dir, table) / f"date={self.date}"
+        return folder / f"cluster={self.cluster}" if self.cluster else folder
+
+
+def store_rows_sql(query: str, cluster: str) -> str:
+    """A cluster-day's rows as stored: role rows become its cluster_role share, fleet rows go."""
+    return f"""
+        SELECT * REPLACE (
+            CASE WHEN level = 'role' THEN '{CLUSTER_ROLE}' ELSE level END AS level,
+            CASE WHEN level = 'role' THEN {_lit(cluster)} || '/' || entity ELSE entity END AS entity)
+        FROM ({query}) WHERE level IS DISTINCT FROM 'fleet'"""
+
+
+def read_back_sql(source: str, cluster: str) -> str:
+    """The inverse of :func:`store_rows_sql`, for a cluster's own part read inside its scope."""
+    prefix = len(cluster) + 2
+    return f"""
+        SELECT * REPLACE (
+            CASE WHEN level = '{CLUSTER_ROLE}' THEN 'role' ELSE level END AS level,
+            CASE WHEN level = '{CLUSTER_ROLE}' THEN substr(entity, {prefix}) ELSE entity END AS entity)
+        FROM {source}"""
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"

@@ -1,0 +1,30 @@
+-- fleet_power_100ms, fleet-day part: per 100 ms slot, the role and fleet rows summed from the
+-- cluster-days' parts (cluster_role parts for a role, cluster rows for the fleet). A slot is
+-- complete when every part that reports this day is there and complete; power_avg_w is null
+-- unless every part carries one. Reads no per-GPU data.
+WITH parts AS (
+    SELECT 'role' AS level, part_role(entity) AS entity, entity AS part, ts, power_w, power_avg_w, gpus_reporting, complete
+    FROM fleet_power_100ms
+    WHERE date = getvariable('partition_date') AND level = 'cluster_role'
+    UNION ALL
+    SELECT 'fleet', c.fleet, f.entity, f.ts, f.power_w, f.power_avg_w, f.gpus_reporting, f.complete
+    FROM fleet_power_100ms AS f
+    JOIN cluster_fleet AS c ON c.cluster = f.entity
+    WHERE f.date = getvariable('partition_date') AND f.level = 'cluster'
+),
+expected AS (
+    SELECT level, entity, count(DISTINCT part) AS n FROM parts GROUP BY ALL
+)
+SELECT
+    getvariable('partition_date') AS date,
+    p.level,
+    p.entity,
+    p.ts,
+    sum(p.power_w)::FLOAT AS power_w,
+    (CASE WHEN count(p.power_avg_w) = count(*) THEN sum(p.power_avg_w) END)::FLOAT AS power_avg_w,
+    sum(p.gpus_reporting)::INTEGER AS gpus_reporting,
+    bool_and(p.complete) AND count(*) = any_value(e.n) AS complete
+FROM parts AS p
+JOIN expected AS e USING (level, entity)
+GROUP BY p.level, p.entity, p.ts
+ORDER BY p.level, p.entity, p.ts

@@ -1,0 +1,37 @@
+-- power_summary, fleet-day part: the role and fleet rows. Mean, quantiles and max come from the
+-- rolled-up 100 ms series (fleet_power_100ms role/fleet rows, complete slots), energy and hours
+-- from the rolled-up 1 s series, and the shares of GPU-time above TDP and idle from the
+-- cluster-days' parts weighted by their GPU slots. Reads no per-GPU data.
+CREATE OR REPLACE TEMP TABLE _bins AS
+SELECT level, entity, round(power_w) AS bin, count(*) AS n, sum(power_w) AS sum_w, max(power_w) AS max_w
+FROM fleet_power_100ms
+WHERE date = getvariable('partition_date') AND complete AND level IN ('role', 'fleet')
+GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE _gpu_time AS
+WITH parts AS (
+    SELECT 'role' AS level, part_role(entity) AS entity, above_tdp_share, idle_share, gpu_slots
+    FROM power_summary
+    WHERE date = getvariable('partition_date') AND level = 'cluster_role'
+    UNION ALL
+    SELECT 'fleet', c.fleet, s.above_tdp_share, s.idle_share, s.gpu_slots
+    FROM power_summary AS s
+    JOIN cluster_fleet AS c ON c.cluster = s.entity
+    WHERE s.date = getvariable('partition_date') AND s.level = 'cluster'
+)
+SELECT
+    level,
+    entity,
+    sum(above_tdp_share * gpu_slots) / sum(gpu_slots) AS above_tdp_share,
+    sum(idle_share * gpu_slots) / sum(gpu_slots) AS idle_share,
+    sum(gpu_slots) AS gpu_slots
+FROM parts
+GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE _energy AS
+SELECT level, entity, sum(energy_j) AS energy_j, count(*) AS seconds
+FROM fleet_power_1s
+WHERE date = getvariable('partition_date') AND level IN ('role', 'fleet')
+GROUP BY ALL;
+
+FROM power_summary_rows('_bins', '_gpu_time', '_energy')
