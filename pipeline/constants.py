@@ -22,9 +22,6 @@ REPORTS_DIR = REPO_ROOT / "reports" / "out"
 START_DATE = "2020-01-01"
 """First day of the daily partitions (earlier data cannot be materialized)."""
 
-DUCKDB_POOL = "duckdb_warehouse"
-"""Concurrency pool of every asset that writes warehouse state (limit 1 in dagster.yaml)."""
-
 
 def resolve_data_dir(value: str | os.PathLike | None = None) -> Path:
     """The data dir: an explicit value, else $WATTLINE_DATA_DIR, else ./data; always absolute."""

@@ -1,16 +1,32 @@
-"""The Dagster code location: assets (every module in ``pipeline.assets``), jobs, schedule, sensor."""
+"""The Dagster code location: assets (every module in ``pipeline.assets``), jobs, schedule, sensors.
+
+The fleet-day assets carry ``AutomationCondition.eager()``: once a day's cluster-days are all
+there (none missing, none in progress) and one of them changed, the fleet-day rebuilds
+itself (days of the last week); the ``fleet_day_automation`` sensor evaluates that (on with the daemon, like the
+schedule; ``WATTLINE_AUTOMATION=off`` starts it stopped)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import pkgutil
 
-from dagster import Definitions, load_asset_checks_from_modules, load_assets_from_modules
+from dagster import (
+    AssetsDefinition,
+    AssetSelection,
+    AutomationCondition,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+    load_asset_checks_from_modules,
+    load_assets_from_modules,
+)
 
 import pipeline.assets
-from pipeline.jobs import build_jobs
+from pipeline.jobs import build_jobs, keys_partitioned_by
+from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
-from pipeline.schedules import daily_schedule
+from pipeline.schedules import AUTOMATION_ON, daily_schedule
 from pipeline.sensors import new_parquet_sensor
 
 
@@ -23,15 +39,39 @@ def _asset_modules():
 
 def build_definitions(data_dir: str = "") -> Definitions:
     modules = _asset_modules()
-    assets = load_assets_from_modules(modules)
+    assets = [_follow_cluster_days(a) for a in load_assets_from_modules(modules)]
+    fleet_day = AutomationConditionSensorDefinition(
+        "fleet_day_automation",
+        target=AssetSelection.assets(*keys_partitioned_by(assets, daily_partitions)),
+        default_status=DefaultSensorStatus.RUNNING if AUTOMATION_ON else DefaultSensorStatus.STOPPED,
+        minimum_interval_seconds=60,
+    )
     return Definitions(
         assets=assets,
         asset_checks=load_asset_checks_from_modules(modules),
         jobs=list(build_jobs(assets)),
         schedules=[daily_schedule],
-        sensors=[new_parquet_sensor],
+        sensors=[new_parquet_sensor, fleet_day],
         resources={"warehouse": WarehouseResource(data_dir=data_dir)},
     )
+
+
+FOLLOW_DAYS = 7
+"""How far back a late cluster-day still rebuilds its fleet-day by itself (older: by hand)."""
+
+
+def fleet_day_condition() -> AutomationCondition:
+    """Eager, but over the last week's days, not only the latest partition (which is today:
+    the partitions end a day ahead so a day being collected can be built by hand)."""
+    return AutomationCondition.eager().replace(
+        "in_latest_time_window", AutomationCondition.in_latest_time_window(lookback_delta=dt.timedelta(days=FOLLOW_DAYS))
+    )
+
+
+def _follow_cluster_days(a):
+    if isinstance(a, AssetsDefinition) and a.is_materializable and a.partitions_def == daily_partitions:
+        return a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=fleet_day_condition()))
+    return a
 
 
 defs = build_definitions()

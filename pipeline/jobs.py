@@ -22,13 +22,11 @@ def build_jobs(assets: list[AssetsDefinition]):
     cluster_day_job = define_asset_job(
         CLUSTER_JOB,
         selection=AssetSelection.assets(*keys_partitioned_by(assets, day_cluster_partitions)),
-        partitions_def=day_cluster_partitions,
         description="Every per-GPU and per-cluster table of one cluster-day (a run per cluster-day: the unit of parallel work).",
     )
     fleet_day_job = define_asset_job(
         FLEET_JOB,
         selection=AssetSelection.assets(*keys_partitioned_by(assets, daily_partitions)),
-        partitions_def=daily_partitions,
         description="The fleet-day: role and fleet rollups, cluster correlation, diurnal profile and the report, from the cluster-days' parts.",
     )
     return cluster_day_job, fleet_day_job

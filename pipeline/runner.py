@@ -92,10 +92,13 @@ def default_workers(clusters: int) -> int:
     return max(1, min(clusters, os.cpu_count() or 1))
 
 
-def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None, workers: int | None = None) -> RunOutcome:
+def run_day(
+    data_dir: Path, date: str, *, selection: list[str] | None = None, workers: int | None = None, fleet_day: bool = True
+) -> RunOutcome:
     """Materialize day ``date``: one run of ``cluster_day_job`` per cluster of the inventory
     (``workers`` of them at a time, each in its own process), then one run of ``fleet_day_job``.
-    ``selection``: only these assets (by name; ``swing_stats`` also selects ``fleet/swing_stats``).
+    ``selection``: only these assets (by name, ``swing_stats`` being both the cluster-days' and
+    ``fleet/swing_stats``; or by full key). ``fleet_day=False``: the cluster-days only.
 
     The same jobs, instance and asset code as the UI: Dagster records one run per cluster-day
     and one for the fleet-day. Worker processes play the part that a run launcher plays in a
@@ -124,7 +127,7 @@ def run_day(data_dir: Path, date: str, *, selection: list[str] | None = None, wo
                 results = list(pool.map(_run_part, parts))
         else:
             results = [_run_part(p) for p in parts]
-        if all(r["success"] for r in results) or not results:
+        if fleet_day and (all(r["success"] for r in results) or not results):
             results.append(_run_part((str(data_dir), date, None, selection, None)))
     for r in results:
         _merge(outcome, r)
@@ -187,11 +190,12 @@ def _run_part(args) -> dict:
 
 
 def _select(job, selection: list[str] | None):
-    """The job's asset keys whose name (last path component) is in ``selection``."""
+    """The job's asset keys named in ``selection``: by name (``swing_stats``: the cluster-days'
+    and the fleet-day's) or by full key (``fleet/swing_stats``: the fleet-day's only)."""
     if not selection:
         return None
     wanted = set(selection)
-    return [k for k in job.asset_layer.selected_asset_keys if k.path[-1] in wanted]
+    return [k for k in job.asset_layer.selected_asset_keys if k.path[-1] in wanted or k.to_user_string() in wanted]
 
 
 def _merge(outcome: RunOutcome, part: dict) -> None:

@@ -11,12 +11,12 @@ import datetime as dt
 import hashlib
 import json
 
-from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
 from collectors.contract import DATASETS
 from pipeline import warehouse as wh
 from pipeline.jobs import CLUSTER_JOB
-from pipeline.partitions import CLUSTER_DIM, cluster_day_key
+from pipeline.partitions import cluster_day_key, register_clusters
 from pipeline.resources import WarehouseResource
 from pipeline.schedules import AUTOMATION_ON
 
@@ -39,19 +39,9 @@ def new_parquet_sensor(context: SensorEvaluationContext, warehouse: WarehouseRes
     changed = sorted(day for day, sig in current.items() if day < today and seen.get(day) != sig)
     context.update_cursor(json.dumps(current))
     clusters = wh.clusters(warehouse.path)
-    known = set(context.instance.get_dynamic_partitions(CLUSTER_DIM))
-    new = [c for c in clusters if c not in known]
+    new = register_clusters(context.instance, clusters)
+    if new:
+        context.log.info(f"registered cluster partition(s) {new}")
     if not changed:
-        if new:
-            return SensorResult(dynamic_partitions_requests=[_add(new)], skip_reason="no new or changed Parquet for a completed day")
         return SkipReason("no new or changed Parquet for a completed day")
-    requests = [
-        RunRequest(partition_key=cluster_day_key(day, c), run_key=f"{day}:{c}:{current[day]}") for day in changed for c in clusters
-    ]
-    return SensorResult(run_requests=requests, dynamic_partitions_requests=[_add(new)] if new else [])
-
-
-def _add(clusters: list[str]):
-    from pipeline.partitions import cluster_partitions
-
-    return cluster_partitions.build_add_request(clusters)
+    return [RunRequest(partition_key=cluster_day_key(day, c), run_key=f"{day}:{c}:{current[day]}") for day in changed for c in clusters]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from collectors.contract import DATASETS
 from collectors.inventory import Inventory, load_inventory
@@ -70,6 +71,19 @@ def derived_tables(data_dir: Path) -> list[str]:
     if not root.exists():
         return []
     return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("date=*/**/*.parquet")))
+
+
+def day_parts(data_dir: Path, table: str, date: str) -> list[Path]:
+    """The Parquet parts of ``table`` for ``date``: the fleet-day's and every cluster-day's."""
+    return sorted((derived_path(data_dir, table) / f"date={date}").rglob("*.parquet"))
+
+
+def read_day(data_dir: Path, table: str, date: str) -> pa.Table:
+    """Every row of ``table`` for ``date``, part after part (raises FileNotFoundError if none)."""
+    parts = day_parts(data_dir, table, date)
+    if not parts:
+        raise FileNotFoundError(f"no part of {table} for {date} under {derived_path(data_dir, table)}")
+    return pa.concat_tables([pq.read_table(p) for p in parts], promote_options="permissive")
 
 
 def _parts_glob(data_dir: Path, table: str, cluster: str | None = None) -> str:

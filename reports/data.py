@@ -99,8 +99,8 @@ class Reader:
         if "date" in self.columns(table):
             return f"(SELECT * FROM {table} WHERE date = DATE {quote(date)})"
         folder = self.data_dir / DERIVED_DIR / table / f"date={date}"
-        if any(folder.glob("*.parquet")):
-            return f"read_parquet({quote(str(folder / '*.parquet'))})"
+        if any(folder.rglob("*.parquet")):
+            return f"read_parquet({quote(str(folder / '**' / '*.parquet'))})"
         return table
 
 

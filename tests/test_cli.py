@@ -52,7 +52,9 @@ def test_sql_unknown_table_is_one_line(built_dir):
 def test_definitions_load():
     from pipeline.definitions import defs
 
-    job = defs.resolve_job_def("daily_job")
-    assert {"power_1s", "fleet_power_1s"} <= set(job.graph.node_names())
-    assert defs.resolve_schedule_def("daily_job_schedule") is not None
+    cluster_job, fleet_job = defs.resolve_job_def("cluster_day_job"), defs.resolve_job_def("fleet_day_job")
+    assert {"power_1s", "fleet_power_1s", "swing_stats"} <= set(cluster_job.graph.node_names())
+    assert {"fleet__fleet_power_1s", "fleet__swing_stats", "cluster_correlation", "daily_report"} <= set(fleet_job.graph.node_names())
+    assert not set(cluster_job.graph.node_names()) & set(fleet_job.graph.node_names())
+    assert defs.resolve_schedule_def("daily_schedule") is not None
     assert defs.resolve_sensor_def("new_parquet_sensor") is not None

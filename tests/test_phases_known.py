@@ -10,12 +10,13 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from tests.builders import DAY, power_table
 from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, T0, endpoint_inventory, requests_table, write_known_endpoint
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 
 
 def table(data_dir, name):
-    return pq.read_table(data_dir / "derived" / name / f"date={DATE}" / "part-0.parquet")
+    return read_day(data_dir, name, DATE)
 
 
 @pytest.fixture(scope="module")

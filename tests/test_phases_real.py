@@ -11,6 +11,7 @@ from pipeline.phases.checks import segmentation_agreement
 from pipeline.runner import run_day
 from tests.phase_engine import engine_agreement
 from tests.phase_real import write_a100_smoke, write_engine_run, write_h200_capture
+from pipeline.warehouse import read_day
 
 ASSETS = ["power_1s", "power_100ms", "phase_timeline", "phase_segments", "request_energy"]
 
@@ -22,7 +23,7 @@ def _run(data_dir, date, assets=ASSETS):
     con.execute("SET TimeZone = 'UTC'")
     con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
     for name in assets:
-        con.register(name, pq.read_table(data_dir / "derived" / name / f"date={date}" / "part-0.parquet"))
+        con.register(name, read_day(data_dir, name, date))
     return con, {c.check: c for c in outcome.failed_checks}
 
 

@@ -11,6 +11,7 @@ from collectors.simulate import simulate
 from pipeline import warehouse
 from pipeline.phases.checks import segmentation_agreement
 from pipeline.runner import run_day
+from pipeline.warehouse import read_day
 
 DAY = dt.date(2026, 11, 30)
 DATE = DAY.isoformat()
@@ -85,8 +86,8 @@ def test_two_second_request_clock_offset_is_reported(sim, tmp_path):
 
 def test_rematerializing_gives_identical_phase_tables(sim):
     d, _ = sim
-    before = {n: pq.read_table(d / "derived" / n / f"date={DATE}" / "part-0.parquet") for n in ASSETS}
+    before = {n: read_day(d, n, DATE) for n in ASSETS}
     again = run_day(d, DATE, selection=ASSETS)
     assert again.success, again.error
     for name, table in before.items():
-        assert pq.read_table(d / "derived" / name / f"date={DATE}" / "part-0.parquet").equals(table), name
+        assert read_day(d, name, DATE).equals(table), name

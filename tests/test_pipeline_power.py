@@ -6,12 +6,13 @@ import pytest
 
 from pipeline.runner import run_day
 from tests.builders import DAY, write_square_fleet
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 
 
 def _table(data_dir, name):
-    return pq.read_table(data_dir / "derived" / name / f"date={DATE}" / "part-0.parquet")
+    return read_day(data_dir, name, DATE)
 
 
 @pytest.fixture

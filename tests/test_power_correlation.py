@@ -11,6 +11,7 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from tests.builders import DAY, day_start_ns, power_table
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "endpoint_correlation", "coincidence"]
@@ -53,7 +54,7 @@ def built(tmp_path_factory):
     assert outcome.success, outcome.error
     con = duckdb.connect()
     for name in ("endpoint_correlation", "coincidence"):
-        con.register(name, pq.read_table(data_dir / "derived" / name / f"date={DATE}" / "part-0.parquet"))
+        con.register(name, read_day(data_dir, name, DATE))
     return con, outcome, int(spiking.sum(axis=0).max())
 
 

@@ -10,7 +10,7 @@ from collectors.contract import REQUESTS
 from collectors.parquet_sink import write_dataset
 from pipeline.assetkit import statements
 from pipeline.runner import run_day
-from pipeline.warehouse import compute_connection
+from pipeline.warehouse import read_day, compute_connection
 from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
 
 DATE = DAY.isoformat()
@@ -54,7 +54,7 @@ def built(tmp_path_factory):
     outcome = run_day(data_dir, DATE, selection=ASSETS)
     assert outcome.success, outcome.error
     con = duckdb.connect()
-    con.register("d", pq.read_table(data_dir / "derived" / "diurnal_profile" / f"date={DATE}" / "part-0.parquet"))
+    con.register("d", read_day(data_dir, "diurnal_profile", DATE))
     return data_dir, con, reqs, outcome
 
 

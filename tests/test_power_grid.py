@@ -8,13 +8,14 @@ import pytest
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from tests.builders import DAY, day_start_ns, power_table, square_wave, two_host_inventory
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 
 
 def _grid(data_dir):
     con = duckdb.connect()
-    con.register("g", pq.read_table(data_dir / "derived" / "power_100ms" / f"date={DATE}" / "part-0.parquet"))
+    con.register("g", read_day(data_dir, "power_100ms", DATE))
     return con
 
 

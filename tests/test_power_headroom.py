@@ -9,6 +9,7 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from tests.builders import DAY, day_start_ns, power_table, square_wave
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_headroom"]
@@ -39,7 +40,7 @@ def headroom(tmp_path_factory):
     outcome = run_day(data_dir, DATE, selection=ASSETS)
     assert outcome.success, outcome.error
     con = duckdb.connect()
-    con.register("h", pq.read_table(data_dir / "derived" / "power_headroom" / f"date={DATE}" / "part-0.parquet"))
+    con.register("h", read_day(data_dir, "power_headroom", DATE))
     return con, outcome
 
 

@@ -9,6 +9,7 @@ import pytest
 from collectors.simulate import simulate
 from pipeline.runner import run_day
 from tests.builders import DAY
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary",
@@ -23,7 +24,7 @@ def demo(tmp_path_factory):
     assert outcome.success, outcome.error
     con = duckdb.connect()
     for t in ASSETS[4:]:
-        con.execute(f"create view {t} as select * from read_parquet('{data_dir}/derived/{t}/date={DATE}/*.parquet')")
+        con.execute(f"create view {t} as select * from read_parquet('{data_dir}/derived/{t}/date={DATE}/**/*.parquet')")
     return con, outcome, data_dir
 
 
@@ -77,8 +78,8 @@ def test_rematerializing_gives_identical_tables(demo):
     """A second run of the day rewrites every power-analytics table byte-for-byte equal in content."""
     root = demo[2]
     tables = ASSETS[2:]
-    before = {t: pq.read_table(root / "derived" / t / f"date={DATE}" / "part-0.parquet") for t in tables}
+    before = {t: read_day(root, t, DATE) for t in tables}
     again = run_day(root, DATE, selection=ASSETS)
     assert again.success, again.error
     for t in tables:
-        assert pq.read_table(root / "derived" / t / f"date={DATE}" / "part-0.parquet").equals(before[t]), t
+        assert read_day(root, t, DATE).equals(before[t]), t

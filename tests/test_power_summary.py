@@ -6,6 +6,7 @@ import pytest
 
 from pipeline.runner import run_day
 from tests.builders import DAY, write_square_fleet
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary", "training_vs_inference"]
@@ -20,7 +21,7 @@ def built(tmp_path_factory):
     assert outcome.success, outcome.error
     con = duckdb.connect()
     for t in ("power_summary", "training_vs_inference"):
-        con.register(t, pq.read_table(data_dir / "derived" / t / f"date={DATE}" / "part-0.parquet"))
+        con.register(t, read_day(data_dir, t, DATE))
     return con, outcome
 
 

@@ -8,6 +8,7 @@ import pytest
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from tests.builders import DAY, power_table, square_wave, two_host_inventory
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats"]
@@ -16,7 +17,7 @@ ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swi
 def _con(data_dir, *tables):
     con = duckdb.connect()
     for t in tables:
-        con.register(t, pq.read_table(data_dir / "derived" / t / f"date={DATE}" / "part-0.parquet"))
+        con.register(t, read_day(data_dir, t, DATE))
     return con
 
 

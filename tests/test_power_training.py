@@ -12,6 +12,7 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from tests.builders import DAY, day_start_ns, power_table
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "power_100ms", "training_energy"]
@@ -58,7 +59,7 @@ def built(tmp_path_factory):
     outcome = run_day(data_dir, DATE, selection=ASSETS)
     assert outcome.success, outcome.error
     con = duckdb.connect()
-    con.register("t", pq.read_table(data_dir / "derived" / "training_energy" / f"date={DATE}" / "part-0.parquet"))
+    con.register("t", read_day(data_dir, "training_energy", DATE))
     return con, outcome, events, levels
 
 

@@ -111,9 +111,9 @@ def test_table_with_a_renamed_column_is_reported_not_raised(full, tmp_path):
 
     data_dir = tmp_path / "data"
     shutil.copytree(full, data_dir, ignore=shutil.ignore_patterns(".dagster"))
-    path = data_dir / "derived" / "swing_stats" / f"date={DATE}" / "part-0.parquet"
-    t = pq.read_table(path)
-    pq.write_table(t.rename_columns(["max_swing_watts" if c == "max_swing_w" else c for c in t.column_names]), path)
+    for path in warehouse.day_parts(data_dir, "swing_stats", DATE):  # the fleet-day's part and each cluster-day's
+        t = pq.read_table(path)
+        pq.write_table(t.rename_columns(["max_swing_watts" if c == "max_swing_w" else c for c in t.column_names]), path)
     warehouse.publish(data_dir)
     sections = _by_key(build_sections(data_dir, DATE))
     assert sections["swings"].error is None

@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline import warehouse
 from pipeline.runner import run_day
+from pipeline.scope import Scope
 from tests.builders import DAY, write_square_fleet
 
 DATE = DAY.isoformat()
@@ -26,7 +28,9 @@ LOCK_ERRORS = ("Traceback", "Could not set lock", "database is locked", "IO Erro
 
 
 def _derived(data_dir, table):
-    return pq.read_table(data_dir / "derived" / table / f"date={DATE}" / "part-0.parquet")
+    """Every part of the day (the cluster-day's, and the fleet-day's where the table has one)."""
+    parts = sorted((data_dir / "derived" / table / f"date={DATE}").rglob("*.parquet"))
+    return pa.concat_tables([pq.read_table(p) for p in parts], promote_options="permissive")
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +76,13 @@ def test_two_runs_of_one_day_serialize_and_sql_answers_during_them(built, tmp_pa
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
     with DagsterInstance.from_config(str(data_dir / ".dagster")) as instance:
-        records = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]), order_by="create_timestamp", ascending=True)[-2:]
-    assert len(records) == 2
-    first, second = records
-    assert first.end_time <= second.start_time, "the two runs overlapped"
+        records = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]), order_by="create_timestamp", ascending=True)[-4:]
+    assert len(records) == 4  # each `wattline run`: the cluster-day c0, then the fleet-day
+    assert [r.dagster_run.job_name for r in records] == ["cluster_day_job", "fleet_day_job"] * 2
+    assert records[1].end_time <= records[2].start_time, "the two runs overlapped"
 
     for table, old in before.items():
-        assert _derived(data_dir, table).equals(old), table
+        assert _derived(data_dir, table).to_pylist() == old.to_pylist(), table
     for out, err in outputs:
         assert SECRET not in out + err
     leaked = [p for p in data_dir.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
@@ -90,7 +94,7 @@ def test_reader_never_sees_a_partition_file_being_written(built, monkeypatch):
     temporary file but not yet renamed it (DuckDB's glob matches dot-files). Must survive: the
     reader's count (the old partition only, not old + new)."""
     data_dir = built
-    glob = str(data_dir / "derived" / "power_1s" / "date=*" / "*.parquet")
+    glob = str(data_dir / "derived" / "power_1s" / "date=*" / "**" / "*.parquet")
     before = duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall()[0][0]
     seen = []
     real_replace = warehouse.os.replace
@@ -101,7 +105,7 @@ def test_reader_never_sees_a_partition_file_being_written(built, monkeypatch):
 
     monkeypatch.setattr(warehouse.os, "replace", replace_and_look)
     with warehouse.compute_connection(data_dir, DATE) as con:
-        warehouse.write_partition(con, data_dir, "power_1s", DATE, f"SELECT * FROM read_parquet('{glob}')")
+        warehouse.write_partition(con, data_dir, "power_1s", DATE, f"SELECT * FROM read_parquet('{glob}')", Scope(date=DATE, cluster="c0"))
     assert seen == [before]
 
 
@@ -109,6 +113,7 @@ _KILLED_WRITER = """
 import os, signal, sys
 from pathlib import Path
 from pipeline import sqlfiles, warehouse
+from pipeline.scope import Scope
 data_dir, date, point = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 real_replace = os.replace
 def replace(src, dst):
@@ -116,8 +121,9 @@ def replace(src, dst):
         os.kill(os.getpid(), signal.SIGKILL)
     return real_replace(src, dst)
 os.replace = replace
-with warehouse.compute_connection(data_dir, date) as con:
-    warehouse.write_partition(con, data_dir, "power_1s", date, sqlfiles.query("power_1s"))
+scope = Scope(date=date, cluster="c0")
+with warehouse.compute_connection(data_dir, date, scope=scope) as con:
+    warehouse.write_partition(con, data_dir, "power_1s", date, sqlfiles.query("power_1s"), scope)
 warehouse.publish(data_dir)
 """
 

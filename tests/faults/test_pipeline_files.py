@@ -29,6 +29,7 @@ from pipeline.readonly import run_query
 from pipeline.runner import run_day
 from tests.builders import DAY, power_table, square_wave, write_square_fleet
 from tests.faults import inject
+from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 SECONDS = 120
@@ -56,7 +57,7 @@ def _file(data_dir, host, gpu):
 
 def _tables(data_dir):
     return {
-        name: pq.read_table(data_dir / "derived" / name / f"date={DATE}" / "part-0.parquet").sort_by([(k, "ascending") for k in keys])
+        name: read_day(data_dir, name, DATE).sort_by([(k, "ascending") for k in keys])
         for name, keys in KEYS.items()
     }
 
@@ -272,7 +273,7 @@ def test_a_day_with_no_data_through_the_job_gives_a_check_failure_not_a_crash(tm
     assert outcome.success, outcome.error
     check = _failed(outcome)["gpu_coverage"]
     assert "no power samples this day" in check.description
-    assert pq.read_table(data_dir / "derived" / "power_1s" / f"date={empty_day}" / "part-0.parquet").num_rows == 0
+    assert read_day(data_dir, "power_1s", empty_day).num_rows == 0
 
 
 def test_damaged_data_pages_are_found_when_read_and_the_day_computed(tmp_path):
