@@ -37,12 +37,18 @@ class WarehouseResource(ConfigurableResource):
         """
         return quarantine.usable_files(self.path, dataset, date), self.rejected_files(dataset, date)
 
-    def rejected_files(self, dataset: str, date: str) -> dict[str, str]:
-        """{path: reason} of the day's files in quarantine that lose data (not byte-identical copies)."""
+    def rejected_files(self, dataset: str, date: str | Scope) -> dict[str, str]:
+        """{path: reason} of the day's files in quarantine that lose data (not byte-identical
+        copies); for a cluster-day's power, only its hosts' files."""
+        scope = date if isinstance(date, Scope) else Scope(date=date)
+        hosts = None
+        if scope.cluster and dataset == "power":
+            inventory = warehouse.load_inventory_if_any(self.path)
+            hosts = set(warehouse.cluster_members(inventory, scope.cluster)[0]) if inventory else set()
         return {
             e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
-            for e in quarantine.entries(self.path, date, dataset)
-            if e["kind"] != "duplicate"
+            for e in quarantine.entries(self.path, scope.date, dataset)
+            if e["kind"] != "duplicate" and (hosts is None or _host_of(Path(e["path"])) in hosts)
         }
 
     def scoped_files(self, date: str, scope: Scope | None) -> dict[str, list[Path]]:

@@ -44,6 +44,8 @@ class RunOutcome:
     step_seconds: dict[str, float] = field(default_factory=dict)
     """Seconds per step, summed over the day's cluster-days (wall time of each step)."""
     run_ids: list[str] = field(default_factory=list)
+    cluster_days: int = 0
+    fleet_day_ran: bool = False
     quarantined: list[dict] = field(default_factory=list)
     """The day's files still in quarantine (every dataset, including ones no check covers yet)."""
 
@@ -200,6 +202,10 @@ def _select(job, selection: list[str] | None):
 
 def _merge(outcome: RunOutcome, part: dict) -> None:
     outcome.success = outcome.success and part["success"]
+    if part["run_id"] and part["cluster"]:
+        outcome.cluster_days += 1
+    elif part["run_id"]:
+        outcome.fleet_day_ran = True
     if part["run_id"]:
         outcome.run_id = f"{outcome.run_id}, {part['run_id']}" if outcome.run_id else part["run_id"]
         outcome.run_ids.append(part["run_id"])

@@ -25,14 +25,14 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
     """
     date = Scope.of(context)
     with warehouse.connection(date) as con:  # validates the day's files, quarantining bad ones
-        for path, why in warehouse.rejected_files("power", date.date).items():
+        for path, why in warehouse.rejected_files("power", date).items():
             context.log.error(f"in quarantine: {path}: {why}")
         rows = warehouse.write_partition(con, "power_1s", date, sqlfiles.query("power_1s"))
         gpus, energy_j, sources = con.execute(
             """SELECT count(DISTINCT (host, gpu)), coalesce(sum(energy_j), 0), string_agg(DISTINCT source, ', ')
                FROM power_1s WHERE date = getvariable('partition_date')"""
         ).fetchone()
-        rejected = warehouse.rejected_files("power", date.date)  # files with damaged data are found while writing
+        rejected = warehouse.rejected_files("power", date)  # files with damaged data are found while writing
         files_used = con.execute("SELECT len(getvariable('files_power'))").fetchone()[0]
         checks = [c.run(con, rejected_files=rejected) for c in POWER_1S_CHECKS]
     return MaterializeResult(

@@ -34,12 +34,15 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, data_d
     summary = simulate(data_dir, start=dt.date.fromisoformat(day), days=1, seed=seed, fleet=fleet, hours=hours)
     click.echo(f"simulated {day}: {summary.line()} in {time.monotonic() - t0:.0f} s")
     t1 = time.monotonic()
-    outcome = run_day(data_dir, day)
+    outcome = run_day(data_dir, day)  # cluster-days in parallel worker processes, then the fleet-day
     for check in outcome.failed_checks:
         click.echo(f"check {check.severity}: {check.asset}.{check.check}: {check.description}", err=True)
     if not outcome.success:
         raise UserError(f"pipeline run failed: {outcome.error}")
-    click.echo(f"materialized {len(outcome.materialized)} assets in {time.monotonic() - t1:.0f} s (run {outcome.run_id})")
+    click.echo(
+        f"materialized {len(outcome.materialized)} assets in {time.monotonic() - t1:.0f} s "
+        f"({outcome.cluster_days} cluster-day runs, then the fleet-day; runs {outcome.run_id})"
+    )
     report = default_out_dir() / f"{day}.html"
     click.echo("")
     click.echo(f"report:    {report if report.exists() else '(not written: the report asset did not run)'}")

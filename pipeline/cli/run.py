@@ -52,8 +52,14 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
             click.echo(f"  {step:<32} {step_s:8.2f} s")
     status = "ok" if outcome.ok else "finished with failed ERROR checks"
     click.echo(
-        f"{date}: {len(outcome.materialized)} assets materialized in {seconds:.1f} s, "
-        f"{len(outcome.failed_checks)} failed check(s): {status} (run {outcome.run_id})"
+        f"{date}: {len(outcome.materialized)} assets materialized in {seconds:.1f} s "
+        f"({_runs(outcome)}), {len(outcome.failed_checks)} failed check(s): {status} (runs {outcome.run_id})"
     )
     if not outcome.ok:
         raise SystemExit(1)
+
+
+
+def _runs(outcome) -> str:
+    fleet = " + the fleet-day" if outcome.fleet_day_ran else ""
+    return f"{outcome.cluster_days} cluster-day run(s){fleet}"
