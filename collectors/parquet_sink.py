@@ -31,23 +31,28 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def write_parquet_to(table: pa.Table, sink, row_group_size: int = 1_000_000) -> None:
+    """Encode ``table`` into an open binary file: the one Parquet layout every writer uses."""
+    delta = [f.name for f in table.schema if pa.types.is_timestamp(f.type) or pa.types.is_integer(f.type)]
+    dict_cols = [f.name for f in table.schema if f.name not in delta]
+    pq.write_table(
+        table,
+        sink,
+        row_group_size=row_group_size,
+        use_dictionary=dict_cols,
+        column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
+        **_WRITE_OPTIONS,
+    )
+
+
 def write_parquet_atomic(table: pa.Table, path: Path | str, row_group_size: int = 1_000_000) -> Path:
     """Write ``table`` to ``path`` so that ``path`` is either absent or complete."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    delta = [f.name for f in table.schema if pa.types.is_timestamp(f.type) or pa.types.is_integer(f.type)]
-    dict_cols = [f.name for f in table.schema if f.name not in delta]
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(
-                table,
-                fh,
-                row_group_size=row_group_size,
-                use_dictionary=dict_cols,
-                column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
-                **_WRITE_OPTIONS,
-            )
+            write_parquet_to(table, fh, row_group_size)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
