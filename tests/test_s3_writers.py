@@ -36,3 +36,93 @@ def test_tiny_simulation_on_s3_matches_the_local_one(s3, tmp_path):
         assert keys == DataRoot.open(tmp_path / "local").list(pattern)
         rows = root.read_parquet(keys)
         assert rows.num_rows and rows.equals(pa.concat_tables(pq.read_table(tmp_path / "local" / k) for k in keys))
+
+
+NVIDIA_SMI = Path(__file__).resolve().parent / "data" / "nvidia-smi"
+
+
+def test_nvidia_smi_import_to_s3_matches_local_and_quarantines_bad_lines(s3, tmp_path):
+    from collectors.nvidia_smi import import_files
+
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"timestamp, index, power.draw.instant [W], temperature.gpu\n"
+                    b"2026/12/01 10:00:00.100, 0, 812.25 W, 40\n"
+                    b"yesterday, 0, 100, 40\n"
+                    b"2026/12/01 10:00:00.200, 0, 90.5 W, 39\n")
+    sources = [NVIDIA_SMI / "h100-qwen3-8b.csv", bad]
+    local = import_files(sources, tmp_path / "local", "h100-0", tz="-07:00")
+    url = s3.url("site/raw")
+    remote = import_files(sources, url, "h100-0", tz="-07:00")
+    assert remote.summary("h100-0") == local.summary("h100-0") and remote.rows == 267 and remote.quarantined == 1
+    root = DataRoot.open(url)
+    power = root.list("power/date=*/host=*/*.parquet")
+    assert power == DataRoot.open(tmp_path / "local").list("power/date=*/host=*/*.parquet")
+    for key in power:
+        assert root.read_bytes(key) == (tmp_path / "local" / key).read_bytes()
+    (q,) = root.read_parquet(root.list("quarantine/power/*.parquet")).to_pylist()
+    assert q["line_no"] == 3 and q["reason"].startswith("bad timestamp") and q["file"] == str(bad)
+    assert sorted(str(w) for w in remote.written) == sorted(root.location(k) for k in power + root.list("quarantine/power/*.parquet"))
+
+    again = import_files(sources, url, "h100-0", tz="-07:00")  # the same files again: replaced, not added
+    assert again.rows == 267 and root.list("power/date=*/host=*/*.parquet") == power
+    assert len(s3.keys("site/raw/")) == len(power) + 1
+
+
+def _request_line(i: int, **extra) -> bytes:
+    import json
+
+    return (json.dumps({"request_id": f"r{i}", "endpoint": "chat", "arrival_ts": 1_796_216_700 + i,
+                        "end_ts": 1_796_216_701 + i, "prompt_tokens": i, "output_tokens": 3, **extra}) + "\n").encode()
+
+
+def test_request_jsonl_ingest_to_s3_quarantines_the_bad_line_and_is_idempotent(s3, tmp_path):
+    from collectors.requests.ingest import Ingestor
+    from collectors.requests.quarantine import read_quarantine
+
+    log = tmp_path / "gateway.jsonl"
+    log.write_bytes(_request_line(0) + _request_line(1) + b'{"request_id": "r2", oops\n' + _request_line(3))
+    url = s3.url("site/raw")
+    ing = Ingestor(url, "jsonl", progress=False)
+    ing.ingest([log])
+    assert (ing.summary.ingested, ing.summary.quarantined, ing.summary.duplicates) == (3, 1, 0)
+    root = DataRoot.open(url)
+    rows = root.read_parquet(root.list("requests/date=*/*.parquet"))
+    assert sorted(rows.column("request_id").to_pylist()) == ["r0", "r1", "r3"]
+    (q,) = read_quarantine(url).to_pylist()
+    assert q["line_no"] == 3 and q["reason"].startswith("invalid JSON") and q["raw"] == b'{"request_id": "r2", oops'
+    assert q["source_file"] == str(log)
+
+    again = Ingestor(url, "jsonl", progress=False)  # a new process: sees what is stored on S3
+    again.ingest([log])
+    assert (again.summary.ingested, again.summary.quarantined, again.summary.duplicates) == (0, 0, 3)
+    assert len(root.list("requests/date=*/*.parquet")) == 1 and read_quarantine(url).num_rows == 1
+    # the writers' lock is a local file in the state dir, never an object in the bucket
+    assert (tmp_path / "s3-state" / "requests.lock").exists()
+    assert not [k for k in s3.keys() if "/state/" in k]
+
+
+def test_request_follow_to_s3_keeps_a_local_checkpoint(s3, tmp_path):
+    from collectors.requests.ingest import Ingestor
+    from collectors.requests.tail import Follower
+
+    log = tmp_path / "logs" / "app.jsonl"
+    log.parent.mkdir()
+    log.write_bytes(_request_line(0) + _request_line(1))
+    url = s3.url("site/raw")
+
+    def follow():
+        return Follower([log], Ingestor(url, "jsonl", progress=False), close_after_s=0.0)
+
+    f = follow()
+    f.poll()
+    f.flush()
+    assert f.checkpoint_path.parent == tmp_path / "s3-state" and f.checkpoint_path.exists()
+    with open(log, "ab") as fh:
+        fh.write(_request_line(2) + b"not json\n")
+    f2 = follow()  # a restart: resumes from the checkpoint, nothing read twice
+    f2.poll()
+    f2.flush()
+    root = DataRoot.open(url)
+    ids = root.read_parquet(root.list("requests/date=*/*.parquet")).column("request_id").to_pylist()
+    assert sorted(ids) == ["r0", "r1", "r2"] and f2.ingestor.summary.duplicates == 0
+    assert f2.ingestor.summary.quarantined == 1
