@@ -126,3 +126,62 @@ def test_request_follow_to_s3_keeps_a_local_checkpoint(s3, tmp_path):
     ids = root.read_parquet(root.list("requests/date=*/*.parquet")).column("request_id").to_pylist()
     assert sorted(ids) == ["r0", "r1", "r2"] and f2.ingestor.summary.duplicates == 0
     assert f2.ingestor.summary.quarantined == 1
+
+
+def test_nvml_collector_flushes_to_s3(s3):
+    from tests.nvml_helpers import collector_process, series
+
+    url = s3.url("hosts")
+    p = collector_process(url, {"gpus": 2}, "--flush-seconds", "1", "--duration-seconds", "2.5", "--no-compact")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    root = DataRoot.open(url)
+    files = root.list("power/date=*/host=testhost/nvml-*.parquet")
+    assert len(files) >= 2 and not [k for k in s3.keys() if "/." in k]  # flushes, and no temporary key
+    t = root.read_parquet(files)
+    for g in (0, 1):
+        assert len(series(t, g, "nvml-field")) >= 15 and series(t, g, "nvml-buffer")
+    assert root.exists("collector/testhost.status.json")
+
+
+def test_collector_compaction_and_resume_on_s3(s3):
+    import json
+    import time
+
+    from collectors.nvml.compact import META_KEY, compact_power, roll_forward_in
+    from collectors.nvml.counters import Counters
+    from collectors.nvml.flusher import HOUR_NS, Flusher
+    from collectors.nvml.resume import prepare
+    from collectors.nvml.rows import BUFFER
+    from tests.test_nvml_units import _table
+
+    url = s3.url("hosts")
+    root = DataRoot.open(url)
+    closed, current = int(time.time() // 3600) - 3, int(time.time() // 3600)
+    f = Flusher(url, "h", Counters())
+    for k in range(3):
+        f.add(_table([closed * HOUR_NS + (k * 5 + i) * 10**8 for i in range(5)]))
+        f.flush()
+    newest_ns = current * HOUR_NS + 9 * 10**8  # the last row of the second file
+    for k in range(2):
+        f.add(_table([current * HOUR_NS + (k * 5 + i) * 10**8 for i in range(4 + k)], source=BUFFER))
+        f.flush()
+    sources = root.list("power/date=*/host=h/*.parquet")
+    before = sorted(root.read_parquet(sources).column("ts").cast("int64").to_pylist())
+
+    res = compact_power(url, "h")
+    assert (res.hours, res.files_in, res.rows) == (1, 3, 15) and str(res.paths[0]).startswith(url)
+    after_keys = root.list("power/date=*/host=h/*.parquet")
+    assert len(after_keys) == 1 + 2 and sum("-compacted-" in k for k in after_keys) == 1
+    assert sorted(root.read_parquet(after_keys).column("ts").cast("int64").to_pylist()) == before
+    assert compact_power(url, "h").hours == 0
+
+    # a merge interrupted between the upload and the deletes: a source is still there, rolled forward
+    merged = next(k for k in after_keys if "-compacted-" in k)
+    listed = json.loads(root.read_schema(merged).metadata[META_KEY])
+    folder = merged.rsplit("/", 1)[0]
+    root.write_parquet(f"{folder}/{listed[0]}", _table([closed * HOUR_NS]))
+    assert roll_forward_in(root, folder) == 1 and root.list(f"{folder}/*.parquet") == sorted(
+        k for k in after_keys if k.startswith(folder))
+
+    assert prepare(url, "h") == {0: newest_ns // 1000}  # where the driver buffer trace left off
