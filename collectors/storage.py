@@ -451,7 +451,8 @@ class S3Root(DataRoot):
     def stage(self, keys: Iterable[str], local_dir: str | os.PathLike) -> list[Path]:
         keys = list(keys)
         local_dir = Path(local_dir)
-        stats = [self.stat(k) for k in keys]
+        with ThreadPoolExecutor(max_workers=max(1, min(STAGE_THREADS, len(keys)))) as pool:
+            stats = list(pool.map(self.stat, keys))  # one HEAD each, in parallel
         self._fetch([st for st in stats if not _up_to_date(local_dir / st.key, st)], local_dir)
         return [local_dir / k for k in keys]
 
