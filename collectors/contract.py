@@ -81,13 +81,17 @@ class Dataset:
     def glob(self) -> str:
         return f"{self.name}/date=*/host=*/*.parquet" if self.partition_by_host else f"{self.name}/date=*/*.parquet"
 
-    def partition_dir(self, root: Path | str, date: str, host: str | None = None) -> Path:
-        path = Path(root) / self.name / f"date={date}"
+    def partition_key(self, date: str, host: str | None = None) -> str:
+        """The partition folder relative to the data dir: ``power/date=D/host=H``."""
+        key = f"{self.name}/date={date}"
         if self.partition_by_host:
             if not host:
                 raise ValueError(f"dataset {self.name} is partitioned by host: a host is required")
-            path = path / f"host={host}"
-        return path
+            key += f"/host={host}"
+        return key
+
+    def partition_dir(self, root: Path | str, date: str, host: str | None = None) -> Path:
+        return Path(root) / self.partition_key(date, host)
 
 
 DATASETS = {

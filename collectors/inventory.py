@@ -145,5 +145,9 @@ def load_inventory(path: Path | str) -> Inventory:
     return parse_inventory(data, str(path))
 
 
+def inventory_yaml(inv: Inventory) -> str:
+    return yaml.safe_dump(inv.model_dump(exclude_none=True), sort_keys=False)
+
+
 def dump_inventory(inv: Inventory, path: Path | str) -> None:
-    Path(path).write_text(yaml.safe_dump(inv.model_dump(exclude_none=True), sort_keys=False))
+    Path(path).write_text(inventory_yaml(inv))

@@ -32,7 +32,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import pyarrow as pa
 
 from collectors.contract import POWER, TS
-from collectors.parquet_sink import write_dataset, write_parquet_atomic
+from collectors.parquet_sink import write_dataset
+from collectors.storage import DataRoot
 
 QUARANTINE = pa.schema([
     pa.field("file", pa.string(), nullable=False),
@@ -127,7 +128,7 @@ class ImportResult:
     tz_name: str = ""
     power_rules: list[str] = field(default_factory=list)
     reasons: dict = field(default_factory=dict)
-    written: list[Path] = field(default_factory=list)
+    written: list[Path | str] = field(default_factory=list)  # Paths, or s3:// URLs on S3
 
     def summary(self, host: str) -> str:
         span = (f"{self.first_ts:%Y-%m-%d %H:%M:%S} → {self.last_ts:%Y-%m-%d %H:%M:%S} UTC" if self.first_ts else "no rows")
@@ -160,19 +161,20 @@ def _read_lines(path: Path):
             yield n, raw.rstrip(b"\r\n")
 
 
-def import_files(paths: list[Path], data_dir: Path, host: str, tz: str | None = None,
+def import_files(paths: list[Path], data_dir: Path | str | DataRoot, host: str, tz: str | None = None,
                  power_draw: str = "auto") -> ImportResult:
-    """Import nvidia-smi CSV files for ``host``; see the module docstring for the rules."""
+    """Import nvidia-smi CSV files for ``host`` into ``data_dir`` (local or ``s3://``); see the
+    module docstring for the rules."""
     if power_draw not in ("auto", "instant", "average"):
         raise ImportError_(f"--power-draw must be auto, instant or average, not {power_draw!r}")
     zone, res_tz = resolve_tz(tz)
     res = ImportResult(tz_name=res_tz)
     for path in paths:
-        _import_one(Path(path), Path(data_dir), host, zone, power_draw, res)
+        _import_one(Path(path), DataRoot.open(data_dir), host, zone, power_draw, res)
     return res
 
 
-def _import_one(path: Path, data_dir: Path, host: str, zone, mode: str, res: ImportResult) -> None:
+def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: ImportResult) -> None:
     digest = hashlib.sha1(path.read_bytes()).hexdigest()[:10]
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem)[:60]
     prefix = f"nvidia-smi-{stem}-{digest}"
@@ -278,13 +280,13 @@ def _import_one(path: Path, data_dir: Path, host: str, zone, mode: str, res: Imp
             "energy_j": pa.nulls(n, pa.float64()),
             "source": pa.array(["nvidia-smi" if p_col else "nvidia-smi-average"] * n, pa.string()).dictionary_encode(),
         })
-        res.written += write_dataset(table, data_dir, "power", prefix=prefix, sort_by=["gpu", "ts"], unique_names=False)
+        res.written += write_dataset(table, root, "power", prefix=prefix, sort_by=["gpu", "ts"], unique_names=False)
         res.rows += n
     if bad:
         now = time.time_ns() // 1000 * 1000  # µs: readable as datetime without pandas
         q = pa.table({"file": [str(path)] * len(bad), "line_no": [b[0] for b in bad], "raw_line": [b[1] for b in bad],
                       "reason": [b[2] for b in bad], "quarantined_at": pa.array([now] * len(bad), TS)}, schema=QUARANTINE)
-        res.written.append(write_parquet_atomic(q, data_dir / "quarantine" / "power" / f"{prefix}.parquet"))
+        res.written.append(root.write_parquet(f"quarantine/power/{prefix}.parquet", q))
         res.quarantined += len(bad)
         for b in bad:
             kind = re.split(r"[:(]| of line| in | 0\.\.", b[2])[0].strip()

@@ -3,6 +3,8 @@
 A file becomes visible only complete: it is written under a hidden temporary name in the
 target folder, fsynced, renamed into place and the folder fsynced. Readers glob ``*.parquet``
 and never match the temporary name, so a process killed at any instant leaves only whole files.
+:func:`write_dataset` also writes to an ``s3://`` data dir, through :mod:`collectors.storage`
+(which says what is atomic there).
 """
 
 from __future__ import annotations
@@ -10,12 +12,16 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from collectors.contract import DATASETS, conform
+
+if TYPE_CHECKING:
+    from collectors.storage import DataRoot
 
 TMP_PREFIX = ".tmp-"
 
@@ -31,23 +37,28 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def write_parquet_to(table: pa.Table, sink, row_group_size: int = 1_000_000) -> None:
+    """Encode ``table`` into an open binary file: the one Parquet layout every writer uses."""
+    delta = [f.name for f in table.schema if pa.types.is_timestamp(f.type) or pa.types.is_integer(f.type)]
+    dict_cols = [f.name for f in table.schema if f.name not in delta]
+    pq.write_table(
+        table,
+        sink,
+        row_group_size=row_group_size,
+        use_dictionary=dict_cols,
+        column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
+        **_WRITE_OPTIONS,
+    )
+
+
 def write_parquet_atomic(table: pa.Table, path: Path | str, row_group_size: int = 1_000_000) -> Path:
     """Write ``table`` to ``path`` so that ``path`` is either absent or complete."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    delta = [f.name for f in table.schema if pa.types.is_timestamp(f.type) or pa.types.is_integer(f.type)]
-    dict_cols = [f.name for f in table.schema if f.name not in delta]
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(
-                table,
-                fh,
-                row_group_size=row_group_size,
-                use_dictionary=dict_cols,
-                column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
-                **_WRITE_OPTIONS,
-            )
+            write_parquet_to(table, fh, row_group_size)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -74,19 +85,24 @@ def _day_strings(ts: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def write_dataset(
     table: pa.Table,
-    root: Path | str,
+    root: Path | str | DataRoot,
     dataset: str,
     *,
     prefix: str = "part",
     sort_by: list[str] | None = None,
     unique_names: bool = True,
-) -> list[Path]:
+) -> list[Path | str]:
     """Conform ``table`` to ``dataset``'s contract and write one file per day (and host).
 
-    File names carry ``prefix`` and a random suffix so concurrent writers never collide;
-    with ``unique_names=False`` the name is ``<prefix>.parquet`` (reproducible, and a rewrite
-    replaces the file atomically), for writers that own their prefix.
+    ``root`` is the data dir: a local path, an ``s3://bucket/prefix`` URL or a
+    :class:`collectors.storage.DataRoot`; the result lists the files written (Paths on a local
+    root, ``s3://`` URLs on S3). File names carry ``prefix`` and a random suffix so concurrent
+    writers never collide; with ``unique_names=False`` the name is ``<prefix>.parquet``
+    (reproducible, and a rewrite replaces the file atomically), for writers that own their prefix.
     """
+    from collectors.storage import DataRoot  # storage builds on this module's atomic local write
+
+    data_root = DataRoot.open(root)
     ds = DATASETS[dataset]
     table = conform(table, ds.schema, where=f"{dataset} rows from {prefix}")
     if table.num_rows == 0:
@@ -104,7 +120,6 @@ def write_dataset(
         part = table.filter(mask)
         if sort_by:
             part = part.sort_by([(c, "ascending") for c in sort_by])
-        folder = ds.partition_dir(root, row["k0"], row.get("k1"))
         name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet" if unique_names else f"{prefix}.parquet"
-        written.append(write_parquet_atomic(part, folder / name))
+        written.append(data_root.write_parquet(f"{ds.partition_key(row['k0'], row.get('k1'))}/{name}", part))
     return written

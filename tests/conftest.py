@@ -22,3 +22,7 @@ def data_dir(tmp_path):
     d = tmp_path / "data"
     d.mkdir()
     return d
+
+
+# S3-compatible test server (moto, 127.0.0.1) and a fresh bucket per test: see tests/s3_server.py.
+from tests.s3_server import s3, s3_server  # noqa: E402,F401

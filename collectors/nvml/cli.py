@@ -7,11 +7,11 @@ import logging
 import os
 import re
 import sys
-from pathlib import Path
 
 import click
 
 from collectors.nvml.nvml_source import NVML_MODULE_ENV, NvmlUnavailable
+from collectors.storage import resolve_data_root
 
 DATA_DIR_ENV = "WATTLINE_DATA_DIR"  # same variable as pipeline.constants
 
@@ -55,8 +55,8 @@ def parse_gpus(value: str | None) -> list[int] | None:
 @click.option("--max-pending-rows", default=1_000_000, show_default=True, help="Rows kept in memory while writes fail.")
 @click.option("--compact/--no-compact", default=True, show_default=True, help="Merge closed hours' files while running.")
 @click.option("--compact-only", is_flag=True, help="Compact closed hours of the data dir (all hosts, or --host) and exit.")
-@click.option("--data-dir", "data_dir", type=click.Path(file_okay=False, path_type=Path), envvar=DATA_DIR_ENV,
-              default="data", show_default=True, help=f"Data directory (env {DATA_DIR_ENV}).")
+@click.option("--data-dir", "data_dir", envvar=DATA_DIR_ENV, default="data", show_default=True,
+              help=f"Data directory, or s3://bucket/prefix (env {DATA_DIR_ENV}; S3 settings: docs/storage.md).")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 @click.option("--nvml-module", default=None, hidden=True, help=f"NVML binding to import (env {NVML_MODULE_ENV}); tests use a fake.")
 @click.option("--duration-seconds", default=None, hidden=True, help="Stop after this long (benchmarks, tests).")
@@ -64,7 +64,7 @@ def command(interval, buffer, buffer_seconds, gpus, flush_seconds, slow_seconds,
             host, max_pending_rows, compact, compact_only, data_dir, log_level, nvml_module, duration_seconds) -> None:
     """Sample GPU power through NVML into the `power` dataset until SIGTERM/SIGINT."""
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
-    data_dir = Path(data_dir).expanduser().resolve()
+    data_dir = resolve_data_root(data_dir)  # an absolute Path, or an s3:// URL kept as it is
     if compact_only:
         from collectors.nvml.compact import compact_power
 

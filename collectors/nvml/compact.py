@@ -8,6 +8,10 @@ Atomicity: the merged file is written under a temporary name, fsynced and rename
 are deleted right after. A crash between the rename and the deletes leaves identical duplicate
 rows for a moment; every later compaction (and every collector start) first finishes such an
 interrupted merge by deleting the listed sources ("roll forward"), so nothing is ever lost.
+
+On an ``s3://`` data dir an hour's sources are downloaded to a temporary folder, merged there the
+same way, the merged file uploaded (visible only once whole), then the sources deleted: the same
+order, so the same roll forward finishes a merge interrupted between upload and deletes.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import calendar
 import json
 import logging
 import os
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,6 +33,7 @@ from collectors.contract import POWER, conform
 from collectors.parquet_sink import TMP_PREFIX, _WRITE_OPTIONS, fsync_dir
 from collectors.nvml.flusher import FILE_PREFIX
 from collectors.nvml.rows import sort_power
+from collectors.storage import DataRoot
 
 log = logging.getLogger("wattline.collect")
 
@@ -42,7 +48,7 @@ class CompactionResult:
     files_in: int = 0
     rows: int = 0
     rolled_forward: int = 0
-    paths: list[Path] = field(default_factory=list)
+    paths: list[Path | str] = field(default_factory=list)  # Paths, or s3:// URLs on S3
 
 
 def _hour_of(name: str) -> str | None:
@@ -59,20 +65,32 @@ def _hour_end_unix_s(key: str) -> int:
 
 def roll_forward(folder: Path) -> int:
     """Finish merges interrupted between rename and deletes: delete sources a merged file lists."""
+    return roll_forward_in(DataRoot.open(folder), "")
+
+
+def _in(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def roll_forward_in(root: DataRoot, folder: str) -> int:
+    """:func:`roll_forward` for the folder key ``folder`` of a data root (local or S3)."""
     removed = 0
-    for merged in folder.glob(f"{FILE_PREFIX}*-{COMPACTED_TAG}-*.parquet"):
+    present = set(root.list(_in(folder, f"{FILE_PREFIX}*.parquet")))
+    for merged in root.list(_in(folder, f"{FILE_PREFIX}*-{COMPACTED_TAG}-*.parquet")):
         try:
-            meta = pq.read_schema(merged).metadata or {}
+            meta = root.read_schema(merged).metadata or {}
         except Exception:
             continue
         for name in json.loads(meta.get(META_KEY, b"[]")):
-            src = folder / name
-            if src.exists() and src != merged:
-                src.unlink()
+            src = _in(folder, name)
+            if src in present and src != merged:
+                root.delete(src)
+                present.discard(src)
                 removed += 1
     if removed:
-        fsync_dir(folder)
-        log.warning("%s: finished an interrupted compaction (%d source files removed)", folder, removed)
+        if root.is_local:
+            fsync_dir(root.location(folder))
+        log.warning("%s: finished an interrupted compaction (%d source files removed)", root.location(folder), removed)
     return removed
 
 
@@ -114,23 +132,40 @@ def compact_hour(folder: Path, key: str, sources: list[Path]) -> tuple[Path, int
     return out, rows
 
 
-def compact_power(data_dir: Path | str, host: str | None = None, now_unix_s: float | None = None,
+def _compact_remote(root: DataRoot, folder: str, key: str, sources: list[str]) -> tuple[str, int]:
+    """:func:`compact_hour` for an S3 folder: merge local copies, upload, then delete the sources."""
+    with tempfile.TemporaryDirectory(prefix="wattline-compact-") as tmp:
+        staged = root.stage(sources, tmp)
+        out, rows = compact_hour(Path(tmp) / folder, key, staged)
+        location = root.upload(out, _in(folder, out.name))
+    for src in sources:
+        root.delete(src)
+    return location, rows
+
+
+def compact_power(data_dir: Path | str | DataRoot, host: str | None = None, now_unix_s: float | None = None,
                   min_age_s: float = 120.0) -> CompactionResult:
-    """Compact every closed hour (ended ≥ ``min_age_s`` ago) that has more than one collector file."""
+    """Compact every closed hour (ended ≥ ``min_age_s`` ago) that has more than one collector file;
+    ``data_dir`` is local or ``s3://``."""
     now = time.time() if now_unix_s is None else now_unix_s
+    root = DataRoot.open(data_dir)
     result = CompactionResult()
-    pattern = f"date=*/host={host}" if host else "date=*/host=*"
-    for folder in sorted((Path(data_dir) / "power").glob(pattern)):
-        result.rolled_forward += roll_forward(folder)
-        groups: dict[str, list[Path]] = {}
-        for p in sorted(folder.glob(f"{FILE_PREFIX}*.parquet")):
-            key = _hour_of(p.name)
+    pattern = f"power/date=*/host={host or '*'}/{FILE_PREFIX}*.parquet"
+    folders = sorted({str(PurePosixPath(k).parent) for k in root.list(pattern)}, key=lambda f: f.split("/"))
+    for folder in folders:
+        result.rolled_forward += roll_forward_in(root, folder)
+        groups: dict[str, list[str]] = {}
+        for src in root.list(_in(folder, f"{FILE_PREFIX}*.parquet")):
+            key = _hour_of(PurePosixPath(src).name)
             if key:
-                groups.setdefault(key, []).append(p)
+                groups.setdefault(key, []).append(src)
         for key, files in sorted(groups.items()):
             if len(files) < 2 or _hour_end_unix_s(key) + min_age_s > now:
                 continue
-            out, rows = compact_hour(folder, key, files)
+            if root.is_local:
+                out, rows = compact_hour(root.location(folder), key, [root.location(f) for f in files])
+            else:
+                out, rows = _compact_remote(root, folder, key, files)
             result.hours += 1
             result.files_in += len(files)
             result.rows += rows

@@ -56,12 +56,16 @@ class Counters:
             }
 
 
+def status_json(snapshot: dict) -> str:
+    return json.dumps(snapshot, indent=1, sort_keys=True)
+
+
 def write_status(path: Path, snapshot: dict) -> bool:
     """Atomically replace the status file; False (never an exception) when the disk refuses."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(snapshot, indent=1, sort_keys=True))
+        tmp.write_text(status_json(snapshot))
         os.replace(tmp, path)
         return True
     except OSError:

@@ -15,19 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.nvml.compact import compact_power
-from collectors.nvml.counters import Counters, summary_line, write_status
+from collectors.nvml.counters import Counters, status_json, summary_line, write_status
 from collectors.nvml.flusher import Flusher
 from collectors.nvml.gpu_sampler import GpuSampler, SamplerLoop, SamplingConfig
 from collectors.nvml.nvml_source import GpuReader, NvmlUnavailable, describe_error, load_nvml
 from collectors.nvml.resume import prepare
 from collectors.nvml.rows import RowBuffer, rows_to_table
+from collectors.storage import DataRoot
 
 log = logging.getLogger("wattline.collect")
 
 
 @dataclass
 class CollectorConfig:
-    data_dir: Path
+    data_dir: Path | str
+    """A local folder or an ``s3://bucket/prefix`` URL."""
     host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
     gpus: list[int] | None = None
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -41,17 +43,22 @@ class CollectorConfig:
     """Stop by itself after this long (benchmarks, tests); None: run until a signal."""
 
 
+def status_key(host: str) -> str:
+    return f"collector/{host}.status.json"
+
+
 def status_path(data_dir: Path, host: str) -> Path:
-    return Path(data_dir) / "collector" / f"{host}.status.json"
+    return Path(data_dir) / status_key(host)
 
 
 class Collector:
     def __init__(self, cfg: CollectorConfig, stop: threading.Event | None = None):
         self.cfg = cfg
+        self.root = DataRoot.open(cfg.data_dir)
         self.stop = stop or threading.Event()
         self.counters = Counters()
         self.rows = RowBuffer()
-        self.flusher = Flusher(cfg.data_dir, cfg.host, self.counters, cfg.max_pending_rows)
+        self.flusher = Flusher(self.root, cfg.host, self.counters, cfg.max_pending_rows)
         self.samplers: list[GpuSampler] = []
         self.loops: list[SamplerLoop] = []
 
@@ -66,7 +73,7 @@ class Collector:
         unknown = [i for i in indices if not 0 <= i < count]
         if unknown or not indices:
             raise NvmlUnavailable(f"no such GPU index {unknown or '(none)'}: this machine has {count} GPU(s)")
-        resume = prepare(self.cfg.data_dir, self.cfg.host)
+        resume = prepare(self.root, self.cfg.host)
         for i in indices:
             reader = GpuReader(nvml, i)
             try:
@@ -97,12 +104,20 @@ class Collector:
         return snap
 
     def write_status(self) -> None:
-        if not write_status(status_path(self.cfg.data_dir, self.cfg.host), self.snapshot()):
+        if self.root.is_local:
+            ok = write_status(status_path(self.cfg.data_dir, self.cfg.host), self.snapshot())
+        else:
+            try:
+                self.root.write_bytes(status_key(self.cfg.host), status_json(self.snapshot()).encode())
+                ok = True
+            except OSError:
+                ok = False
+        if not ok:
             self.counters.add("status_write_errors")
 
     def maybe_compact(self) -> None:
         try:
-            res = compact_power(self.cfg.data_dir, self.cfg.host, min_age_s=2 * self.cfg.flush_s + 30)
+            res = compact_power(self.root, self.cfg.host, min_age_s=2 * self.cfg.flush_s + 30)
         except Exception as exc:  # disk full during a merge: sources are untouched, try again later
             self.counters.add("compaction_errors")
             log.error("compaction failed (%s); sources kept, will retry", exc)

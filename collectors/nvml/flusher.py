@@ -1,5 +1,8 @@
 """Rows → atomic Parquet files, one per (day, hour) per flush; a full disk never crashes the collector.
 
+The data dir may be local or ``s3://bucket/prefix`` (:mod:`collectors.storage`); on S3 each flush
+is one object, visible only once uploaded whole, and a failed upload is handled like a full disk.
+
 Files are named ``nvml-<YYYYMMDDTHH>-<run>-<seq>.parquet`` so compaction can merge one closed
 hour without reading any other. When a write fails (disk full, read-only remount), the rows stay
 in memory up to ``max_pending_rows``; past that the oldest are dropped and counted. Writing resumes
@@ -19,7 +22,7 @@ import pyarrow.compute as pc
 
 from collectors.contract import DATASETS
 from collectors.nvml.counters import Counters
-from collectors.parquet_sink import write_parquet_atomic
+from collectors.storage import DataRoot
 
 log = logging.getLogger("wattline.collect")
 
@@ -43,9 +46,10 @@ def split_by_hour(table: pa.Table) -> list[tuple[int, pa.Table]]:
 
 
 class Flusher:
-    def __init__(self, data_dir: Path, host: str, counters: Counters, max_pending_rows: int = 1_000_000,
-                 write=write_parquet_atomic):
-        self.data_dir = Path(data_dir)
+    def __init__(self, data_dir: Path | str | DataRoot, host: str, counters: Counters,
+                 max_pending_rows: int = 1_000_000, write=None):
+        self.root = DataRoot.open(data_dir)
+        self.data_dir = self.root.location("")
         self.host = host
         self.counters = counters
         self.max_pending_rows = max_pending_rows
@@ -55,13 +59,21 @@ class Flusher:
         self.pending_rows = 0
         self.failing_since: float | None = None
         self._last_loud_log = 0.0
-        self._write = write  # injectable so the disk-full tests need no real full disk
+        # write(table, location): injectable so the disk-full tests need no real full disk;
+        # None: the data root's atomic write
+        self._write = write
 
-    def path_for(self, hour: int) -> Path:
+    def key_for(self, hour: int) -> str:
         day, key = hour_key(hour)
         self.seq += 1
-        folder = DATASETS["power"].partition_dir(self.data_dir, day, self.host)
-        return folder / f"{FILE_PREFIX}{key}-{self.run_id}-{self.seq:06d}.parquet"
+        folder = DATASETS["power"].partition_key(day, self.host)
+        return f"{folder}/{FILE_PREFIX}{key}-{self.run_id}-{self.seq:06d}.parquet"
+
+    def _visible(self, key: str) -> bool:
+        try:
+            return self.root.exists(key)
+        except OSError:  # storage unreachable: certainly not written by us just now
+            return False
 
     def add(self, table: pa.Table) -> None:
         if table.num_rows == 0:
@@ -84,11 +96,15 @@ class Flusher:
         """Write every pending part; True when nothing is left pending."""
         while self.pending:
             hour, part = self.pending[0]
-            path = self.path_for(hour)
+            key = self.key_for(hour)
+            path = self.root.location(key)
             try:
-                self._write(part, path)
+                if self._write is None:
+                    self.root.write_parquet(key, part)
+                else:
+                    self._write(part, path)
             except OSError as exc:
-                if not path.exists():
+                if not self._visible(key):
                     self._failed(exc)
                     self._enforce_bound()
                     return False

@@ -21,6 +21,7 @@ from collectors.requests.progress import byte_progress
 from collectors.requests.quarantine import Reject, write_quarantine
 from collectors.requests.store import RequestStore, empty_frame, writer_lock
 from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
+from collectors.storage import DataRoot
 
 FORMATS = ("jsonl", "azure", "vllm-bench")
 PATTERNS = {"jsonl": ("*.jsonl", "*.jsonl.*", "*.ndjson"), "azure": ("*.csv",), "vllm-bench": ("*.json",)}
@@ -54,26 +55,27 @@ class Summary:
 class Ingestor:
     """Commits parsed batches for one data dir and keeps the counts."""
 
-    def __init__(self, data_dir: Path, fmt: str, *, endpoint: str | None = None,
+    def __init__(self, data_dir: Path | str | DataRoot, fmt: str, *, endpoint: str | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, progress: bool | None = None) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
-        self.data_dir = Path(data_dir)
+        self.root = DataRoot.open(data_dir)  # local, or s3://bucket/prefix
+        self.data_dir = self.root.location("")
         self.fmt = fmt
         self.endpoint = endpoint
         self.max_line_bytes = max_line_bytes
         self.progress = progress
-        self.store = RequestStore(self.data_dir, prefix=f"req-{fmt}")
+        self.store = RequestStore(self.root, prefix=f"req-{fmt}")
         self.summary = Summary()
 
     def commit(self, frame: pl.DataFrame, rejects: list[Reject]) -> None:
         """Requests first, then quarantine: both are atomic files, and both are deduplicated,
         so repeating a commit after a crash between the two adds nothing."""
-        with writer_lock(self.data_dir):
+        with writer_lock(self.root):
             added = self.store.add(frame)
             self.summary.ingested += added.written
             self.summary.duplicates += added.duplicates
-            self.summary.quarantined += write_quarantine(rejects + added.conflicts, self.data_dir, self.fmt,
+            self.summary.quarantined += write_quarantine(rejects + added.conflicts, self.root, self.fmt,
                                                          self.summary.reasons)
 
     # ---- bulk

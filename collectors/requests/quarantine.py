@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from collectors.contract import TS
-from collectors.parquet_sink import write_parquet_atomic
+from collectors.storage import DataRoot
 from pipeline.constants import QUARANTINE_DIR
 
 QUARANTINE = pa.schema(
@@ -39,6 +38,8 @@ QUARANTINE = pa.schema(
     ]
 )
 _KEY = ["source_file", "line_no", "raw_sha256"]
+PREFIX = f"{QUARANTINE_DIR}/requests"
+"""Where rejected request lines go, relative to the data dir."""
 
 
 @dataclass(frozen=True)
@@ -52,18 +53,18 @@ class Reject:
 
 
 def quarantine_root(data_dir: Path) -> Path:
-    return Path(data_dir) / QUARANTINE_DIR / "requests"
+    return Path(data_dir) / PREFIX
 
 
 def today_utc() -> str:
     return dt.datetime.now(dt.timezone.utc).date().isoformat()
 
 
-def _stored_keys(folder: Path) -> set[tuple]:
-    files = sorted(folder.glob("*.parquet"))
+def _stored_keys(root: DataRoot, folder: str) -> set[tuple]:
+    files = root.list(f"{folder}/*.parquet")
     if not files:
         return set()
-    table = pads.dataset(files, format="parquet").to_table(columns=_KEY)
+    table = root.read_parquet(files, columns=_KEY)
     return set(zip(*(table.column(c).to_pylist() for c in _KEY)))
 
 
@@ -75,19 +76,21 @@ def reason_kind(reason: str) -> str:
     return re.sub(r"( at byte \d+|, got .*)$", "", reason)
 
 
-def write_quarantine(rejects: list[Reject], data_dir: Path, fmt: str, counts: Counter | None = None) -> int:
-    """Write ``rejects`` (atomically, one file per day); returns how many were new, and adds them
-    to ``counts`` by :func:`reason_kind` when given."""
+def write_quarantine(rejects: list[Reject], data_dir: Path | str | DataRoot, fmt: str,
+                     counts: Counter | None = None) -> int:
+    """Write ``rejects`` (atomically, one file per day) under ``data_dir`` (local or ``s3://``);
+    returns how many were new, and adds them to ``counts`` by :func:`reason_kind` when given."""
     if not rejects:
         return 0
+    root = DataRoot.open(data_dir)
     now_ns = time.time_ns() // 1000 * 1000  # µs: readable as datetime anywhere
     by_day: dict[str, list[Reject]] = {}
     for r in rejects:
         by_day.setdefault(r.day or today_utc(), []).append(r)
     written = 0
     for day, items in sorted(by_day.items()):
-        folder = quarantine_root(data_dir) / f"date={day}"
-        seen = _stored_keys(folder)
+        folder = f"{PREFIX}/date={day}"
+        seen = _stored_keys(root, folder)
         rows = []
         for r in items:
             key = (r.source, r.line_no, hashlib.sha256(r.raw).hexdigest())
@@ -110,19 +113,20 @@ def write_quarantine(rejects: list[Reject], data_dir: Path, fmt: str, counts: Co
             },
             schema=QUARANTINE,
         )
-        write_parquet_atomic(table, folder / f"q-{uuid.uuid4().hex[:12]}.parquet")
+        root.write_parquet(f"{folder}/q-{uuid.uuid4().hex[:12]}.parquet", table)
         written += len(rows)
         if counts is not None:
             counts.update(reason_kind(r.reason) for r, _ in rows)
     return written
 
 
-def read_quarantine(data_dir: Path) -> pa.Table:
+def read_quarantine(data_dir: Path | str | DataRoot) -> pa.Table:
     """Every quarantined request line (for tests, reports and asset metadata)."""
-    files = sorted(quarantine_root(data_dir).glob("date=*/*.parquet"))
+    root = DataRoot.open(data_dir)
+    files = root.list(f"{PREFIX}/date=*/*.parquet")
     if not files:
         return QUARANTINE.empty_table()
-    return pads.dataset(files, format="parquet").to_table()
+    return root.read_parquet(files)
 
 
 def reason_counts(table: pa.Table) -> dict[str, int]:

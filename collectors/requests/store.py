@@ -12,15 +12,15 @@ from __future__ import annotations
 import fcntl
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterator
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.dataset as pads
 
 from collectors.contract import DATASETS, REQUESTS
 from collectors.parquet_sink import write_dataset
+from collectors.storage import DataRoot
 from collectors.requests.quarantine import Reject
 
 KEY = ["request_id", "endpoint"]
@@ -45,9 +45,12 @@ FRAME_SCHEMA = {
 
 
 @contextmanager
-def writer_lock(data_dir: Path) -> Iterator[None]:
-    """One request writer at a time per data dir (bulk imports and followers may overlap)."""
-    path = Path(data_dir) / "state" / "requests.lock"
+def writer_lock(data_dir: Path | str | DataRoot) -> Iterator[None]:
+    """One request writer at a time per data dir (bulk imports and followers may overlap).
+
+    The lock is a local file (``DataRoot.state_dir()``): for an ``s3://`` data dir it serialises
+    the writers of this machine only; run one request writer per S3 data dir across machines."""
+    path = DataRoot.open(data_dir).state_dir() / "requests.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -83,31 +86,33 @@ class AddResult:
 
 
 class RequestStore:
-    """The requests dataset under ``data_dir``, with each touched day's rows cached in memory.
+    """The requests dataset under ``data_dir`` (local or ``s3://``), with each touched day's rows
+    cached in memory.
 
     Callers serialise :meth:`add` across processes (see :func:`writer_lock`); the cache then
     only needs the files other writers added, which :meth:`_stored` picks up by name.
     """
 
-    def __init__(self, data_dir: Path, prefix: str = "req") -> None:
-        self.data_dir = Path(data_dir)
+    def __init__(self, data_dir: Path | str | DataRoot, prefix: str = "req") -> None:
+        self.root = DataRoot.open(data_dir)
+        self.data_dir = self.root.location("")
         self.prefix = prefix
         self._days: dict[str, pl.DataFrame] = {}
         self._files: dict[str, set[str]] = {}  # per day: the files already in ``_days``
 
     def _stored(self, day: str) -> pl.DataFrame:
         """The day's stored rows, including files another writer added since we last looked."""
-        folder = DATASETS["requests"].partition_dir(self.data_dir, day)
+        folder = DATASETS["requests"].partition_key(day)
         known = self._files.setdefault(day, set())
-        new = sorted(p for p in folder.glob("*.parquet") if p.name not in known)
+        new = [k for k in self.root.list(f"{folder}/*.parquet") if PurePosixPath(k).name not in known]
         if day not in self._days:
             self._days[day] = pl.DataFrame(schema={c: FRAME_SCHEMA[c] for c in COLUMNS})
         if new:
-            table = pads.dataset(new, format="parquet").to_table(columns=COLUMNS)
+            table = self.root.read_parquet(new, columns=COLUMNS)
             rows = pl.from_arrow(table).with_columns(pl.col(TS_COLUMNS).dt.epoch("ns"))
             rows = rows.cast({c: FRAME_SCHEMA[c] for c in COLUMNS})
             self._days[day] = pl.concat([self._days[day], rows]).unique(KEY, keep="first", maintain_order=True)
-            known.update(p.name for p in new)
+            known.update(PurePosixPath(k).name for k in new)
         return self._days[day]
 
     def add(self, batch: pl.DataFrame) -> AddResult:
@@ -133,11 +138,12 @@ class RequestStore:
             fresh = pl.concat(new_parts)
             # A failed write leaves the cache as it was: the rows stay new for the retry, and any
             # day already on disk is picked up as another writer's file on the next look.
-            written = write_dataset(to_contract(fresh), self.data_dir, "requests", prefix=self.prefix, sort_by=["arrival_ts"])
+            written = write_dataset(to_contract(fresh), self.root, "requests", prefix=self.prefix, sort_by=["arrival_ts"])
             for part in new_parts:
                 day = part["_day"][0]
                 self._days[day] = pl.concat([self._days[day], part.select(COLUMNS)])
-            for path in written:
+            for location in written:
+                path = PurePosixPath(str(location))  # a Path, or an s3:// URL
                 self._files[path.parent.name.removeprefix("date=")].add(path.name)
             result.written = fresh.height
         return result

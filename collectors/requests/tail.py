@@ -39,17 +39,19 @@ from collectors.requests.ingest import PATTERNS, Ingestor
 from collectors.requests.jsonl import parse_lines
 from collectors.requests.lines import Line, LineReader
 from collectors.requests.store import empty_frame
+from collectors.storage import DataRoot
 
-STATE_DIR = "state"
 MAX_PENDING_LINES = 200_000
 """Flush early when this many lines wait (bounds memory under a burst)."""
 READ_PER_POLL_BYTES = 64 << 20
 
 
-def default_checkpoint(data_dir: Path, targets: list[Path]) -> Path:
-    """One checkpoint per set of followed paths, under ``<data-dir>/state/``."""
+def default_checkpoint(data_dir: Path | str | DataRoot, targets: list[Path]) -> Path:
+    """One checkpoint per set of followed paths, a local file under the data dir's state folder:
+    ``<data-dir>/state/``, or for an ``s3://`` data dir ``$WATTLINE_STATE_DIR`` (default
+    ``~/.local/state/wattline/s3/<bucket>/<prefix>/``; see ``DataRoot.state_dir``)."""
     key = "\n".join(sorted(str(Path(t).resolve()) for t in targets))
-    return Path(data_dir) / STATE_DIR / f"requests-follow-{hashlib.sha1(key.encode()).hexdigest()[:10]}.json"
+    return DataRoot.open(data_dir).state_dir() / f"requests-follow-{hashlib.sha1(key.encode()).hexdigest()[:10]}.json"
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Follower:
     ) -> None:
         self.targets = [Path(os.path.abspath(t)) for t in targets]
         self.ingestor = ingestor
-        self.checkpoint_path = checkpoint_path or default_checkpoint(ingestor.data_dir, self.targets)
+        self.checkpoint_path = checkpoint_path or default_checkpoint(ingestor.root, self.targets)
         self.flush_interval_s = flush_interval_s
         self.poll_interval_s = poll_interval_s
         self.close_after_s = close_after_s

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from collectors.inventory import Inventory, dump_inventory
+from collectors.inventory import Inventory, dump_inventory, inventory_yaml
 from collectors.simulate import phases, power, writer
 from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within, token_lengths
 from collectors.simulate.fleets import resolve_fleet
 from collectors.simulate.inference import EngineResult, run_engine
 from collectors.simulate.training import KIND_NAMES, HostEvents, run_job
+from collectors.storage import DataRoot
 
 DAY_S = 86_400
 INVENTORY_FILE = "inventory.yaml"
@@ -34,7 +35,7 @@ class SimulationSummary:
     power_rows: int
     requests: int
     job_events: int
-    files: list[Path] = field(default_factory=list)
+    files: list[Path | str] = field(default_factory=list)
 
     def line(self) -> str:
         return (
@@ -109,10 +110,10 @@ class _HostPlan:
     mem_mib: dict[int, int]
 
 
-def _host_power(args: tuple) -> tuple[list[Path], int]:
+def _host_power(args: tuple) -> tuple[list[Path | str], int]:
     """All windows of one host, in order, carrying energy counters and temperatures across them."""
     plan, seed, epoch_ns, windows, data_dir = args
-    paths: list[Path] = []
+    paths: list[Path | str] = []
     rows = 0
     state = {}
     for g in plan.gpus:
@@ -154,7 +155,7 @@ def _engine_task(args: tuple) -> EngineResult:
 
 
 def simulate(
-    data_dir: Path,
+    data_dir: Path | str,
     *,
     start: dt.date,
     days: int = 1,
@@ -165,8 +166,9 @@ def simulate(
 ) -> SimulationSummary:
     """Simulate ``days`` days from 00:00 UTC of ``start`` (only the first ``hours`` of each when given).
 
-    Writes ``inventory.yaml`` and the power, requests and job_events datasets under ``data_dir``;
-    the same arguments always give byte-identical files. ``arrivals`` replays a trace per endpoint
+    Writes ``inventory.yaml`` and the power, requests and job_events datasets under ``data_dir``
+    (a local folder or an ``s3://bucket/prefix`` URL); the same arguments always give
+    byte-identical files. ``arrivals`` replays a trace per endpoint
     name instead of the diurnal Poisson process.
     """
     if days < 1:
@@ -180,9 +182,12 @@ def simulate(
     unknown = sorted(set(arrivals or {}) - set(endpoints))
     if unknown:
         raise ValueError(f"arrivals for unknown endpoint(s) {', '.join(unknown)}; the fleet serves {', '.join(sorted(endpoints))}")
-    data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    dump_inventory(inv, data_dir / INVENTORY_FILE)
+    if DataRoot.open(data_dir).is_local:
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        dump_inventory(inv, data_dir / INVENTORY_FILE)
+    else:  # an s3:// URL: stays a string, so worker processes make their own client
+        DataRoot.open(data_dir).write_bytes(INVENTORY_FILE, inventory_yaml(inv).encode())
 
     epoch_ns = int(dt.datetime.combine(start, dt.time(), tzinfo=dt.timezone.utc).timestamp()) * 1_000_000_000
     span_s = DAY_S if hours is None else hours * 3600.0
@@ -208,7 +213,7 @@ def simulate(
                 timelines[g], mem[g] = job_events[j.name][h].timeline, power.MEM_TRAINING_MIB
         plans.append(_HostPlan(host.name, [g.index for g in host.gpus], timelines, mem))
 
-    files: list[Path] = []
+    files: list[Path | str] = []
     power_rows = 0
     for paths, rows in _map(_host_power, [(p, seed, epoch_ns, windows, data_dir) for p in plans], workers):
         files += paths

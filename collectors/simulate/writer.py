@@ -96,5 +96,6 @@ def job_events_table(epoch_ns: int, cols: dict[str, np.ndarray]) -> pa.Table:
     )
 
 
-def write(table: pa.Table, data_dir: Path, dataset: str, prefix: str = PREFIX, sort_by: list[str] | None = None) -> list[Path]:
+def write(table: pa.Table, data_dir: Path | str, dataset: str, prefix: str = PREFIX,
+          sort_by: list[str] | None = None) -> list[Path | str]:
     return write_dataset(table, data_dir, dataset, prefix=prefix, sort_by=sort_by, unique_names=False)
