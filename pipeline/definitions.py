@@ -23,6 +23,7 @@ from dagster import (
 )
 
 import pipeline.assets
+from collectors.contract import DATASETS
 from pipeline.jobs import build_jobs, keys_partitioned_by
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -63,8 +64,11 @@ FOLLOW_DAYS = 7
 def fleet_day_condition() -> AutomationCondition:
     """Eager, but over the last week's days, not only the latest partition (which is today:
     the partitions end a day ahead so a day being collected can be built by hand)."""
-    return AutomationCondition.eager().replace(
-        "in_latest_time_window", AutomationCondition.in_latest_time_window(lookback_delta=dt.timedelta(days=FOLLOW_DAYS))
+    return (
+        AutomationCondition.eager()
+        .replace("in_latest_time_window", AutomationCondition.in_latest_time_window(lookback_delta=dt.timedelta(days=FOLLOW_DAYS)))
+        # the raw datasets are observable sources (never "materialized"): a day checks its files when it runs
+        .ignore(AssetSelection.keys(*DATASETS))
     )
 
 

@@ -41,14 +41,13 @@ class WarehouseResource(ConfigurableResource):
         """{path: reason} of the day's files in quarantine that lose data (not byte-identical
         copies); for a cluster-day's power, only its hosts' files."""
         scope = date if isinstance(date, Scope) else Scope(date=date)
-        hosts = None
+        mine = lambda host: True  # noqa: E731
         if scope.cluster and dataset == "power":
-            inventory = warehouse.load_inventory_if_any(self.path)
-            hosts = set(warehouse.cluster_members(inventory, scope.cluster)[0]) if inventory else set()
+            mine = warehouse.host_filter(warehouse.load_inventory_if_any(self.path), scope.cluster)
         return {
             e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
             for e in quarantine.entries(self.path, scope.date, dataset)
-            if e["kind"] != "duplicate" and (hosts is None or _host_of(Path(e["path"])) in hosts)
+            if e["kind"] != "duplicate" and mine(warehouse.host_of(Path(e["path"])))
         }
 
     def scoped_files(self, date: str, scope: Scope | None) -> dict[str, list[Path]]:
@@ -57,9 +56,8 @@ class WarehouseResource(ConfigurableResource):
         if scope is not None and scope.fleet:
             files["power"] = []
         elif scope is not None and scope.cluster:
-            inventory = warehouse.load_inventory_if_any(self.path)
-            hosts = set(warehouse.cluster_members(inventory, scope.cluster)[0]) if inventory else set()
-            files["power"] = [f for f in files["power"] if _host_of(f) in hosts]
+            mine = warehouse.host_filter(warehouse.load_inventory_if_any(self.path), scope.cluster)
+            files["power"] = [f for f in files["power"] if mine(warehouse.host_of(f))]
         return files
 
     @contextlib.contextmanager
@@ -94,6 +92,3 @@ class WarehouseResource(ConfigurableResource):
         warehouse.publish(self.path)
         return rows
 
-
-def _host_of(path: Path) -> str | None:
-    return next((part.split("=", 1)[1] for part in path.parts if part.startswith("host=")), None)

@@ -112,14 +112,15 @@ def run_day(
 
     from pipeline import quarantine
     from pipeline.partitions import register_clusters
-    from pipeline.warehouse import clusters as inventory_clusters
-    from pipeline.warehouse import remove_stale_tmp
+    from pipeline.warehouse import day_clusters, remove_stale_parts, remove_stale_tmp
 
-    clusters = inventory_clusters(data_dir)
+    clusters = day_clusters(data_dir, date)
     workers = workers or default_workers(len(clusters))
     outcome = RunOutcome(date=date, success=True, run_id="")
     with run_lock(data_dir):
         remove_stale_tmp(data_dir)
+        if not selection:  # a whole day: its parts are exactly its current cluster-days'
+            remove_stale_parts(data_dir, date, clusters)
         with DagsterInstance.get() as instance:
             register_clusters(instance, clusters)
         parts = [(str(data_dir), date, c, selection, _worker_threads(workers)) for c in clusters]
@@ -157,10 +158,13 @@ def _run_part(args) -> dict:
     from pipeline.definitions import build_definitions
     from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
     from pipeline.partitions import cluster_day_key
+    from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
 
     defs = build_definitions(data_dir)
     job = defs.resolve_job_def(CLUSTER_JOB if cluster else FLEET_JOB)
     selected = _select(job, selection)
+    if cluster == UNASSIGNED:  # hosts missing from the inventory: their per-GPU tables only
+        selected = [k for k in (selected or job.asset_layer.selected_asset_keys) if k.path[-1] in PER_GPU_TABLES]
     part = {"cluster": cluster, "success": True, "run_id": "", "materialized": [], "failed_checks": [], "error": None, "step_seconds": {}}
     if selection and not selected:
         return part

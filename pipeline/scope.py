@@ -23,8 +23,23 @@ from pipeline.constants import derived_path
 from pipeline.partitions import CLUSTER_DIM, DATE_DIM
 
 CLUSTER_ROLE = "cluster_role"
-PER_GPU_TABLES = ("power_1s", "power_100ms")
-"""Per-GPU derived tables: visible to cluster-days only (a fleet-day never reads them)."""
+UNASSIGNED = "_unassigned"
+"""The cluster-day of hosts that have power files but are missing from the inventory."""
+PER_GPU_COLUMNS = {
+    "power_1s": "date DATE, host VARCHAR, gpu UTINYINT, ts TIMESTAMPTZ, mean_w FLOAT, min_w FLOAT, max_w FLOAT, "
+    "energy_j DOUBLE, samples INTEGER, gap_before BOOLEAN, duplicate_samples INTEGER, source VARCHAR, is_average BOOLEAN",
+    "power_100ms": "date DATE, host VARCHAR, gpu UTINYINT, ts TIMESTAMPTZ, power_w FLOAT, samples INTEGER, source VARCHAR, "
+    "power_avg_w FLOAT, is_average BOOLEAN",
+}
+"""Per-GPU derived tables and their columns: a fleet-day sees them empty (whether or not their
+files are on this machine), so it provably reads no per-GPU data."""
+PER_GPU_TABLES = tuple(PER_GPU_COLUMNS)
+
+
+def empty_relation_sql(columns: str) -> str:
+    """A typed relation with no rows, from ``"name TYPE, name TYPE"``."""
+    typed = ", ".join(f"NULL::{c.split(' ', 1)[1]} AS {c.split(' ', 1)[0]}" for c in (x.strip() for x in columns.split(",")))
+    return f"SELECT {typed} WHERE false"
 ROLE_ROW_TABLES = ("hourly_activity",)
 """Tables keyed by (role, entity) whose role rows (entity = role) are the fleet-day's part and
 whose endpoint rows are the cluster-days'."""

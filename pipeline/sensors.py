@@ -38,10 +38,10 @@ def new_parquet_sensor(context: SensorEvaluationContext, warehouse: WarehouseRes
     current = day_signatures(warehouse.path)
     changed = sorted(day for day, sig in current.items() if day < today and seen.get(day) != sig)
     context.update_cursor(json.dumps(current))
-    clusters = wh.clusters(warehouse.path)
-    new = register_clusters(context.instance, clusters)
+    by_day = {day: wh.day_clusters(warehouse.path, day) for day in changed}
+    new = register_clusters(context.instance, sorted({c for cs in by_day.values() for c in cs} | set(wh.clusters(warehouse.path))))
     if new:
         context.log.info(f"registered cluster partition(s) {new}")
     if not changed:
         return SkipReason("no new or changed Parquet for a completed day")
-    return [RunRequest(partition_key=cluster_day_key(day, c), run_key=f"{day}:{c}:{current[day]}") for day in changed for c in clusters]
+    return [RunRequest(partition_key=cluster_day_key(day, c), run_key=f"{day}:{c}:{current[day]}") for day in changed for c in by_day[day]]

@@ -16,6 +16,7 @@ import fcntl
 import glob
 import os
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from collectors.inventory import Inventory, load_inventory
 from collectors.parquet_sink import TMP_PREFIX, fsync_dir
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, derived_path, warehouse_path
-from pipeline.scope import PER_GPU_TABLES, ROLE_ROW_TABLES, Scope, read_back_sql, store_rows_sql
+from pipeline.scope import PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -83,7 +84,10 @@ def read_day(data_dir: Path, table: str, date: str) -> pa.Table:
     parts = day_parts(data_dir, table, date)
     if not parts:
         raise FileNotFoundError(f"no part of {table} for {date} under {derived_path(data_dir, table)}")
-    return pa.concat_tables([pq.read_table(p) for p in parts], promote_options="permissive")
+    tables = [pq.read_table(p) for p in parts]
+    unified = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+    schema = pa.schema([f.with_nullable(True) for f in unified])  # NOT NULL flags vary with the writer, not the data
+    return pa.concat_tables([t.cast(schema) for t in tables])
 
 
 def _parts_glob(data_dir: Path, table: str, cluster: str | None = None) -> str:
@@ -117,10 +121,7 @@ def _derived_view_sql(data_dir: Path, table: str, scope: Scope | None = None, co
             return f"CREATE OR REPLACE VIEW {table} AS {read_back_sql(source, cluster)}"
         return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source}"
     source = f"read_parquet({_quote(_parts_glob(data_dir, table))}, hive_partitioning = false)"
-    if (cluster or (scope and scope.fleet)) and table in PER_GPU_TABLES:
-        # a cluster without this table's part yet, or a fleet-day: typed, and empty
-        return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source} WHERE false"
-    if cluster:
+    if cluster:  # a cluster without its part of this table yet: typed, and empty
         return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source} WHERE false"
     return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source}"
 
@@ -203,6 +204,41 @@ def cluster_members(inventory: Inventory, cluster: str) -> tuple[list[str], list
     return [h.name for h in hosts], [e.name for h in hosts for e in h.endpoints]
 
 
+def host_filter(inventory: Inventory | None, cluster: str):
+    """Whether a host's files belong to ``cluster`` (for UNASSIGNED: hosts the inventory lacks)."""
+    known = {h.name for _, _, h in inventory.iter_hosts()} if inventory else set()
+    if cluster == UNASSIGNED:
+        return lambda host: host not in known
+    members = set(cluster_members(inventory, cluster)[0]) if inventory else set()
+    return lambda host: host in members
+
+
+def host_of(path: Path) -> str | None:
+    return next((part.split("=", 1)[1] for part in path.parts if part.startswith("host=")), None)
+
+
+def remove_stale_parts(data_dir: Path, date: str, clusters: list[str]) -> list[Path]:
+    """Delete the day's parts of clusters that are not among ``clusters`` (a cluster gone from
+    the inventory, or hosts once unassigned and now listed), so a re-run day holds exactly
+    its current cluster-days' rows. Returns the folders removed."""
+    keep = {f"cluster={c}" for c in clusters}
+    stale = [f for f in (data_dir / DERIVED_DIR).glob(f"*/date={date}/cluster=*") if f.is_dir() and f.name not in keep]
+    for folder in stale:
+        shutil.rmtree(folder)
+    return stale
+
+
+def day_clusters(data_dir: Path, date: str) -> list[str]:
+    """The day's cluster-days: the inventory's clusters, and UNASSIGNED when the day has power
+    files of hosts the inventory does not list (they are computed per GPU and named by a check,
+    never dropped)."""
+    names = clusters(data_dir)
+    unknown = host_filter(load_inventory_if_any(data_dir), UNASSIGNED)
+    if any(unknown(host_of(f)) for f in raw_files(data_dir, "power", date)):
+        names.append(UNASSIGNED)
+    return names
+
+
 def _in_list(column: str, values: list[str]) -> str:
     return f"{column} IN ({', '.join(_quote(v) for v in values)})" if values else "false"
 
@@ -221,7 +257,11 @@ def create_views(
     raw_overrides = raw_overrides or {}
     inventory = load_inventory_if_any(data_dir)
     filters: dict[str, str] = {}
-    if scope and scope.cluster:
+    if scope and scope.cluster == UNASSIGNED:  # hosts missing from the inventory: per GPU only
+        known = [h.name for _, _, h in inventory.iter_hosts()] if inventory else []
+        inventory = None
+        filters = {"power": f"NOT ({_in_list('host', known)})", "requests": "false", "job_events": f"NOT ({_in_list('host', known)})"}
+    elif scope and scope.cluster:
         if inventory is None:
             raise WarehouseError(f"no {INVENTORY_FILE}: cannot tell which hosts are in cluster {scope.cluster!r}")
         hosts, endpoints = cluster_members(inventory, scope.cluster)
@@ -241,7 +281,11 @@ def create_views(
         con.execute(f"SET VARIABLE scope = {_quote('cluster' if scope.cluster else 'fleet')}")
         con.execute(f"SET VARIABLE cluster = {_quote(scope.cluster) if scope.cluster else 'NULL'}")
     for table in derived_tables(data_dir):
-        con.execute(_derived_view_sql(data_dir, table, scope, con))
+        if not (scope and scope.fleet and table in PER_GPU_TABLES):
+            con.execute(_derived_view_sql(data_dir, table, scope, con))
+    if scope and scope.fleet:
+        for table, columns in PER_GPU_COLUMNS.items():
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(columns)}")
     _create_inventory_tables(con, inventory)
     from pipeline import quarantine  # local: quarantine reads raw_files from here
 

@@ -168,13 +168,20 @@ def run_history(data_dir: Path, date: str, instance=None, assets: list[str] | No
 def _history_from(instance, date: str, assets: list[str] | None) -> RunHistory:
     from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, RunsFilter
 
+    from pipeline.partitions import CLUSTER_DIM, cluster_day_key
+
     history = RunHistory(True)
-    runs = instance.get_runs(filters=RunsFilter(tags={"dagster/partition": date}), limit=50)
+    # the fleet-day's runs (partition D) and the cluster-days' (partition date D, any cluster)
+    records = instance.get_run_records(RunsFilter(tags={"dagster/partition": date}), limit=50)
+    records += instance.get_run_records(RunsFilter(tags={"dagster/partition/date": date}), limit=500)
+    runs = [r.dagster_run for r in sorted(records, key=lambda r: r.create_timestamp, reverse=True)]
     seen: set[tuple[str, str]] = set()
     for run in runs:  # newest first
+        cluster = run.tags.get("dagster/partition/cluster")
         for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION):
             ev = entry.dagster_event.event_specific_data
-            key = (ev.asset_key.to_user_string(), ev.check_name)
+            asset = ev.asset_key.to_user_string()
+            key = (f"{asset} [{cluster}]" if cluster else asset, ev.check_name)
             if key in seen:
                 continue
             seen.add(key)
@@ -193,16 +200,19 @@ def _history_from(instance, date: str, assets: list[str] | None) -> RunHistory:
     keys = [AssetKey.from_user_string(a) for a in assets] if assets is not None else sorted(
         instance.get_asset_keys(), key=lambda k: k.to_user_string()
     )
+    partitions = [(date, None)] + [(cluster_day_key(date, c), c) for c in instance.get_dynamic_partitions(CLUSTER_DIM)]
     for key in keys:
-        result = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[date]), limit=1)
-        if not result.records:
-            continue
-        record = result.records[0]
-        mat = record.asset_materialization
-        rows = None
-        if mat is not None and "dagster/row_count" in mat.metadata:
-            rows = int(mat.metadata["dagster/row_count"].value)
-        history.materializations.append(MaterializationRow(key.to_user_string(), record.timestamp, record.run_id, rows))
+        for partition, cluster in partitions:
+            result = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1)
+            if not result.records:
+                continue
+            record = result.records[0]
+            mat = record.asset_materialization
+            rows = None
+            if mat is not None and "dagster/row_count" in mat.metadata:
+                rows = int(mat.metadata["dagster/row_count"].value)
+            label = f"{key.to_user_string()} [{cluster}]" if cluster else key.to_user_string()
+            history.materializations.append(MaterializationRow(label, record.timestamp, record.run_id, rows))
     if not runs:
         history.note = f"no Dagster run recorded for {date}"
     return history

@@ -4,6 +4,7 @@ partitions so the report can be tested with and without each of them before they
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +20,9 @@ def _ts(date: str, seconds: float) -> dt.datetime:
 
 
 def write_table(data_dir: Path, name: str, date: str, rows: list[dict], schema: pa.Schema) -> None:
+    """The day's rows of ``name``, replacing every part of the day (cluster-days' included)."""
     folder = data_dir / "derived" / name / f"date={date}"
+    shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), folder / "part-0.parquet")
 

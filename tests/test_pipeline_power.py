@@ -52,7 +52,9 @@ def test_fleet_power_sums_and_provisioned(built):
     con = duckdb.connect()
     con.register("f", _table(data_dir, "fleet_power_1s"))
     levels = dict(con.execute("select level || ':' || entity, count(*) from f group by all").fetchall())
-    assert levels == {"host:train-0": 600, "host:infer-0": 600, "cluster:c0": 600, "role:training": 600, "role:inference": 600, "fleet:test": 600}
+    assert levels == {"host:train-0": 600, "host:infer-0": 600, "cluster:c0": 600, "role:training": 600, "role:inference": 600, "fleet:test": 600,
+                      # the cluster-day's share of each role, which the fleet-day rolls up (docs/scale-out.md)
+                      "cluster_role:c0/training": 600, "cluster_role:c0/inference": 600}
     hi = con.execute("select power_w, provisioned_w, power_pct from f where level = 'cluster' order by ts limit 1").fetchone()
     assert hi == (pytest.approx(1400 + 400), 4000.0, pytest.approx(45.0))
     # The inference host has no provisioned_w: it defaults to the sum of its TDPs.

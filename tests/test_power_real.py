@@ -60,7 +60,7 @@ def built(tmp_path_factory):
     con = duckdb.connect()
     for host, *_ in TRACES:
         for t in ("swing_stats", "power_summary"):
-            con.execute(f"create table {host}_{t} as select * from read_parquet('{data_dir}/derived/{t}/*/*.parquet') "
+            con.execute(f"create table {host}_{t} as select * from read_parquet('{data_dir}/derived/{t}/**/*.parquet') "
                         f"where level = 'gpu' and entity like '{host}/%'")
     return con
 

@@ -144,7 +144,7 @@ def test_the_fleet_day_needs_no_raw_samples_and_no_per_gpu_table(builds, tmp_pat
         assert _rows(d, t) == before[t], t
 
 
-def test_the_fleet_day_follows_its_cluster_days_by_itself(tmp_path):
+def test_the_fleet_day_follows_its_cluster_days_by_itself(tmp_path, monkeypatch):
     """The fleet-day's automation condition: nothing to do before the cluster-days; once they
     are built, every fleet-day asset of that day is requested, and nothing of another day."""
     import datetime as dt
@@ -156,6 +156,7 @@ def test_the_fleet_day_follows_its_cluster_days_by_itself(tmp_path):
 
     data_dir = tmp_path / "data"
     write_square_fleet(data_dir, seconds=60)
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home(data_dir)))
     defs = build_definitions(str(data_dir))
     when = dt.datetime.fromisoformat(f"{DATE}T00:00:00+00:00") + dt.timedelta(days=1, hours=2)
     with DagsterInstance.from_config(str(dagster_home(data_dir))) as instance:
@@ -164,7 +165,6 @@ def test_the_fleet_day_follows_its_cluster_days_by_itself(tmp_path):
     assert run_day(data_dir, DATE, fleet_day=False).success
     with DagsterInstance.from_config(str(dagster_home(data_dir))) as instance:
         second = evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor, evaluation_time=when)
-    requested = {(r.asset_key.to_user_string(), p) for r in second.results for p in r.true_subset.expensively_compute_partition_keys()}
-    fleet_keys = {k.to_user_string() for k in defs.resolve_job_def("fleet_day_job").asset_layer.selected_asset_keys}
-    assert {k for k, _ in requested} == fleet_keys
-    assert {p for _, p in requested} == {DATE}
+    fleet_keys = defs.resolve_job_def("fleet_day_job").asset_layer.selected_asset_keys
+    assert {k: second.get_requested_partitions(k) for k in fleet_keys} == {k: {DATE} for k in fleet_keys}
+    assert second.total_requested == len(fleet_keys)  # the fleet-day's assets of that day, nothing else

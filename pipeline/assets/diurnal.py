@@ -2,7 +2,7 @@
 `diurnal_profile` reads the trailing weeks of it and profiles power, requests, tokens and J per
 output token by local hour (and day of week once 7 days exist)."""
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetDep, AssetKey, AssetExecutionContext, Config, TimeWindowPartitionMapping, asset
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, AssetKey, Config, asset
 
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
@@ -79,10 +79,9 @@ def _headline(con) -> dict:
 
 @asset(
     partitions_def=daily_partitions,
-    deps=[
-        hourly_activity,  # the day's endpoint rows, from every cluster
-        AssetDep(AssetKey(["fleet", "hourly_activity"]), partition_mapping=TimeWindowPartitionMapping(start_offset=-(TRAILING_DAYS - 1))),
-    ],
+    # The day's hourly_activity, from every cluster and the fleet-day; the trailing days are read
+    # as they are (a profile over fewer days is still a profile, so they do not block the day).
+    deps=[hourly_activity, AssetKey(["fleet", "hourly_activity"])],
     group_name="power",
     kinds={"duckdb", "parquet"},
     check_specs=[c.spec("diurnal_profile") for c in DIURNAL_CHECKS],
