@@ -12,6 +12,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetKey, asset
 from pipeline.assetkit import json_meta, materialize
 from pipeline.assets.correlation import COINCIDENCE_CHECKS, _coincidence_headline
 from pipeline.assets.grid import FLEET_CHECKS, _fleet_headline
+from pipeline.assets.power import fleet_power_1s_headline
 from pipeline.assets.summary import SUMMARY_CHECKS, _summary_headline
 from pipeline.assets.swings import CHECKS as SWING_CHECKS
 from pipeline.assets.swings import _headline as _swing_headline
@@ -46,6 +47,7 @@ def _rollup(table: str, checks, deps, doc: str):
 
 SQL = {t: f"rollup/{t}" for t in ("fleet_power_1s", "fleet_power_100ms", "power_summary", "coincidence")}
 HEADLINES = {
+    "fleet_power_1s": fleet_power_1s_headline,
     "fleet_power_100ms": _fleet_headline,
     "power_summary": _summary_headline,
     "coincidence": _coincidence_headline,

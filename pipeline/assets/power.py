@@ -4,6 +4,7 @@
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
+from pipeline.assetkit import materialize
 from pipeline.checks import POWER_1S_CHECKS
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
@@ -58,18 +59,13 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
 def fleet_power_1s(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     """Per second, summed power (W) and energy (J) of every host, cluster, role and fleet, with
     provisioned power, % of provisioned and how many of the domain's GPUs reported."""
-    date = Scope.of(context)
-    with warehouse.connection(date) as con:
-        rows = warehouse.write_partition(con, "fleet_power_1s", date, sqlfiles.query("fleet_power_1s"))
-        peaks = con.execute(
-            """SELECT level, entity, max(power_pct) FROM fleet_power_1s
-               WHERE date = getvariable('partition_date') AND level IN ('role', 'fleet', 'cluster')
-               GROUP BY ALL ORDER BY 1, 2"""
-        ).fetchall()
-    return MaterializeResult(
-        metadata={
-            "rows": rows,
-            "dagster/row_count": rows,
-            "peak_pct_of_provisioned": MetadataValue.json({f"{lvl}:{ent}": round(p, 1) for lvl, ent, p in peaks}),
-        }
-    )
+    return materialize(context, warehouse, "fleet_power_1s", headline=fleet_power_1s_headline)
+
+
+def fleet_power_1s_headline(con) -> dict:
+    peaks = con.execute(
+        """SELECT level, entity, max(power_pct) FROM fleet_power_1s
+           WHERE date = getvariable('partition_date') AND level IN ('role', 'fleet', 'cluster')
+           GROUP BY ALL ORDER BY 1, 2"""
+    ).fetchall()
+    return {"peak_pct_of_provisioned": MetadataValue.json({f"{lvl}:{ent}": round(p, 1) for lvl, ent, p in peaks})}

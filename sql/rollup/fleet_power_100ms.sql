@@ -3,14 +3,7 @@
 -- complete when every part that reports this day is there and complete; power_avg_w is null
 -- unless every part carries one. Reads no per-GPU data.
 WITH parts AS (
-    SELECT 'role' AS level, part_role(entity) AS entity, entity AS part, ts, power_w, power_avg_w, gpus_reporting, complete
-    FROM fleet_power_100ms
-    WHERE date = getvariable('partition_date') AND level = 'cluster_role'
-    UNION ALL
-    SELECT 'fleet', c.fleet, f.entity, f.ts, f.power_w, f.power_avg_w, f.gpus_reporting, f.complete
-    FROM fleet_power_100ms AS f
-    JOIN cluster_fleet AS c ON c.cluster = f.entity
-    WHERE f.date = getvariable('partition_date') AND f.level = 'cluster'
+    FROM cluster_parts('fleet_power_100ms')
 ),
 expected AS (
     SELECT level, entity, count(DISTINCT part) AS n FROM parts GROUP BY ALL

@@ -9,23 +9,13 @@ WHERE date = getvariable('partition_date') AND complete AND level IN ('role', 'f
 GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE _gpu_time AS
-WITH parts AS (
-    SELECT 'role' AS level, part_role(entity) AS entity, above_tdp_share, idle_share, gpu_slots
-    FROM power_summary
-    WHERE date = getvariable('partition_date') AND level = 'cluster_role'
-    UNION ALL
-    SELECT 'fleet', c.fleet, s.above_tdp_share, s.idle_share, s.gpu_slots
-    FROM power_summary AS s
-    JOIN cluster_fleet AS c ON c.cluster = s.entity
-    WHERE s.date = getvariable('partition_date') AND s.level = 'cluster'
-)
 SELECT
     level,
     entity,
     sum(above_tdp_share * gpu_slots) / sum(gpu_slots) AS above_tdp_share,
     sum(idle_share * gpu_slots) / sum(gpu_slots) AS idle_share,
     sum(gpu_slots) AS gpu_slots
-FROM parts
+FROM cluster_parts('power_summary')
 GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE _energy AS

@@ -70,3 +70,33 @@ SELECT
 FROM query_table(members) AS m
 JOIN sums AS s USING (level, entity)
 ORDER BY m.level, m.entity;
+
+-- A table's cluster-day parts as fleet-day inputs: each cluster_role part as its role (the
+-- original part name in `part`), each cluster row as its fleet.
+CREATE OR REPLACE MACRO cluster_parts(tbl) AS TABLE
+SELECT 'role' AS level, part_role(entity) AS entity, entity AS part, * EXCLUDE (level, entity)
+FROM query_table(tbl)
+WHERE date = getvariable('partition_date') AND level = 'cluster_role'
+UNION ALL BY NAME
+SELECT 'fleet' AS level, c.fleet AS entity, s.entity AS part, s.* EXCLUDE (level, entity)
+FROM query_table(tbl) AS s
+JOIN cluster_fleet AS c ON c.cluster = s.entity
+WHERE s.date = getvariable('partition_date') AND s.level = 'cluster';
+
+-- fleet_power_1s's rows from the table named by summed (ts, level, entity, power_w, energy_j,
+-- gpus_reporting), with the domain's GPU count and provisioned power.
+CREATE OR REPLACE MACRO fleet_power_1s_rows(summed) AS TABLE
+SELECT
+    getvariable('partition_date') AS date,
+    s.level,
+    s.entity,
+    s.ts,
+    s.power_w::FLOAT AS power_w,
+    s.energy_j,
+    s.gpus_reporting::INTEGER AS gpus_reporting,
+    e.gpus AS gpus_total,
+    e.provisioned_w,
+    (100 * s.power_w / e.provisioned_w)::FLOAT AS power_pct
+FROM query_table(summed) AS s
+JOIN inventory_entities AS e USING (level, entity)
+ORDER BY s.level, s.entity, s.ts;
