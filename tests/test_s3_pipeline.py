@@ -131,3 +131,24 @@ def test_wattline_sql_on_the_s3_data_dir_reads_a_fresh_mirror(built, tmp_path):
         assert (tmp_path / "reader" / "warehouse.duckdb").is_file()
     finally:
         mp.setenv("WATTLINE_WORK_DIR", runner_work)
+
+
+def test_a_fresh_machine_re_runs_some_assets_from_the_bucket_alone(built, tmp_path):
+    """A new work dir (another machine): the cluster-days' swing_stats stage their own parts
+    (power_100ms...), the fleet-day stages every cluster's parts and the trailing hourly_activity;
+    the rebuilt parts equal the local run's."""
+    root, local, _, _, mp = built
+    runner_work = os.environ["WATTLINE_WORK_DIR"]
+    mp.setenv("WATTLINE_WORK_DIR", str(tmp_path / "other"))
+    try:
+        before = {k: root.stat(k).mtime_ns for k in _parts_s3(root)}
+        outcome = run_day(root.url, DATE, selection=["swing_stats", "diurnal_profile"], workers=1)
+        assert outcome.success, outcome.error
+        assert sorted(outcome.materialized) == sorted(["swing_stats"] * len(CLUSTERS) + ["fleet/swing_stats", "diurnal_profile"])
+        rebuilt = [k for k in _parts_s3(root) if root.stat(k).mtime_ns != before[k]]
+        assert {k.split("/")[1] for k in rebuilt} == {"swing_stats", "diurnal_profile"}, rebuilt
+        for key in rebuilt:
+            assert _rows(root.read_parquet(key)) == _rows(pq.read_table(local / key)), key
+        assert (tmp_path / "other" / "warehouse.duckdb").is_file() and not root.list("*.duckdb")
+    finally:
+        mp.setenv("WATTLINE_WORK_DIR", runner_work)
