@@ -13,6 +13,10 @@ A day's checks fail while any of its files is still quarantined: fix the file an
 (then re-run the day), or delete the quarantined copy to accept the loss. Kinds: ``unreadable``
 (truncated footer...), ``schema`` (drifted from the contract), ``duplicate`` (a byte-identical
 copy of another file of the day: nothing is lost by leaving it out).
+
+On an ``s3://`` data dir (``data_dir`` is then its local work dir, pipeline/remote.py) the
+object is moved on S3 as well and the log row uploaded, both naming the files by URL, so the
+file is not read again and ``quarantined_files`` is the same on every machine.
 """
 
 from __future__ import annotations

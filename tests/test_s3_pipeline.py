@@ -152,3 +152,23 @@ def test_a_fresh_machine_re_runs_some_assets_from_the_bucket_alone(built, tmp_pa
         assert (tmp_path / "other" / "warehouse.duckdb").is_file() and not root.list("*.duckdb")
     finally:
         mp.setenv("WATTLINE_WORK_DIR", runner_work)
+
+
+def test_wattline_report_and_ui_on_the_s3_data_dir(built, tmp_path, monkeypatch):
+    root, *_ , mp = built
+    runner_work = os.environ["WATTLINE_WORK_DIR"]
+    mp.setenv("WATTLINE_WORK_DIR", str(tmp_path / "reader"))
+    try:
+        r = CliRunner().invoke(main, ["report", "--date", DATE, "--no-png", "--out", str(tmp_path / "out"), "--data-dir", root.url])
+        assert r.exit_code == 0, r.output
+        assert (tmp_path / "out" / f"{DATE}.html").is_file()
+        assert (tmp_path / "reader" / "derived" / "swing_stats" / f"date={DATE}" / "part-0.parquet").is_file()
+
+        launched = {}
+        monkeypatch.setattr(os, "execve", lambda exe, args, env: launched.update(args=args, env=env))
+        u = CliRunner().invoke(main, ["ui", "--data-dir", root.url])
+        assert u.exit_code == 0, u.output
+        assert launched["env"]["WATTLINE_DATA_DIR"] == root.url  # runs launched from the UI use the bucket
+        assert launched["env"]["DAGSTER_HOME"] == str(tmp_path / "reader" / ".dagster")
+    finally:
+        mp.setenv("WATTLINE_WORK_DIR", runner_work)
