@@ -27,7 +27,7 @@ from pathlib import Path
 
 from collectors.storage import DataRoot, LocalRoot, resolve_data_root
 from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, QUARANTINE_DIR, SQL_DIR, warehouse_path
-from pipeline.scope import PER_GPU_TABLES, Scope
+from pipeline.scope import PER_GPU_TABLES, UNASSIGNED, Scope
 
 WORK_DIR_ENV = "WATTLINE_WORK_DIR"
 """Local work dir of an S3 data dir (default ``<state dir>/work``: docs/storage.md)."""
@@ -153,19 +153,50 @@ def _trailing_days(day: str) -> list[str]:
 
 
 def _cluster_hosts(root: DataRoot, work: Path, scope: Scope) -> list[str]:
-    """The cluster's hosts; for a cluster not in the inventory (hosts nobody assigned), the
-    day's hosts with power files that no inventory cluster holds."""
+    """The cluster's hosts; for UNASSIGNED, the day's hosts with power files on S3 that the
+    inventory does not list."""
     from pipeline import warehouse
 
     inventory = warehouse.load_inventory_if_any(work)
-    if inventory is None:
+    if scope.cluster != UNASSIGNED:
+        return warehouse.cluster_members(inventory, scope.cluster)[0] if inventory else []
+    return unassigned_hosts(root, work, scope.date)
+
+
+def unassigned_hosts(root: DataRoot, work: Path, date: str) -> list[str]:
+    """Hosts of the day missing from the inventory, with power files on S3 or (to be dropped
+    by the mirror when gone from S3) in the work dir."""
+    from pipeline import warehouse
+
+    mine = warehouse.host_filter(warehouse.load_inventory_if_any(work), UNASSIGNED)
+    day_hosts = {k.split("/")[2].split("=", 1)[1] for k in root.list(f"power/date={date}/host=*/*.parquet")}
+    day_hosts |= {p.name.split("=", 1)[1] for p in (work / "power" / f"date={date}").glob("host=*")}
+    return sorted(h for h in day_hosts if mine(h))
+
+
+def stage_day_plan(root: DataRoot, work: Path, date: str) -> None:
+    """What the runner needs to plan a day on S3: ``inventory.yaml`` and the power files of
+    hosts missing from it (they make the UNASSIGNED cluster-day: ``warehouse.day_clusters``)."""
+    if root.is_local:
+        return
+    stage(root, work)
+    mirror_all(root, work, [f"power/date={date}/host={h}" for h in unassigned_hosts(root, work, date)])
+
+
+def remove_stale_parts(data_dir: str | os.PathLike, date: str, clusters: list[str]) -> list[str]:
+    """On S3, delete the day's cluster parts of clusters not in ``clusters`` (what
+    ``warehouse.remove_stale_parts`` does in the work dir), so no fleet-day stages them again.
+    Returns the deleted keys; no-op locally."""
+    root = open_root(data_dir)
+    if root.is_local:
         return []
-    known = {c.name for f in inventory.fleets for c in f.clusters}
-    if scope.cluster in known:
-        return warehouse.cluster_members(inventory, scope.cluster)[0]
-    assigned = {h.name for _, _, h in inventory.iter_hosts()}
-    day_hosts = {k.split("/")[2].split("=", 1)[1] for k in root.list(f"power/date={scope.date}/host=*/*.parquet")}
-    return sorted(day_hosts - assigned)
+    keep = {f"cluster={c}" for c in clusters}
+    with ThreadPoolExecutor(max_workers=MIRROR_THREADS) as pool:
+        listed = pool.map(lambda t: root.list(f"{DERIVED_DIR}/{t}/date={date}/cluster=*/*.parquet"), derived_table_names())
+        stale = [k for keys in listed for k in keys if k.split("/")[3] not in keep]
+    for key in stale:
+        root.delete(key)
+    return stale
 
 
 def _mirror_file(root: DataRoot, work: Path, key: str) -> int:

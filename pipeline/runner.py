@@ -111,12 +111,12 @@ def run_day(
     ``data_dir``: a local folder or an ``s3://`` URL (then the runs, lock and Dagster home are
     in its local work dir, and the workers stage and publish through the bucket).
     """
-    url, data_dir = _work_dir(data_dir)
+    url, data_dir = _work_dir(data_dir, date)
     os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
     warnings.filterwarnings("ignore", module="dagster")
     from dagster import DagsterInstance
 
-    from pipeline import quarantine
+    from pipeline import quarantine, remote
     from pipeline.partitions import register_clusters
     from pipeline.warehouse import day_clusters, remove_stale_parts, remove_stale_tmp
 
@@ -127,6 +127,7 @@ def run_day(
         remove_stale_tmp(data_dir)
         if not selection:  # a whole day: its parts are exactly its current cluster-days'
             remove_stale_parts(data_dir, date, clusters)
+            remote.remove_stale_parts(url, date, clusters)  # S3: the same objects (no-op locally)
         with DagsterInstance.get() as instance:
             register_clusters(instance, clusters)
         parts = [(url, date, c, selection, _worker_threads(workers)) for c in clusters]
@@ -144,16 +145,16 @@ def run_day(
     return outcome
 
 
-def _work_dir(data_dir: Path | str) -> tuple[str, Path]:
+def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:
     """(what workers get: the data dir as given or its URL, the local dir the runner works in);
-    for S3, inventory.yaml is staged first (the cluster list comes from it)."""
+    for S3, what the day's cluster list comes from is staged first (pipeline/remote.py)."""
     from pipeline import remote
 
     if not remote.is_s3(data_dir):
         return str(data_dir), Path(data_dir)
     root = remote.open_root(data_dir)
     work = remote.work_dir(root)
-    remote.stage(root, work)
+    remote.stage_day_plan(root, work, date)
     return root.url, work
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
@@ -172,3 +173,30 @@ def test_wattline_report_and_ui_on_the_s3_data_dir(built, tmp_path, monkeypatch)
         assert launched["env"]["DAGSTER_HOME"] == str(tmp_path / "reader" / ".dagster")
     finally:
         mp.setenv("WATTLINE_WORK_DIR", runner_work)
+
+
+def test_unassigned_hosts_and_stale_parts_on_s3(built):
+    """Runs last (it changes the bucket): a host missing from the inventory gets the
+    _unassigned cluster-day from its S3 files alone; a whole-day re-run deletes the day's parts
+    of clusters that no longer exist, on S3 too; a host whose files are gone from S3 does not
+    linger in the work dir."""
+    import pyarrow as pa
+
+    root, *_ = built
+    src = root.list(f"power/date={DATE}/host=in-0/*.parquet")[0]
+    table = root.read_parquet(src)
+    ghost = f"power/date={DATE}/host=ghost-0/part-0.parquet"
+    root.write_parquet(ghost, table.set_column(table.schema.get_field_index("host"), "host", pa.array(["ghost-0"] * table.num_rows, table.schema.field("host").type)))
+    stale = f"derived/swing_stats/date={DATE}/cluster=c-gone/part-0.parquet"
+    root.write_bytes(stale, root.read_bytes(f"derived/swing_stats/date={DATE}/cluster=c-mixed/part-0.parquet"))
+
+    outcome = run_day(root.url, DATE, workers=2, fleet_day=False)
+    assert outcome.success, outcome.error
+    assert root.exists(f"derived/power_1s/date={DATE}/cluster=_unassigned/part-0.parquet")
+    assert not root.exists(stale)
+
+    root.delete(ghost)
+    outcome = run_day(root.url, DATE, workers=2, fleet_day=False)
+    assert outcome.success and outcome.cluster_days == len(CLUSTERS), outcome.error
+    assert not root.list(f"derived/*/date={DATE}/cluster=_unassigned/*.parquet")
+    assert not list((Path(os.environ["WATTLINE_WORK_DIR"]) / "power" / f"date={DATE}" / "host=ghost-0").glob("*"))
