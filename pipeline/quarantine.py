@@ -13,6 +13,10 @@ A day's checks fail while any of its files is still quarantined: fix the file an
 (then re-run the day), or delete the quarantined copy to accept the loss. Kinds: ``unreadable``
 (truncated footer...), ``schema`` (drifted from the contract), ``duplicate`` (a byte-identical
 copy of another file of the day: nothing is lost by leaving it out).
+
+On an ``s3://`` data dir (``data_dir`` is then its local work dir, pipeline/remote.py) the
+object is moved on S3 as well and the log row uploaded, both naming the files by URL, so the
+file is not read again and ``quarantined_files`` is the same on every machine.
 """
 
 from __future__ import annotations
@@ -158,27 +162,46 @@ def quarantine_damaged(data_dir: Path, dataset: str, date: str) -> int:
         return len(bad)
 
 
-def _destination(data_dir: Path, path: Path) -> Path:
+def _destination(data_dir: Path, path: Path, root=None) -> Path:
     dest = files_dir(data_dir) / path.relative_to(data_dir)
-    if dest.exists():  # the same name quarantined before: keep both
+    taken = dest.exists() or (root is not None and root.exists(_key(data_dir, dest)))
+    if taken:  # the same name quarantined before: keep both
         dest = dest.with_name(f"{dest.stem}.{uuid.uuid4().hex[:8]}{dest.suffix}")
     return dest
+
+
+def _key(data_dir: Path, path: Path) -> str:
+    return path.relative_to(data_dir).as_posix()
 
 
 def _quarantine(data_dir: Path, dataset: str, date: str, bad: dict[Path, tuple[str, str]]) -> None:
     """Log first, then move: a crash in between leaves the file in place (validated again next
     run), never a moved file that no log row names."""
+    from pipeline.remote import root_for
+
+    root = root_for(data_dir)  # an S3 data dir whose work dir this is: move the objects too
     now = dt.datetime.now(dt.timezone.utc)
-    moves = {path: _destination(data_dir, path) for path in bad}
+    moves = {path: _destination(data_dir, path, root) for path in bad}
+    name = (lambda p: root.location(_key(data_dir, p))) if root else str  # noqa: E731
     rows = [
-        dict(dataset=dataset, date=date, path=str(p), quarantined_path=str(moves[p]), kind=kind,
+        dict(dataset=dataset, date=date, path=name(p), quarantined_path=name(moves[p]), kind=kind,
              reason=reason, bytes=p.stat().st_size, at=now)
         for p, (kind, reason) in sorted(bad.items())
     ]
-    write_parquet_atomic(pa.Table.from_pylist(rows, schema=LOG_SCHEMA), log_dir(data_dir) / f"{date}-{dataset}-{uuid.uuid4().hex[:12]}.parquet")
+    log = write_parquet_atomic(pa.Table.from_pylist(rows, schema=LOG_SCHEMA), log_dir(data_dir) / f"{date}-{dataset}-{uuid.uuid4().hex[:12]}.parquet")
+    if root is not None:
+        root.upload(log, _key(data_dir, log))
+        for src, dest in moves.items():
+            with contextlib.suppress(FileNotFoundError):  # moved already by another worker
+                root.move(_key(data_dir, src), _key(data_dir, dest))
     for src, dest in moves.items():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, dest)
+        try:
+            os.replace(src, dest)
+        except FileNotFoundError:
+            if root is None:
+                raise  # on S3 a concurrent stage may have dropped the local copy already
+            continue
         fsync_dir(dest.parent)
         fsync_dir(src.parent)
 
@@ -196,8 +219,16 @@ def entries(data_dir: Path, date: str | None = None, dataset: str | None = None,
         r for r in rows
         if (date is None or r["date"] == date)
         and (dataset is None or r["dataset"] == dataset)
-        and (not present_only or Path(r["quarantined_path"]).exists())
+        and (not present_only or _local_copy(data_dir, r["quarantined_path"]).exists())
     ]
+
+
+def _local_copy(data_dir: Path, quarantined_path: str) -> Path:
+    """Where a logged quarantined file is on this machine: the path itself, or for an S3 data
+    dir (an ``s3://`` URL) its copy under the work dir's ``quarantine/files/``."""
+    if not quarantined_path.startswith("s3://"):
+        return Path(quarantined_path)
+    return files_dir(data_dir) / quarantined_path.split(f"/{QUARANTINE_DIR}/{FILES_DIR}/", 1)[-1]
 
 
 def view_sql(data_dir: Path) -> str:
@@ -206,7 +237,13 @@ def view_sql(data_dir: Path) -> str:
     if not log_dir(data_dir).is_dir() or not any(log_dir(data_dir).glob("*.parquet")):
         cols = ", ".join(f"NULL::{'TIMESTAMPTZ' if f.name == 'at' else 'BIGINT' if f.name == 'bytes' else 'VARCHAR'} AS {f.name}" for f in LOG_SCHEMA)
         return f"SELECT {cols}, NULL::BOOLEAN AS still_quarantined WHERE false"
+    from pipeline.remote import root_for
+
+    present = f"l.quarantined_path IN (SELECT file FROM glob({q(files_dir(data_dir) / '**')}))"
+    if root_for(data_dir) is not None:  # S3: rows name s3:// URLs, present if in the local copy
+        local = f"{q(str(files_dir(data_dir)) + '/')} || regexp_extract(l.quarantined_path, '/{QUARANTINE_DIR}/{FILES_DIR}/(.+)$', 1)"
+        present = f"(CASE WHEN starts_with(l.quarantined_path, 's3://') THEN {local} ELSE l.quarantined_path END) IN (SELECT file FROM glob({q(files_dir(data_dir) / '**')}))"
     return (
-        f"SELECT l.*, l.quarantined_path IN (SELECT file FROM glob({q(files_dir(data_dir) / '**')})) AS still_quarantined "
+        f"SELECT l.*, {present} AS still_quarantined "
         f"FROM read_parquet({q(log_dir(data_dir) / '*.parquet')}) AS l"
     )

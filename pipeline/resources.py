@@ -10,8 +10,8 @@ import duckdb
 from dagster import ConfigurableResource
 
 from collectors.contract import DATASETS
-from pipeline import quarantine, warehouse
-from pipeline.constants import resolve_data_dir
+from collectors.storage import DataRoot
+from pipeline import quarantine, remote, warehouse
 from pipeline.scope import Scope
 
 
@@ -25,8 +25,14 @@ class WarehouseResource(ConfigurableResource):
     data_dir: str = ""
 
     @property
+    def root(self) -> DataRoot:
+        """The data dir: a local folder, or an ``s3://bucket/prefix`` (pipeline/remote.py)."""
+        return remote.open_root(self.data_dir or None)
+
+    @property
     def path(self) -> Path:
-        return resolve_data_dir(self.data_dir or None)
+        """The local directory DuckDB works in: the data dir itself, or an S3 root's work dir."""
+        return remote.work_dir(self.root)
 
     def raw_files(self, dataset: str, date: str) -> tuple[list[Path], dict[str, str]]:
         """The day's usable files of ``dataset``, and {path: reason} of its files in quarantine
@@ -69,6 +75,7 @@ class WarehouseResource(ConfigurableResource):
         them), so no asset reads an unchecked file."""
         scope = date if isinstance(date, Scope) else None
         day = scope.date if scope else date
+        remote.stage(self.root, self.path, scope or day)  # S3: the working copy (no-op locally)
         overrides = dict(raw_files or {})
         if day is not None:
             for name, files in self.scoped_files(day, scope).items():
@@ -89,6 +96,7 @@ class WarehouseResource(ConfigurableResource):
                 raise
             warehouse.create_views(con, self.path, raw_overrides=self.scoped_files(scope.date, scope), scope=scope if scope.cluster or scope.fleet else None)
             rows = warehouse.write_partition(con, self.path, table, scope.date, query, scope)
+        remote.publish_part(self.root, self.path, scope.part_dir(self.path, table) / "part-0.parquet")
         warehouse.publish(self.path)
         return rows
 

@@ -58,9 +58,12 @@ class RunOutcome:
         return self.success and not self.error_checks
 
 
-def dagster_home(data_dir: Path) -> Path:
-    """``<data-dir>/.dagster`` holding a copy of the repo's dagster.yaml (refreshed if it changed)."""
-    home = data_dir / DAGSTER_HOME_DIR
+def dagster_home(data_dir: Path | str) -> Path:
+    """``<data-dir>/.dagster`` (for an S3 data dir ``<work dir>/.dagster``) holding a copy of
+    the repo's dagster.yaml (refreshed if it changed)."""
+    from pipeline.remote import local_dir
+
+    home = local_dir(data_dir) / DAGSTER_HOME_DIR
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
     if not target.exists() or target.read_bytes() != REPO_DAGSTER_YAML.read_bytes():
@@ -95,7 +98,7 @@ def default_workers(clusters: int) -> int:
 
 
 def run_day(
-    data_dir: Path, date: str, *, selection: list[str] | None = None, workers: int | None = None, fleet_day: bool = True
+    data_dir: Path | str, date: str, *, selection: list[str] | None = None, workers: int | None = None, fleet_day: bool = True
 ) -> RunOutcome:
     """Materialize day ``date``: one run of ``cluster_day_job`` per cluster of the inventory
     (``workers`` of them at a time, each in its own process), then one run of ``fleet_day_job``.
@@ -105,12 +108,15 @@ def run_day(
     The same jobs, instance and asset code as the UI: Dagster records one run per cluster-day
     and one for the fleet-day. Worker processes play the part that a run launcher plays in a
     deployment (docs/scale-out.md); each runs the in-process executor on its cluster-day.
+    ``data_dir``: a local folder or an ``s3://`` URL (then the runs, lock and Dagster home are
+    in its local work dir, and the workers stage and publish through the bucket).
     """
+    url, data_dir = _work_dir(data_dir, date)
     os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
     warnings.filterwarnings("ignore", module="dagster")
     from dagster import DagsterInstance
 
-    from pipeline import quarantine
+    from pipeline import quarantine, remote
     from pipeline.partitions import register_clusters
     from pipeline.warehouse import day_clusters, remove_stale_parts, remove_stale_tmp
 
@@ -121,9 +127,10 @@ def run_day(
         remove_stale_tmp(data_dir)
         if not selection:  # a whole day: its parts are exactly its current cluster-days'
             remove_stale_parts(data_dir, date, clusters)
+            remote.remove_stale_parts(url, date, clusters)  # S3: the same objects (no-op locally)
         with DagsterInstance.get() as instance:
             register_clusters(instance, clusters)
-        parts = [(str(data_dir), date, c, selection, _worker_threads(workers)) for c in clusters]
+        parts = [(url, date, c, selection, _worker_threads(workers)) for c in clusters]
         if workers > 1 and len(parts) > 1:
             ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked DuckDB or Dagster state
             with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -131,11 +138,24 @@ def run_day(
         else:
             results = [_run_part(p) for p in parts]
         if fleet_day and (all(r["success"] for r in results) or not results):
-            results.append(_run_part((str(data_dir), date, None, selection, None)))
+            results.append(_run_part((url, date, None, selection, None)))
     for r in results:
         _merge(outcome, r)
     outcome.quarantined = quarantine.entries(data_dir, date)
     return outcome
+
+
+def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:
+    """(what workers get: the data dir as given or its URL, the local dir the runner works in);
+    for S3, what the day's cluster list comes from is staged first (pipeline/remote.py)."""
+    from pipeline import remote
+
+    if not remote.is_s3(data_dir):
+        return str(data_dir), Path(data_dir)
+    root = remote.open_root(data_dir)
+    work = remote.work_dir(root)
+    remote.stage_day_plan(root, work, date)
+    return root.url, work
 
 
 def _worker_threads(workers: int) -> int | None:
@@ -149,7 +169,7 @@ def _run_part(args) -> dict:
     """One Dagster run: a cluster-day (``cluster`` given) or the fleet-day. Returns plain data,
     so it can come back from a worker process."""
     data_dir, date, cluster, selection, threads = args
-    os.environ["DAGSTER_HOME"] = str(dagster_home(Path(data_dir)))
+    os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
     if threads:
         os.environ["WATTLINE_DUCKDB_THREADS"] = str(threads)
     warnings.filterwarnings("ignore", module="dagster")

@@ -188,16 +188,14 @@ def test_collector_compaction_and_resume_on_s3(s3):
     assert prepare(url, "h") == {0: newest_ns // 1000}  # where the driver buffer trace left off
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline/cli/common.data_dir_option turns s3://b/p into the local path "
-                   "<cwd>/s3:/b/p; it should take a string and call collectors.storage.resolve_data_root "
-                   "(docs/storage.md, 'Wiring the CLI'). Remove this marker once it does.")
 def test_wattline_simulate_writes_to_an_s3_data_dir(s3, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from pipeline.cli import main
 
-    monkeypatch.chdir(tmp_path)  # today the URL becomes a folder named 's3:' here
+    monkeypatch.chdir(tmp_path)  # (a URL taken as a path would become a folder named "s3:" here)
     r = CliRunner().invoke(main, ["simulate", "--fleet", "tiny", "--hours", "0.02", "--start", "2026-11-30",
                                   "--data-dir", s3.url("cli")])
     assert r.exit_code == 0, r.output
     assert DataRoot.open(s3.url("cli")).list("power/date=*/host=*/*.parquet")
+    assert not (tmp_path / "s3:").exists()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import click
 
-from pipeline.constants import DATA_DIR_ENV, resolve_data_dir
+from collectors.storage import resolve_data_root
+from pipeline.constants import DATA_DIR_ENV
 
 
 class UserError(click.ClickException):
@@ -20,16 +20,18 @@ class UserError(click.ClickException):
 
 
 def data_dir_option(func):
-    """`--data-dir DIR` (env WATTLINE_DATA_DIR, default ./data), resolved to an absolute Path."""
+    """`--data-dir DIR|s3://bucket/prefix` (env WATTLINE_DATA_DIR, default ./data): an absolute
+    Path for a local folder, the URL string for S3 (docs/storage.md)."""
     return click.option(
         "--data-dir",
         "data_dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=str,
+        metavar="DIR|s3://BUCKET/PREFIX",
         envvar=DATA_DIR_ENV,
         default=None,
         show_default="./data",
-        help=f"Data directory (env {DATA_DIR_ENV}).",
-        callback=lambda ctx, param, value: resolve_data_dir(value),
+        help=f"Data directory, or an S3-compatible bucket prefix (env {DATA_DIR_ENV}).",
+        callback=lambda ctx, param, value: resolve_data_root(value),
     )(func)
 
 

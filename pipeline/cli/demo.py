@@ -9,6 +9,7 @@ import click
 
 from pipeline.cli.common import UserError, data_dir_option, parse_date
 from pipeline.constants import warehouse_path
+from pipeline.remote import local_dir
 
 EXAMPLE_QUERIES = (
     "select level, entity, round(max(power_pct), 1) as peak_pct from fleet_power_1s where level in ('role', 'cluster') group by all order by 1, 2",
@@ -46,7 +47,7 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, data_d
     report = default_out_dir() / f"{day}.html"
     click.echo("")
     click.echo(f"report:    {report if report.exists() else '(not written: the report asset did not run)'}")
-    click.echo(f"warehouse: {warehouse_path(data_dir)}")
+    click.echo(f"warehouse: {warehouse_path(local_dir(data_dir))}")  # S3: in the local work dir
     click.echo(f"web UI:    wattline ui --data-dir {data_dir}   (http://127.0.0.1:3000)")
     click.echo("try:")
     for query in EXAMPLE_QUERIES:

@@ -31,7 +31,8 @@ def command() -> None:
 @click.option("--flush-interval-s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="--follow: seconds between atomic Parquet flushes.")
 @click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="--follow: read-position file (default: under <data-dir>/state/).")
+              help="--follow: read-position file (default: under <data-dir>/state/; for an s3:// data dir "
+                   "under $WATTLINE_STATE_DIR, else ~/.local/state/wattline/s3/...).")
 @data_dir_option
 def requests_command(paths, fmt, follow, endpoint, max_line_bytes, flush_interval_s, checkpoint_path, data_dir) -> None:
     """Ingest request logs from FILE or DIR (several allowed); prints ingested / quarantined / duplicates."""

@@ -8,6 +8,7 @@ import click
 
 from pipeline import warehouse
 from pipeline.cli.common import UserError, data_dir_option, date_option
+from pipeline.remote import reader_dir
 
 
 @click.command("report")
@@ -24,6 +25,7 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
     """
     from reports.daily import build_report, default_out_dir
 
+    data_dir = reader_dir(data_dir, date)  # S3: a local mirror of derived/ and the quarantine
     if not data_dir.is_dir():
         raise UserError(f"data dir {data_dir} does not exist (run `wattline simulate` or pass --data-dir)")
     if not warehouse.has_data(data_dir) and not warehouse.derived_tables(data_dir):

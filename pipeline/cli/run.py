@@ -6,18 +6,23 @@ import time
 
 import click
 
+from collectors.contract import DATASETS
 from collectors.inventory import InventoryError
-from pipeline import warehouse
+from pipeline import remote, warehouse
 from pipeline.cli.common import UserError, data_dir_option, date_option
 
 
 def require_day_data(data_dir, date: str) -> None:
-    if not data_dir.is_dir():
+    root = remote.open_root(data_dir)  # a local folder or an s3:// prefix: listed through the root
+    if root.is_local and not data_dir.is_dir():
         raise UserError(f"data dir {data_dir} does not exist (run `wattline simulate` or point --data-dir at your data)")
-    if not any(warehouse.raw_files(data_dir, name, date) for name in ("power", "requests", "job_events")):
+    day_glob = lambda name: DATASETS[name].glob().replace("date=*", f"date={date}", 1)  # noqa: E731
+    if not any(root.list(day_glob(name)) for name in ("power", "requests", "job_events")):
         raise UserError(f"no power, requests or job_events Parquet for {date} under {data_dir}")
+    local = remote.work_dir(root)
+    remote.stage(root, local)  # inventory.yaml, for an S3 data dir
     try:  # every asset needs it: say what is wrong before a run fails on it
-        warehouse.load_inventory_if_any(data_dir)
+        warehouse.load_inventory_if_any(local)
     except InventoryError as exc:
         raise UserError(" ".join(str(exc).split())) from None
 

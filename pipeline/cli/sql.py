@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from pipeline.cli.common import UserError, data_dir_option
 from pipeline.readonly import ReadOnlyError, run_query
+from pipeline.remote import reader_dir
 
 
 def _render_table(table: pa.Table, max_rows: int) -> str:
@@ -43,7 +44,7 @@ def command(query: str, fmt: str, out: Path | None, max_rows: int, data_dir) -> 
     Writes, ATTACH, COPY, INSTALL/LOAD and reading files outside the data dir are refused.
     """
     try:
-        table = run_query(data_dir, query)
+        table = run_query(reader_dir(data_dir), query)  # S3: on a local mirror of derived/
     except ReadOnlyError as exc:
         raise UserError(str(exc)) from None
     if fmt == "table":

@@ -17,17 +17,20 @@ from pipeline.constants import DATA_DIR_ENV
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind; anything but loopback exposes the UI.")
 @click.option("--port", type=int, default=3000, show_default=True)
 @data_dir_option
-def command(host: str, port: int, data_dir: Path) -> None:
+def command(host: str, port: int, data_dir) -> None:
     """Start `dagster dev` (webserver + daemon) for the pipeline, DAGSTER_HOME = <data-dir>/.dagster.
 
     The daily schedule and the new-Parquet sensor start RUNNING; turn them off in the UI
     (Automation tab) or start with WATTLINE_AUTOMATION=off.
     """
+    from pipeline.remote import is_s3, reader_dir
     from pipeline.runner import dagster_home
 
-    if not data_dir.is_dir():
+    if is_s3(data_dir):  # runs stage and publish through the bucket; the UI's reads use a mirror
+        reader_dir(data_dir)
+    elif not data_dir.is_dir():
         raise UserError(f"data dir {data_dir} does not exist (run `wattline simulate` first, or pass --data-dir)")
-    if not warehouse.has_data(data_dir):
+    elif not warehouse.has_data(data_dir):
         click.echo(f"note: {data_dir} has no Parquet yet; the UI starts, but there is nothing to materialize", err=True)
     env = dict(os.environ, DAGSTER_HOME=str(dagster_home(data_dir)), **{DATA_DIR_ENV: str(data_dir)})
     dagster = str(Path(sys.executable).parent / "dagster")

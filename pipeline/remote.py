@@ -1,0 +1,215 @@
+"""The pipeline on an ``s3://`` data dir: a local working copy, staged in and published out.
+
+DuckDB computes on local files (httpfs cannot be installed: docs/storage.md). For an S3 data
+dir the pipeline works in a local *work dir* with the same relative layout as the bucket prefix:
+
+- :func:`stage` (before a computation): downloads what the scope reads: ``inventory.yaml``, the
+  quarantine log, and for a cluster-day its hosts' raw power files, the day's requests and
+  job_events and the cluster's own derived parts; for a fleet-day the day's derived parts of
+  every table but the per-GPU ones, and the trailing days of ``hourly_activity``. Each staged
+  folder is *mirrored*: unchanged files are skipped, files gone from the bucket (a re-simulated
+  day, a quarantined file) are deleted locally, so they never linger as inputs.
+- :func:`publish_part` (after a derived part is written locally): uploads it under the same key.
+- :func:`reader_dir` (``wattline sql / report / ui``): mirrors ``derived/`` and the quarantine
+  log into the work dir, then the catalog is built locally as for a local data dir.
+
+This module is the one place that knows the difference: for a local data dir every function
+here is a no-op and the work dir *is* the data dir. ``warehouse.duckdb`` stays in the work dir
+and is never uploaded (its views hold local paths).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from collectors.storage import DataRoot, LocalRoot, resolve_data_root
+from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, QUARANTINE_DIR, SQL_DIR, warehouse_path
+from pipeline.scope import PER_GPU_TABLES, UNASSIGNED, Scope
+
+WORK_DIR_ENV = "WATTLINE_WORK_DIR"
+"""Local work dir of an S3 data dir (default ``<state dir>/work``: docs/storage.md)."""
+RAW_DAY_DATASETS = ("requests", "job_events")
+"""Raw datasets staged whole for a cluster-day (their views filter the cluster's rows)."""
+MIRROR_THREADS = 8
+
+_roots: dict[Path, DataRoot] = {}
+"""Work dir → its S3 root, for code that only gets the local dir (quarantine)."""
+
+
+def is_s3(value: object) -> bool:
+    return isinstance(value, str) and value.startswith("s3://")
+
+
+def open_root(value: str | os.PathLike | DataRoot | None) -> DataRoot:
+    """The data dir as a root: a local path (resolved like the CLI), or an ``s3://`` URL."""
+    if isinstance(value, DataRoot):
+        return value
+    return DataRoot.open(resolve_data_root(value))
+
+
+def work_dir(root: DataRoot) -> Path:
+    """The local directory DuckDB works in: the data dir itself for a local root; for S3
+    $WATTLINE_WORK_DIR, else ``root.state_dir()/work``."""
+    if isinstance(root, LocalRoot):
+        return root.path
+    env = os.environ.get(WORK_DIR_ENV)
+    work = (Path(env).expanduser() if env else root.state_dir() / "work").resolve()
+    _roots[work] = root
+    return work
+
+
+def local_dir(value: str | os.PathLike | DataRoot) -> Path:
+    """The local dir for a data dir value (a Path stays as given; a URL gives its work dir)."""
+    if not is_s3(value) and not isinstance(value, DataRoot):
+        return Path(value)
+    return work_dir(open_root(value))
+
+
+def root_for(local: Path) -> DataRoot | None:
+    """The S3 root whose work dir is ``local``; None for a local data dir."""
+    return _roots.get(Path(local).resolve()) if _roots else None
+
+
+def key_of(work: Path, path: Path) -> str:
+    return Path(path).resolve().relative_to(work.resolve()).as_posix()
+
+
+def stage(root: DataRoot, work: Path, scope: Scope | str | None = None) -> None:
+    """Bring into ``work`` what a computation of ``scope`` reads (module docstring); no-op locally."""
+    if root.is_local:
+        return
+    _mirror_file(root, work, INVENTORY_FILE)
+    if scope is None:
+        return
+    scope = scope if isinstance(scope, Scope) else Scope(date=scope)
+    day = scope.date
+    folders = [f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
+    if scope.cluster:
+        folders += [f"power/date={day}/host={h}" for h in _cluster_hosts(root, work, scope)]
+        folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS]
+        folders += [f"{DERIVED_DIR}/{t}/date={day}/cluster={scope.cluster}" for t in derived_table_names()]
+    elif scope.fleet:
+        folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in derived_table_names() if t not in PER_GPU_TABLES]
+        folders += [f"{DERIVED_DIR}/hourly_activity/date={d}" for d in _trailing_days(day)]
+    else:  # a whole day without a scope (a local-style run of one date)
+        folders += [f"{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
+        folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in derived_table_names()]
+    mirror_all(root, work, folders)
+
+
+def mirror_all(root: DataRoot, work: Path, prefixes: list[str]) -> int:
+    """``root.mirror`` of each prefix into ``work``, several at once; returns files changed."""
+    with ThreadPoolExecutor(max_workers=max(1, min(MIRROR_THREADS, len(prefixes)))) as pool:
+        results = list(pool.map(lambda p: root.mirror(p, work), prefixes))
+    return sum(r.downloaded + r.deleted for r in results)
+
+
+def publish_part(root: DataRoot, work: Path, part: Path) -> None:
+    """Upload a derived part written locally under the same key; the local copy takes the
+    object's mtime so the next :func:`stage` sees it up to date. No-op locally."""
+    if root.is_local:
+        return
+    key = key_of(work, part)
+    root.upload(part, key)
+    mtime = root.stat(key).mtime_ns
+    os.utime(part, ns=(mtime, mtime))
+
+
+def reader_dir(value: str | os.PathLike | DataRoot, date: str | None = None) -> Path:
+    """The local dir readers (``wattline sql / report / ui``) work on. For S3: mirror
+    ``derived/`` (a cache of every derived table, growing with history), the quarantine log
+    and its files, ``inventory.yaml`` and (with ``date``) the day's row-level quarantine, then
+    rebuild the catalog if anything changed. A local data dir is returned as is."""
+    root = open_root(value)
+    work = work_dir(root)
+    if root.is_local:
+        return work
+    work.mkdir(parents=True, exist_ok=True)
+    prefixes = [DERIVED_DIR, f"{QUARANTINE_DIR}/file_log", f"{QUARANTINE_DIR}/files"]
+    if date:
+        prefixes += [f"{QUARANTINE_DIR}/{ds}/date={date}" for ds in ("power", *RAW_DAY_DATASETS)]
+    changed = mirror_all(root, work, prefixes) + _mirror_file(root, work, INVENTORY_FILE)
+    if changed or not warehouse_path(work).exists():
+        from pipeline import warehouse
+
+        if warehouse.derived_tables(work) or warehouse.has_data(work):
+            warehouse.publish(work)
+    return work
+
+
+def derived_table_names() -> list[str]:
+    """Every derived table's name: one per ``sql/<table>.sql`` (rollups write the same names)."""
+    return sorted(p.stem for p in SQL_DIR.glob("*.sql"))
+
+
+def _trailing_days(day: str) -> list[str]:
+    from pipeline.assets.diurnal import TRAILING_DAYS  # what diurnal_profile reads
+
+    d = dt.date.fromisoformat(day)
+    return [(d - dt.timedelta(days=i)).isoformat() for i in range(1, TRAILING_DAYS)]
+
+
+def _cluster_hosts(root: DataRoot, work: Path, scope: Scope) -> list[str]:
+    """The cluster's hosts; for UNASSIGNED, the day's hosts with power files on S3 that the
+    inventory does not list."""
+    from pipeline import warehouse
+
+    inventory = warehouse.load_inventory_if_any(work)
+    if scope.cluster != UNASSIGNED:
+        return warehouse.cluster_members(inventory, scope.cluster)[0] if inventory else []
+    return unassigned_hosts(root, work, scope.date)
+
+
+def unassigned_hosts(root: DataRoot, work: Path, date: str) -> list[str]:
+    """Hosts of the day missing from the inventory, with power files on S3 or (to be dropped
+    by the mirror when gone from S3) in the work dir."""
+    from pipeline import warehouse
+
+    mine = warehouse.host_filter(warehouse.load_inventory_if_any(work), UNASSIGNED)
+    day_hosts = {k.split("/")[2].split("=", 1)[1] for k in root.list(f"power/date={date}/host=*/*.parquet")}
+    day_hosts |= {p.name.split("=", 1)[1] for p in (work / "power" / f"date={date}").glob("host=*")}
+    return sorted(h for h in day_hosts if mine(h))
+
+
+def stage_day_plan(root: DataRoot, work: Path, date: str) -> None:
+    """What the runner needs to plan a day on S3: ``inventory.yaml`` and the power files of
+    hosts missing from it (they make the UNASSIGNED cluster-day: ``warehouse.day_clusters``)."""
+    if root.is_local:
+        return
+    stage(root, work)
+    mirror_all(root, work, [f"power/date={date}/host={h}" for h in unassigned_hosts(root, work, date)])
+
+
+def remove_stale_parts(data_dir: str | os.PathLike, date: str, clusters: list[str]) -> list[str]:
+    """On S3, delete the day's cluster parts of clusters not in ``clusters`` (what
+    ``warehouse.remove_stale_parts`` does in the work dir), so no fleet-day stages them again.
+    Returns the deleted keys; no-op locally."""
+    root = open_root(data_dir)
+    if root.is_local:
+        return []
+    keep = {f"cluster={c}" for c in clusters}
+    with ThreadPoolExecutor(max_workers=MIRROR_THREADS) as pool:
+        listed = pool.map(lambda t: root.list(f"{DERIVED_DIR}/{t}/date={date}/cluster=*/*.parquet"), derived_table_names())
+        stale = [k for keys in listed for k in keys if k.split("/")[3] not in keep]
+    for key in stale:
+        root.delete(key)
+    return stale
+
+
+def _mirror_file(root: DataRoot, work: Path, key: str) -> int:
+    """One file: download it if new or changed, delete the local copy if gone; 1 if changed."""
+    local = work / key
+    try:
+        st = root.stat(key)
+    except FileNotFoundError:
+        if local.exists():
+            local.unlink()
+            return 1
+        return 0
+    if local.is_file() and local.stat().st_size == st.size and local.stat().st_mtime_ns == st.mtime_ns:
+        return 0
+    root.stage([key], work)
+    return 1
