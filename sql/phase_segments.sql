@@ -14,7 +14,7 @@ WITH gpus AS (
 labels AS (
     SELECT * FROM (VALUES (0, 'idle'), (1, 'decode'), (2, 'prefill')) AS l(ph, phase)
 ),
-t AS (
+t AS NOT MATERIALIZED (  -- scanned once per label stream: cheaper than holding (spilling) the day
     SELECT g.gk, slot_100ms(t.ts) AS slot, t.power_w, t.energy_j, t.prompt_tokens, t.output_tokens,
            CASE t.phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 WHEN 'prefill' THEN 2 END AS req_ph,
            CASE t.power_phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 WHEN 'prefill' THEN 2 END AS pow_ph
