@@ -5,7 +5,8 @@
 -- sum × 0.1 s; prompt_tokens / output_tokens the endpoint's logged tokens processed in the run
 -- (NULL without a request log); above_tdp: the peak 100 ms mean exceeded the GPU's TDP.
 -- Runs are gaps and islands: within one (GPU, source, label), consecutive slots share
--- slot - row_number(); integer keys keep the window and the grouping cheap.
+-- slot - row_number(); integer keys keep the window and the grouping cheap, and each label stream
+-- is ranked on the timeline's rows directly (two sorts of the day instead of one of both streams unioned).
 WITH gpus AS (
     SELECT endpoint, host, gpu, tdp_w, row_number() OVER (ORDER BY endpoint, host, gpu) AS gk
     FROM inventory_gpus WHERE endpoint IS NOT NULL
@@ -13,25 +14,23 @@ WITH gpus AS (
 labels AS (
     SELECT * FROM (VALUES (0, 'idle'), (1, 'decode'), (2, 'prefill')) AS l(ph, phase)
 ),
-t AS (
+t AS NOT MATERIALIZED (  -- scanned once per label stream: cheaper than holding (spilling) the day
     SELECT g.gk, slot_100ms(t.ts) AS slot, t.power_w, t.energy_j, t.prompt_tokens, t.output_tokens,
            CASE t.phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 WHEN 'prefill' THEN 2 END AS req_ph,
            CASE t.power_phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 WHEN 'prefill' THEN 2 END AS pow_ph
     FROM phase_timeline AS t JOIN gpus AS g USING (endpoint, host, gpu)
     WHERE t.date = getvariable('partition_date')
 ),
-labelled AS (
-    SELECT gk, slot, power_w, energy_j, prompt_tokens, output_tokens, 0 AS src, req_ph AS ph
+islands AS (  -- each row's run in both label streams: slot - its rank among the GPU's slots of that label
+    SELECT gk, slot, power_w, energy_j, prompt_tokens, output_tokens, 0 AS src, req_ph AS ph,
+           slot - row_number() OVER (PARTITION BY gk, req_ph ORDER BY slot) AS run
     FROM t WHERE req_ph IS NOT NULL
     UNION ALL
     SELECT gk, slot, power_w, energy_j,
            CASE WHEN req_ph IS NOT NULL THEN prompt_tokens END,
            CASE WHEN req_ph IS NOT NULL THEN output_tokens END,
-           1, pow_ph
+           1, pow_ph, slot - row_number() OVER (PARTITION BY gk, pow_ph ORDER BY slot)
     FROM t WHERE pow_ph IS NOT NULL
-),
-islands AS (
-    SELECT *, slot - row_number() OVER (PARTITION BY gk, src, ph ORDER BY slot) AS run FROM labelled
 ),
 runs AS (
     SELECT gk, src, ph, run,

@@ -11,6 +11,9 @@
 --   power_phase        : the power-only label (hysteresis, see docs/phases.md), for every endpoint.
 -- Request state is a sweep over interval events (+/- at the first/last slot, token rates over the
 -- interior, partial edge slots) summed over the endpoint grid in one window: linear in slots + requests.
+-- Bounded memory (DuckDB's memory_limit, spilling): no two hash tables and no window wait in one
+-- pipeline for the final join (grid and events are unioned and summed, not full-outer-joined; the
+-- GPU slots are materialized before they probe), whose build side is one integer key per endpoint slot.
 WITH gpus AS (  -- integer keys: windows, joins and the final sort run on (gk, slot), not strings
     SELECT endpoint, host, gpu, tdp_w,
            row_number() OVER (ORDER BY endpoint, host, gpu) AS gk,
@@ -20,7 +23,7 @@ WITH gpus AS (  -- integer keys: windows, joins and the final sort run on (gk, s
 endpoints AS (
     SELECT DISTINCT endpoint, ek FROM gpus
 ),
-pw AS (
+pw AS NOT MATERIALIZED (  -- read again by each user: a scan is cheaper than holding the day in memory
     SELECT g.gk, g.ek, g.tdp_w, slot_100ms(p.ts) AS slot, p.power_w::DOUBLE AS power_w
     FROM power_100ms AS p JOIN gpus AS g USING (host, gpu)
     WHERE p.date = getvariable('partition_date') AND p.power_w IS NOT NULL
@@ -71,20 +74,23 @@ levels AS (
     )
 ),
 sampled AS (  -- one pass per GPU: hysteresis state and the next sample, for gap interpolation.
-    -- State = the last slot at or above enter (odd key) or below leave (even key): one running max.
-    SELECT p.gk, p.ek, p.slot, p.power_w, l.idle_max_w,
-           lead(p.slot) OVER w AS next_slot,
-           lead(p.power_w) OVER w AS next_w,
-           coalesce(max(CASE WHEN p.power_w >= l.enter_w THEN 2 * p.slot + 1 WHEN p.power_w < l.leave_w THEN 2 * p.slot END)
-                    OVER (w ROWS UNBOUNDED PRECEDING) % 2 = 1, false) AS in_prefill
-    FROM pw AS p JOIN levels AS l ON l.gk = p.gk AND l.hour = p.slot // 36000
-    WINDOW w AS (PARTITION BY p.gk ORDER BY p.slot)
+    -- State = the last slot at or above enter (odd key) or below leave (even key): the last such key so far.
+    SELECT gk, ek, slot, power_w, idle_max_w,
+           lead(slot) OVER w AS next_slot,
+           lead(power_w) OVER w AS next_w,
+           coalesce(last_value(hk IGNORE NULLS) OVER (w ROWS UNBOUNDED PRECEDING) % 2 = 1, false) AS in_prefill
+    FROM (  -- the thresholds reduced to the hysteresis key before the sort: narrower rows to sort (and spill)
+        SELECT p.gk, p.ek, p.slot, p.power_w, l.idle_max_w,
+               CASE WHEN p.power_w >= l.enter_w THEN 2 * p.slot + 1 WHEN p.power_w < l.leave_w THEN 2 * p.slot END AS hk
+        FROM pw AS p JOIN levels AS l ON l.gk = p.gk AND l.hour = p.slot // 36000
+    )
+    WINDOW w AS (PARTITION BY gk ORDER BY slot)
 ),
-gpu_slots AS (  -- samples, plus slots linearly interpolated across gaps of at most 1 s
-    SELECT gk, ek, slot, power_w, in_prefill, idle_max_w FROM sampled
-    UNION ALL
-    SELECT gk, ek, s AS slot, power_w + (next_w - power_w) * (s - slot) / (next_slot - slot), in_prefill, idle_max_w
-    FROM (SELECT *, unnest(range(slot + 1, next_slot)) AS s FROM sampled WHERE next_slot - slot BETWEEN 2 AND 10)
+gpu_slots AS MATERIALIZED (  -- samples, plus slots linearly interpolated across gaps of at most 1 s (one pass over sampled)
+    SELECT gk, ek, s AS slot,
+           CASE WHEN s = slot THEN power_w ELSE power_w + (next_w - power_w) * (s - slot) / (next_slot - slot) END AS power_w,
+           in_prefill, idle_max_w
+    FROM (SELECT *, unnest(CASE WHEN next_slot - slot BETWEEN 2 AND 10 THEN range(slot, next_slot) ELSE [slot] END) AS s FROM sampled)
 ),
 span AS (
     SELECT ek, min(slot) AS lo, max(slot) AS hi FROM pw GROUP BY ALL
@@ -122,21 +128,27 @@ ev_slot AS (
 state AS (  -- running sums over the endpoint grid and the event slots together (no ASOF needed);
             -- the three counts travel packed in one integer sum (20 bits each)
     SELECT ek, slot, on_grid,
-           sum(dn_pre + dn_dec * 1048576 + dest * 1099511627776) OVER w AS packed,
+           sum((dn_pre + dn_dec * 1048576 + dest * 1099511627776)::BIGINT) OVER w AS packed,
            sum(drate_pre) OVER w + edge_pre AS prompt_tokens,
            sum(drate_dec) OVER w + edge_dec AS output_tokens
-    FROM (
-        SELECT ek, slot, g.gslot IS NOT NULL AS on_grid,
-               coalesce(dn_pre, 0) AS dn_pre, coalesce(dn_dec, 0) AS dn_dec, coalesce(dest, 0) AS dest,
-               coalesce(drate_pre, 0) AS drate_pre, coalesce(drate_dec, 0) AS drate_dec,
-               coalesce(edge_pre, 0) AS edge_pre, coalesce(edge_dec, 0) AS edge_dec
-        FROM (SELECT ek, slot, slot AS gslot FROM ep_grid) AS g
-        FULL JOIN ev_slot USING (ek, slot)
+    FROM (  -- grid and event slots together: a union summed per slot (a full outer join would hold a
+            -- hash table that cannot spill while the final join builds its own)
+        SELECT ek, slot, bool_or(on_grid) AS on_grid,
+               sum(dn_pre) AS dn_pre, sum(dn_dec) AS dn_dec, sum(dest) AS dest,
+               sum(drate_pre) AS drate_pre, sum(drate_dec) AS drate_dec, sum(edge_pre) AS edge_pre, sum(edge_dec) AS edge_dec
+        FROM (
+            SELECT ek, slot, true AS on_grid, 0 AS dn_pre, 0 AS dn_dec, 0 AS dest,
+                   0.0::DOUBLE AS drate_pre, 0.0::DOUBLE AS drate_dec, 0.0::DOUBLE AS edge_pre, 0.0::DOUBLE AS edge_dec
+            FROM ep_grid
+            UNION ALL
+            SELECT ek, slot, false, dn_pre, dn_dec, dest, drate_pre, drate_dec, edge_pre, edge_dec FROM ev_slot
+        )
+        GROUP BY ek, slot
     )
     WINDOW w AS (PARTITION BY ek ORDER BY slot ROWS UNBOUNDED PRECEDING)
 ),
-ep_state AS (
-    SELECT ek, slot,
+ep_state AS (  -- the build side of the final join: one integer key per endpoint slot
+    SELECT ek * 1048576 + (slot - day_first_slot()) AS ekey,
            (packed % 1048576)::INTEGER AS n_prefill,
            (packed // 1048576 % 1048576)::INTEGER AS n_decode,
            packed // 1099511627776 > 0 AS prefill_estimated,
@@ -169,7 +181,7 @@ SELECT
         WHEN g.power_w >= g.idle_max_w THEN 'decode'
         ELSE 'idle'
     END AS power_phase
-FROM gpu_slots AS g
-JOIN ep_state AS s USING (ek, slot)
+FROM (SELECT *, ek * 1048576 + (slot - day_first_slot()) AS ekey FROM gpu_slots) AS g
+JOIN ep_state AS s USING (ekey)
 JOIN gpus AS k USING (gk)
 ORDER BY g.gk, g.slot

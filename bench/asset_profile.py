@@ -1,0 +1,138 @@
+"""Per-asset CPU cost and DuckDB operator profile, for finding what to speed up.
+
+    python -m bench.asset_profile DATA_DIR [--date D] [--assets a,b] [--profile DIR] [--top 8]
+
+Re-materializes each named asset's partition in this process, the way the asset does (its
+``sql/<table>.sql`` through ``warehouse.write_partition``; ``request_energy`` through the
+conservation pass), with the same compute connection settings, then runs the asset's checks.
+Prints wall and CPU seconds (process CPU: every DuckDB thread) of the write and of the checks.
+Upstream tables must already be materialized (``wattline run`` once). With ``--profile``,
+DuckDB's JSON profile of each statement is written there and its most expensive operators
+(summed thread time, as EXPLAIN ANALYZE shows them) are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+
+warnings.filterwarnings("ignore")
+
+DATE = "2026-11-30"
+WHOLE_FILE = {"power_1s", "phase_timeline", "phase_segments", "energy_per_token"}
+"""Assets that run their SQL file as one query (the others split it into statements, see assetkit)."""
+
+
+def _checks(table: str) -> list:
+    from pipeline.assets import grid, swings
+    from pipeline.phases import checks as phase_checks
+
+    return {
+        "power_100ms": grid.CHECKS,
+        "fleet_power_100ms": grid.FLEET_CHECKS,
+        "swing_stats": swings.CHECKS,
+        "phase_timeline": phase_checks.TIMELINE_CHECKS,
+        "phase_segments": phase_checks.SEGMENT_CHECKS,
+        "request_energy": phase_checks.ENERGY_CHECKS,
+    }.get(table, [])
+
+
+def _operators(node: dict, out: list, depth: int = 0) -> None:
+    """(seconds, rows out, operator, detail) of each node; DuckDB 2.x names (``timing``, ``name``)
+    and 1.x names (``operator_timing``, ``operator_name``) both read."""
+    name = node.get("name") or node.get("operator_name") or node.get("operator_type") or "?"
+    extra = node.get("extra_info") or {}
+    label = extra.get("CTE Name") or extra.get("Aggregates") or extra.get("Groups") or extra.get("Join Type") \
+        or extra.get("Function") or extra.get("Projections") or extra.get("Table") or ""
+    if isinstance(label, list):
+        label = ", ".join(map(str, label))
+    timing = node.get("timing", node.get("operator_timing", 0.0))
+    rows = node.get("intermediate_rows", node.get("operator_cardinality", 0))
+    out.append((float(timing or 0.0), int(rows or 0), name.strip(), " ".join(str(label).split())[:80], depth))
+    for child in node.get("children", []):
+        _operators(child, out, depth + 1)
+
+
+def _run(con, sql: str, profile: Path | None, tag: str, top: int) -> None:
+    if profile is None:
+        con.execute(sql)
+        return
+    path = profile / f"{tag}.json"
+    con.execute("PRAGMA enable_profiling = 'json'")
+    con.execute(f"PRAGMA profiling_output = '{path}'")
+    con.execute(sql)
+    con.execute("PRAGMA disable_profiling")
+    tree = json.loads(path.read_text())
+    ops: list = []
+    for child in tree.get("operator", tree.get("children", [])):
+        _operators(child, ops)
+    total = sum(o[0] for o in ops) or 1.0
+    q, system = tree.get("query", {}), tree.get("system", {})
+    print(f"    {tag}: operators {total:.2f} s, query cpu {q.get('cpu_time', 0):.2f} s, latency {q.get('total_time', tree.get('latency', 0)):.2f} s, "
+          f"peak buffer {system.get('peak_buffer_memory', 0) / 2**20:.0f} MiB, spilled {system.get('total_bytes_spilled', 0) / 2**20:.0f} MiB")
+    for t, rows, name, label, _ in sorted(ops, key=lambda o: -o[0])[:top]:
+        print(f"      {t:7.2f} s {100 * t / total:5.1f}%  {rows:>12,}  {name:<22} {label}")
+
+
+def profile_asset(resource, table: str, date: str, profile: Path | None, top: int) -> dict:
+    from pipeline import sqlfiles
+    from pipeline.assetkit import statements
+    from pipeline.phases import checks as phase_checks
+
+    with resource.connection(date) as con:
+        w0, c0 = time.perf_counter(), time.process_time()
+        if table == "request_energy":
+            con.execute("SET VARIABLE request_energy_carryover = true")
+            _run(con, f"CREATE OR REPLACE TEMP TABLE _charged AS {sqlfiles.query('request_energy')}", profile, table, top)
+            con.execute("RESET VARIABLE request_energy_carryover")
+            query = "SELECT * FROM _charged WHERE arrival_ts >= day_start() ORDER BY endpoint, arrival_ts, request_id"
+        elif table in WHOLE_FILE:
+            query = sqlfiles.query(table)
+        else:
+            prepare, query = statements(table)
+            for i, statement in enumerate(prepare):
+                _run(con, statement, profile, f"{table}.{i}", top)
+        if profile is not None:  # the same COPY as the write, profiled; the write below is then timed alone
+            _run(con, f"COPY ({query}) TO '{profile / (table + '.parquet')}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)",
+                 profile, f"{table}.query", top)
+        w1, c1 = time.perf_counter(), time.process_time()
+        rows = resource.write_partition(con, table, date, query)
+        w2, c2 = time.perf_counter(), time.process_time()
+        for check in _checks(table):
+            check.run(con)
+        w3, c3 = time.perf_counter(), time.process_time()
+    del phase_checks
+    write_wall, write_cpu = (w2 - w0, c2 - c0) if profile is None else (w2 - w1, c2 - c1)
+    return {"asset": table, "rows": rows, "write_wall_s": write_wall, "write_cpu_s": write_cpu,
+            "checks_wall_s": w3 - w2, "checks_cpu_s": c3 - c2}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.asset_profile")
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--date", default=DATE)
+    parser.add_argument("--assets", default="power_1s,power_100ms,swing_stats,phase_timeline,phase_segments,request_energy,energy_per_token")
+    parser.add_argument("--profile", type=Path, help="write DuckDB JSON profiles here and print the top operators")
+    parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--json", type=Path, help="write the measurements here")
+    args = parser.parse_args()
+    from pipeline.resources import WarehouseResource
+
+    resource = WarehouseResource(data_dir=str(args.data_dir.resolve()))
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    results = []
+    for table in args.assets.split(","):
+        r = profile_asset(resource, table, args.date, args.profile, args.top)
+        results.append(r)
+        print(f"  {table:<20} rows {r['rows']:>11,}  write {r['write_cpu_s']:7.2f} s CPU {r['write_wall_s']:7.2f} s wall"
+              f"   checks {r['checks_cpu_s']:6.2f} s CPU {r['checks_wall_s']:6.2f} s wall", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
