@@ -41,8 +41,9 @@ SUBSET = ["power_1s", "power_100ms", "swing_stats", "power_summary"]
 def pipeline_assets() -> list[str]:
     from pipeline.definitions import defs
 
-    job = defs.resolve_job_def("daily_job")
-    return [n for n in job.graph.node_names() if n != "daily_report"]
+    jobs = [defs.resolve_job_def(name) for name in ("cluster_day_job", "fleet_day_job")]
+    keys = sorted(k.to_user_string() for job in jobs for k in job.asset_layer.selected_asset_keys)
+    return [k for k in keys if k != "daily_report"]
 
 
 def bench_size(n_gpus: int, work: Path) -> dict:

@@ -158,20 +158,25 @@ def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:
     return root.url, work
 
 
-def _worker_threads(workers: int) -> int | None:
-    """DuckDB threads per worker: the cores shared out, unless $WATTLINE_DUCKDB_THREADS says."""
-    if workers <= 1 or os.environ.get("WATTLINE_DUCKDB_THREADS"):
-        return None
-    return max(1, (os.cpu_count() or 1) // workers)
+def _worker_threads(workers: int) -> dict[str, str]:
+    """Each worker's share of the cores (DuckDB threads) and of the memory bound, unless
+    $WATTLINE_DUCKDB_THREADS / $WATTLINE_DUCKDB_MEMORY say: N workers use what one would."""
+    from pipeline.warehouse import default_memory_mb
+
+    env = {}
+    if workers > 1 and not os.environ.get("WATTLINE_DUCKDB_THREADS"):
+        env["WATTLINE_DUCKDB_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    if workers > 1 and not os.environ.get("WATTLINE_DUCKDB_MEMORY"):
+        env["WATTLINE_DUCKDB_MEMORY"] = f"{max(256, default_memory_mb() // workers)}MB"
+    return env
 
 
 def _run_part(args) -> dict:
     """One Dagster run: a cluster-day (``cluster`` given) or the fleet-day. Returns plain data,
     so it can come back from a worker process."""
-    data_dir, date, cluster, selection, threads = args
+    data_dir, date, cluster, selection, env = args
     os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
-    if threads:
-        os.environ["WATTLINE_DUCKDB_THREADS"] = str(threads)
+    os.environ.update(env or {})
     warnings.filterwarnings("ignore", module="dagster")
     from dagster import DagsterInstance
 

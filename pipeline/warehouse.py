@@ -51,6 +51,17 @@ def _check_ident(name: str) -> str:
     return name
 
 
+def default_memory_mb() -> int:
+    """A quarter of physical RAM, at most 2.5 GiB: the memory all of a day's DuckDBs share (the
+    runner divides it among its worker processes)."""
+    cap_mb, share = 2560, 0.25
+    try:
+        ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    except (ValueError, OSError, AttributeError):
+        ram_mb = 4 * cap_mb
+    return max(256, min(cap_mb, int(ram_mb * share)))
+
+
 def duckdb_config() -> dict:
     """Settings for compute connections: bounded memory that spills, all cores unless told.
 
@@ -59,14 +70,7 @@ def duckdb_config() -> dict:
     larger intermediates (sorts, hash tables) spill to the temp directory and a day's run stays
     under 4 GB RSS whatever its size (bench/results/memory.json: peak RSS and CPU cost).
     """
-    memory = os.environ.get("WATTLINE_DUCKDB_MEMORY")
-    if not memory:
-        cap_mb, share = 2560, 0.25
-        try:
-            ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
-        except (ValueError, OSError, AttributeError):
-            ram_mb = 4 * cap_mb
-        memory = f"{max(256, min(cap_mb, int(ram_mb * share)))}MB"
+    memory = os.environ.get("WATTLINE_DUCKDB_MEMORY") or f"{default_memory_mb()}MB"
     config = {"preserve_insertion_order": False, "memory_limit": memory}
     if os.environ.get("WATTLINE_DUCKDB_THREADS"):
         config["threads"] = int(os.environ["WATTLINE_DUCKDB_THREADS"])
