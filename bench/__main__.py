@@ -1,4 +1,4 @@
-"""`python -m bench [throughput|storage|queries|all] [--sizes 8,64,256] [--work DIR]` (`make bench`).
+"""`python -m bench [throughput|storage|queries|scaling|all] [--sizes 8,64,256] [--work DIR]` (`make bench`).
 
 Each benchmark prints a table, with ratios against baselines measured in the same run, and
 writes bench/results/<name>.json. The collector's overhead on a real GPU is bench/device_proof.py.
@@ -10,14 +10,14 @@ import argparse
 import warnings
 from pathlib import Path
 
-from bench import queries, storage, throughput
+from bench import queries, scaling, storage, throughput
 
 warnings.filterwarnings("ignore", module="dagster")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("which", nargs="?", default="all", choices=["throughput", "storage", "queries", "all"])
+    parser.add_argument("which", nargs="?", default="all", choices=["throughput", "storage", "queries", "scaling", "all"])
     parser.add_argument("--sizes", default="8,64,256", help="GPU-days to generate (multiples of 8)")
     parser.add_argument("--work", type=Path, default=Path("bench/work"), help="where generated data is kept (reused)")
     args = parser.parse_args()
@@ -30,6 +30,8 @@ def main() -> None:
         storage.main(probe)
     if args.which in ("queries", "all"):
         queries.main(probe)
+    if args.which in ("scaling", "all"):
+        scaling.main(args.work.resolve())
 
 
 if __name__ == "__main__":
