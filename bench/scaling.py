@@ -36,10 +36,13 @@ def _fleet(clusters: int, gpus_per_cluster: int) -> dict:
 
 def _phases(data_dir: Path, run_ids: int) -> dict:
     """Wall seconds of the cluster-day phase (first start to last end) and of the fleet-day run."""
+    import os
+
     from dagster import DagsterInstance
 
     from pipeline.runner import dagster_home
 
+    os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))  # its dagster.yaml reads the storage dir from it
     with DagsterInstance.from_config(str(dagster_home(data_dir))) as instance:
         records = instance.get_run_records(limit=run_ids)
     cluster = [r for r in records if r.dagster_run.job_name == "cluster_day_job"]

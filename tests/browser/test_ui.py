@@ -137,7 +137,8 @@ def test_asset_graph_shows_assets_latest_materialization_and_checks(page, ui, ar
 
 def test_partition_page_shows_the_materialization(page, ui, artifacts):
     server, outcome = ui
-    visit(page, f"{server.url}/assets/power_1s?view=partitions&partition={DATE}")
+    # power_1s is partitioned by cluster × date: its key is "<cluster>|<date>" (dimensions by name)
+    visit(page, f"{server.url}/assets/power_1s?view=partitions&partition=c0%7C{DATE}")
     page.get_by_text("Latest materialization").first.wait_for()
     body = page.locator("body")
     page.get_by_text(outcome.run_id[:8]).first.wait_for()
