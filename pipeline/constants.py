@@ -19,6 +19,10 @@ QUARANTINE_DIR = "quarantine"
 DAGSTER_HOME_DIR = ".dagster"
 REPORTS_DIR = REPO_ROOT / "reports" / "out"
 
+DATE_DIM = "date"
+CLUSTER_DIM = "cluster"
+"""The two dimensions of a cluster-day partition (pipeline/partitions.py)."""
+
 START_DATE = "2020-01-01"
 """First day of the daily partitions (earlier data cannot be materialized)."""
 

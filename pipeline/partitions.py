@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from dagster import DailyPartitionsDefinition, DynamicPartitionsDefinition, MultiPartitionKey, MultiPartitionsDefinition
 
-from pipeline.constants import START_DATE
-
-DATE_DIM = "date"
-CLUSTER_DIM = "cluster"
+from pipeline.constants import CLUSTER_DIM, DATE_DIM, START_DATE
 
 daily_partitions = DailyPartitionsDefinition(start_date=START_DATE, end_offset=1)
 cluster_partitions = DynamicPartitionsDefinition(name=CLUSTER_DIM)

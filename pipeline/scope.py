@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.constants import derived_path
-from pipeline.partitions import CLUSTER_DIM, DATE_DIM
+from pipeline.constants import CLUSTER_DIM, DATE_DIM, derived_path
 
 CLUSTER_ROLE = "cluster_role"
 UNASSIGNED = "_unassigned"

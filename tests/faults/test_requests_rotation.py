@@ -90,7 +90,7 @@ def test_rotation_and_truncation_under_a_live_writer(tmp_path):
 def test_follow_cli_sigkilled_at_random_instants_then_restarted(tmp_path):
     logs, data = tmp_path / "logs", tmp_path / "data"
     logs.mkdir()
-    writer = RotatingWriter(logs, n=N, pause_s=0.01)  # ~7 s of writing
+    writer = RotatingWriter(logs, n=N, pause_s=0.03)  # ~20 s of writing: kills land mid-stream even on a loaded machine
     exe = Path(sys.executable).with_name("wattline")
     cmd = [str(exe), "ingest", "requests", "--follow", str(logs), "--flush-interval-s", "0.2", "--data-dir", str(data)]
     rng = random.Random(7)
