@@ -161,11 +161,20 @@ def test_the_fleet_day_follows_its_cluster_days_by_itself(tmp_path, monkeypatch)
     defs = build_definitions(str(data_dir))
     when = dt.datetime.fromisoformat(f"{DATE}T00:00:00+00:00") + dt.timedelta(days=1, hours=2)
     with DagsterInstance.from_config(str(dagster_home(data_dir))) as instance:
-        first = evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=when)
+        first = _off_loop(evaluate_automation_conditions, defs=defs, instance=instance, evaluation_time=when)
         assert first.total_requested == 0
     assert run_day(data_dir, DATE, fleet_day=False).success
     with DagsterInstance.from_config(str(dagster_home(data_dir))) as instance:
-        second = evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor, evaluation_time=when)
+        second = _off_loop(evaluate_automation_conditions, defs=defs, instance=instance, cursor=first.cursor, evaluation_time=when)
     fleet_keys = defs.resolve_job_def("fleet_day_job").asset_layer.selected_asset_keys
     assert {k: second.get_requested_partitions(k) for k in fleet_keys} == {k: {DATE} for k in fleet_keys}
     assert second.total_requested == len(fleet_keys)  # the fleet-day's assets of that day, nothing else
+
+
+def _off_loop(fn, **kwargs):
+    """Dagster's evaluator calls asyncio.run(): keep it off any event loop an earlier test
+    (Playwright) left running in this thread."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn, **kwargs).result()
