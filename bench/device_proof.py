@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -80,7 +81,7 @@ def load_trace(data_dir: Path, source: str, gpu: int):
     ts, pw, en = [], [], []
     for t in tables:
         t = t.filter(pc.and_(pc.equal(t["source"].cast("string"), source), pc.equal(t["gpu"], gpu)))
-        ts.append(t["ts"].cast("int64").to_numpy())
+        ts.append(t["ts"].cast(pa.timestamp("ns", tz="UTC")).cast("int64").to_numpy())  # files hold µs
         pw.append(t["power_w"].to_numpy(zero_copy_only=False))
         en.append(t["energy_j"].to_numpy(zero_copy_only=False))
     ts, pw, en = np.concatenate(ts), np.concatenate(pw).astype(float), np.concatenate(en).astype(float)

@@ -273,7 +273,7 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
     res.files += 1
     n = len(out["ts"])
     if n:
-        types = {f.name: f.type for f in POWER}
+        types = {f.name: f.type for f in POWER} | {"ts": TS}  # ns ints; conform() converts
         table = pa.table({
             **{k: pa.array(v, types[k]) for k, v in out.items()},
             "host": pa.array([host] * n, pa.string()),

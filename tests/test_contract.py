@@ -1,10 +1,12 @@
 """The data contract is enforced on write and on read, naming what is wrong and where."""
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.contract import POWER, REQUESTS, SchemaError, check_file_schema, conform
+from collectors.contract import POWER, REQUESTS, SchemaError, check_file_schema, conform, epoch_ns
 from collectors.inventory import InventoryError, load_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from tests.builders import power_table, square_wave, two_host_inventory
@@ -42,6 +44,23 @@ def test_file_with_wrong_column_type_is_rejected_with_its_path(tmp_path):
     corrupt.write_bytes(good.read_bytes()[:-20])
     with pytest.raises(SchemaError, match=rf"{corrupt}: not a readable Parquet file"):
         check_file_schema(corrupt, POWER)
+
+
+def test_power_is_stored_in_microseconds_and_older_nanosecond_files_still_read(tmp_path):
+    import duckdb
+
+    t, p = square_wave(1, 1, 100, 200)
+    table = power_table("h", 0, t, p)
+    ns = table.set_column(0, "ts", table.column("ts").cast(pa.timestamp("ns", tz="UTC")))
+    new = write_dataset(ns, tmp_path, "power", prefix="new")[0]
+    assert pq.read_schema(new).field("ts").type == pa.timestamp("us", tz="UTC")
+    old = Path(new).with_name("old.parquet")
+    pq.write_table(ns, old)  # what a collector of an earlier release wrote
+    check_file_schema(old, POWER)
+    both = duckdb.connect().execute(
+        f"SELECT epoch_ns(ts) AS t, count(*) AS n FROM read_parquet(['{new}', '{old}']) GROUP BY t ORDER BY t").fetchall()
+    expected = epoch_ns(ns.column("ts")).to_pylist()
+    assert [t for t, _ in both] == expected and all(n == 2 for _, n in both)
 
 
 def test_writer_splits_days_and_hosts_into_hive_folders(tmp_path):

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.contract import POWER, check_file_schema
+from collectors.contract import POWER, check_file_schema, epoch_ns
 from collectors.nvml.buffer_drain import BufferCursor
 from collectors.nvml.cli import CollectError, parse_gpus, parse_seconds
 from collectors.nvml.compact import META_KEY, compact_power, roll_forward
@@ -123,7 +123,7 @@ def test_disk_full_memory_is_bounded_and_the_drop_is_counted(tmp_path):
     assert f.pending_rows <= 25
     assert c.get("rows_dropped") == 50 - f.pending_rows
     # the oldest were dropped: what is kept is the newest
-    kept = pa.concat_tables([t for _, t in f.pending]).column("ts").cast(pa.int64()).to_pylist()
+    kept = epoch_ns(pa.concat_tables([t for _, t in f.pending]).column("ts")).to_pylist()
     assert min(kept) >= base + 20 * 10**8
 
 

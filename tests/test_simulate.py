@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from collectors.contract import DATASETS, schema_problems
+from collectors.contract import DATASETS, epoch_ns, schema_problems
 from collectors.inventory import load_inventory
 from collectors.simulate import Arrivals, diurnal_rate_rps, simulate
 from collectors.simulate.arrivals import poisson_arrivals_s
@@ -92,7 +92,7 @@ def power(sim) -> dict[tuple[str, int], dict[str, np.ndarray]]:
         for gpu in set(table.filter(pc.equal(table["host"], host)).column("gpu").to_pylist()):
             t = table.filter(pc.and_(pc.equal(table["host"], host), pc.equal(table["gpu"], gpu)))
             out[host, gpu] = {c: t.column(c).to_numpy() for c in ("power_w", "power_avg_w", "energy_j", "temp_c", "gpu_util_pct")}
-            out[host, gpu]["ts"] = t.column("ts").cast(pa.int64()).to_numpy()
+            out[host, gpu]["ts"] = epoch_ns(t.column("ts")).to_numpy()
     return out
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.contract import DATASETS
+from collectors.contract import DATASETS, epoch_ns
 from collectors.nvml.counters import Counters
 from collectors.storage import DataRoot
 
@@ -38,7 +38,7 @@ def hour_key(hour_index: int) -> tuple[str, str]:
 
 def split_by_hour(table: pa.Table) -> list[tuple[int, pa.Table]]:
     """Split a table into (hour index, rows of that hour), in time order."""
-    hours = pc.divide(table.column("ts").cast(pa.int64()), HOUR_NS)
+    hours = pc.divide(epoch_ns(table.column("ts")), HOUR_NS)
     parts = []
     for h in sorted(set(pc.unique(hours).to_pylist())):
         parts.append((h, table.filter(pc.equal(hours, h))))

@@ -11,7 +11,7 @@ import threading
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.contract import POWER, conform
+from collectors.contract import POWER, TS, conform
 
 FIELD = "nvml-field"
 BUFFER = "nvml-buffer"
@@ -21,7 +21,7 @@ ROW_COLUMNS = (
     "ts", "gpu", "power_w", "power_avg_w", "energy_j",
     "sm_clock_mhz", "gpu_util_pct", "mem_used_mib", "temp_c", "power_limit_w", "source",
 )
-_TYPES = {f.name: f.type for f in POWER}
+_TYPES = {f.name: f.type for f in POWER} | {"ts": TS}  # rows carry ns ints; conform() converts
 
 
 class RowBuffer:

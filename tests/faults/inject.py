@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.contract import TS
+from collectors.contract import TS, epoch_ns
 from collectors.parquet_sink import write_dataset
 from tests.builders import day_start_ns
 
@@ -100,7 +100,7 @@ def served_samples(log: Path) -> dict[tuple[int, str, int], float]:
 
 def power_keys(table: pa.Table) -> list[tuple[int, str, int]]:
     """(gpu, source, ts_ns) of every row of a power table, repeats included."""
-    ts = table.column("ts").cast(pa.int64()).to_pylist()
+    ts = epoch_ns(table.column("ts")).to_pylist()
     return list(zip(table.column("gpu").to_pylist(), table.column("source").cast(pa.string()).to_pylist(), ts))
 
 
