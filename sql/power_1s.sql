@@ -24,7 +24,7 @@ SELECT
     avg(power_w)::FLOAT AS mean_w,
     min(power_w)::FLOAT AS min_w,
     max(power_w)::FLOAT AS max_w,
-    sum(CASE WHEN dt_s <= 2.0 THEN (power_w + prev_w) / 2 * dt_s ELSE 0 END) AS energy_j,
+    xsum(CASE WHEN dt_s <= 2.0 THEN (power_w + prev_w) / 2 * dt_s ELSE 0 END) AS energy_j,  -- exact: reruns are bit-identical
     count(*)::INTEGER AS samples,
     bool_or(dt_s IS NULL OR dt_s > 2.0) AS gap_before,
     count(*) FILTER (WHERE dt_s = 0)::INTEGER AS duplicate_samples,
