@@ -47,9 +47,7 @@ class WarehouseResource(ConfigurableResource):
         """{path: reason} of the day's files in quarantine that lose data (not byte-identical
         copies); for a cluster-day's power, only its hosts' files."""
         scope = date if isinstance(date, Scope) else Scope(date=date)
-        mine = lambda host: True  # noqa: E731
-        if scope.cluster and dataset == "power":
-            mine = warehouse.host_filter(warehouse.load_inventory_if_any(self.path), scope.cluster)
+        mine = self._cluster_hosts(scope) if dataset == "power" else (lambda host: True)
         return {
             e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
             for e in quarantine.entries(self.path, scope.date, dataset)
@@ -62,9 +60,15 @@ class WarehouseResource(ConfigurableResource):
         if scope is not None and scope.fleet:
             files["power"] = []
         elif scope is not None and scope.cluster:
-            mine = warehouse.host_filter(warehouse.load_inventory_if_any(self.path), scope.cluster)
+            mine = self._cluster_hosts(scope)
             files["power"] = [f for f in files["power"] if mine(warehouse.host_of(f))]
         return files
+
+    def _cluster_hosts(self, scope: Scope):
+        """Whether a host's files are the scope's: its cluster's hosts (every host outside a cluster-day)."""
+        if not scope.cluster:
+            return lambda host: True
+        return warehouse.host_filter(warehouse.load_inventory_if_any(self.path), scope.cluster)
 
     @contextlib.contextmanager
     def connection(

@@ -133,13 +133,12 @@ def _derived_view_sql(data_dir: Path, table: str, scope: Scope | None = None, co
     cluster = scope.cluster if scope else None
     if cluster and any(Path(p).is_file() for p in glob.glob(_parts_glob(data_dir, table, cluster))):
         source = f"read_parquet({_quote(_parts_glob(data_dir, table, cluster))}, hive_partitioning = false)"
-        if con is not None and _has_levels(con, source):
-            return f"CREATE OR REPLACE VIEW {table} AS {read_back_sql(source, cluster)}"
-        return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source}"
-    source = f"read_parquet({_quote(_parts_glob(data_dir, table))}, hive_partitioning = false)"
-    if cluster:  # a cluster without its part of this table yet: typed, and empty
-        return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source} WHERE false"
-    return f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {source}"
+        leveled = con is not None and _has_levels(con, source)
+        body = read_back_sql(source, cluster) if leveled else f"SELECT * FROM {source}"
+    else:  # the whole table; a cluster without its part of it yet sees it typed and empty
+        source = f"read_parquet({_quote(_parts_glob(data_dir, table))}, hive_partitioning = false)"
+        body = f"SELECT * FROM {source}" + (" WHERE false" if cluster else "")
+    return f"CREATE OR REPLACE VIEW {table} AS {body}"
 
 
 def _empty_relation_sql(dataset: str) -> str:
