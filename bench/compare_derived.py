@@ -38,8 +38,8 @@ def _rounded(con, source: str, rel: float, atol: float) -> str:
 def compare(before: Path, after: Path, table: str, rel: float, atol: float = 1e-9) -> dict:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    a = f"read_parquet('{before / table}/date=*/*.parquet')"
-    b = f"read_parquet('{after / table}/date=*/*.parquet')"
+    a = f"read_parquet('{before / table}/date=*/**/*.parquet')"
+    b = f"read_parquet('{after / table}/date=*/**/*.parquet')"
     n_a = con.execute(f"SELECT count(*) FROM {a}").fetchone()[0]
     n_b = con.execute(f"SELECT count(*) FROM {b}").fetchone()[0]
     only_a = con.execute(f"SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})").fetchone()[0]

@@ -25,23 +25,38 @@ class Measurement:
     peak_rss_mb: float
     returncode: int
     stdout: str = ""
+    killed_over_mb: float | None = None
+    """Set when the tree outgrew ``rss_cap_mb`` and was killed (it would have thrashed or met the OOM killer)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.killed_over_mb is None
 
 
-def run_measured(name: str, argv: list[str], env: dict | None = None, poll_s: float = 0.05) -> Measurement:
-    """Run ``argv``; CPU from the kernel's accounting of reaped children, RSS by polling the tree."""
+def run_measured(name: str, argv: list[str], env: dict | None = None, poll_s: float = 0.05,
+                 rss_cap_mb: float | None = None) -> Measurement:
+    """Run ``argv``; CPU from the kernel's accounting of reaped children, RSS by polling the tree.
+
+    With ``rss_cap_mb``, a tree whose RSS passes the cap is killed and the result says so.
+    """
     before = os.times()
     started = time.perf_counter()
     proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     peak = 0
+    killed = None
     stop = threading.Event()
 
     def poll():
-        nonlocal peak
+        nonlocal peak, killed
         root = psutil.Process(proc.pid)
         while not stop.is_set():
             try:
                 procs = [root, *root.children(recursive=True)]
                 peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+                if rss_cap_mb and peak > rss_cap_mb * 2**20 and killed is None:
+                    killed = peak / 2**20
+                    for p in reversed(procs):
+                        p.kill()
             except psutil.Error:
                 pass
             time.sleep(poll_s)
@@ -56,7 +71,7 @@ def run_measured(name: str, argv: list[str], env: dict | None = None, poll_s: fl
     if proc.returncode:
         sys.stderr.write(err.decode(errors="replace")[-2000:])
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    return Measurement(name, wall, cpu, peak / 2**20, proc.returncode, out.decode(errors="replace"))
+    return Measurement(name, wall, cpu, peak / 2**20, proc.returncode, out.decode(errors="replace"), killed)
 
 
 def machine() -> dict:

@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 
 from bench.fleets import write_fleet
@@ -33,6 +34,9 @@ BIN = Path(sys.executable).parent
 def power_rows(data_dir: Path) -> int:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in (data_dir / "power").rglob("*.parquet"))
 
+
+POLARS_RSS_CAP_FRACTION = 0.7
+"""Baseline (b) is stopped past this share of the machine's RAM and reported as not finishing."""
 
 SUBSET = ["power_1s", "power_100ms", "swing_stats", "power_summary"]
 """The assets that produce what baseline (b) computes (see the module docstring)."""
@@ -57,7 +61,9 @@ def bench_size(n_gpus: int, work: Path) -> dict:
     pipeline = run_measured("pipeline", [*wattline, "--select", ",".join(pipeline_assets())])
     subset = run_measured("pipeline_subset", [*wattline, "--select", ",".join(SUBSET)])
     floor = run_measured("floor", [sys.executable, str(HERE / "baseline_floor.py"), str(data_dir), DATE])
-    polars = run_measured("polars", [sys.executable, str(HERE / "baseline_polars.py"), str(data_dir), DATE])
+    # (b) reads the whole day into memory: past the cap it would thrash or meet the OOM killer.
+    polars = run_measured("polars", [sys.executable, str(HERE / "baseline_polars.py"), str(data_dir), DATE],
+                          rss_cap_mb=POLARS_RSS_CAP_FRACTION * psutil.virtual_memory().total / 2**20)
     steps = _steps(pipeline.stdout)
     result = {
         "gpu_days": n_gpus,
@@ -68,10 +74,10 @@ def bench_size(n_gpus: int, work: Path) -> dict:
         "pipeline_subset": vars(subset) | {"stdout": None, "assets": SUBSET, "asset_seconds": _steps(subset.stdout)},
         "asset_seconds": steps,
         "pipeline_over_floor": pipeline.wall_s / floor.wall_s,
-        "baseline_over_pipeline": polars.wall_s / pipeline.wall_s,
+        "baseline_over_pipeline": polars.wall_s / pipeline.wall_s if polars.ok else None,
         "subset_over_floor": subset.wall_s / floor.wall_s,
-        "baseline_over_subset": polars.wall_s / subset.wall_s,
-        "subset_cpu_over_baseline_cpu": subset.cpu_s / polars.cpu_s,
+        "baseline_over_subset": polars.wall_s / subset.wall_s if polars.ok else None,
+        "subset_cpu_over_baseline_cpu": subset.cpu_s / polars.cpu_s if polars.ok else None,
     }
     return result
 
@@ -94,8 +100,9 @@ def slopes(results: list[dict]) -> list[dict]:
         dn = b["gpu_days"] - a["gpu_days"]
         row = {"from": a["gpu_days"], "to": b["gpu_days"]}
         for short, key in CONTENDERS:
-            row[f"{short}_wall_s_per_gpu_day"] = (b[key]["wall_s"] - a[key]["wall_s"]) / dn
-            row[f"{short}_cpu_s_per_gpu_day"] = (b[key]["cpu_s"] - a[key]["cpu_s"]) / dn
+            done = all(r[key]["returncode"] == 0 and r[key].get("killed_over_mb") is None for r in (a, b))
+            row[f"{short}_wall_s_per_gpu_day"] = (b[key]["wall_s"] - a[key]["wall_s"]) / dn if done else None
+            row[f"{short}_cpu_s_per_gpu_day"] = (b[key]["cpu_s"] - a[key]["cpu_s"]) / dn if done else None
         out.append(row)
     return out
 
@@ -105,18 +112,26 @@ def main(sizes: list[int], work: Path) -> dict:
     print(f"{'GPU-days':>8} {'samples':>12} {'contender':<26} {'wall s':>8} {'cpu s':>8} {'RSS MB':>7} {'÷ floor':>8} {'polars ÷':>8}")
     for r in results:
         floor_wall = r["floor"]["wall_s"]
+        polars_ok = r["baseline_polars"]["killed_over_mb"] is None and r["baseline_polars"]["returncode"] == 0
         polars_wall = r["baseline_polars"]["wall_s"]
         rows = [("pipeline (all assets)", r["pipeline"]), ("pipeline, what (b) computes", r["pipeline_subset"]),
                 ("(a) floor", r["floor"]), ("(b) polars", r["baseline_polars"])]
         for i, (label, m) in enumerate(rows):
             head = f"{r['gpu_days']:>8} {r['samples']:>12,}" if i == 0 else " " * 21
+            vs_polars = f"{polars_wall / m['wall_s']:>8.2f}" if polars_ok else f"{'—':>8}"
             print(f"{head} {label:<26} {m['wall_s']:>8.1f} {m['cpu_s']:>8.1f} {m['peak_rss_mb']:>7.0f} "
-                  f"{m['wall_s'] / floor_wall:>8.2f} {polars_wall / m['wall_s']:>8.2f}")
-        print(f"{'':21} subset = {', '.join(SUBSET)}: CPU {r['subset_cpu_over_baseline_cpu']:.2f} × polars'")
+                  f"{m['wall_s'] / floor_wall:>8.2f} {vs_polars}")
+        if polars_ok:
+            print(f"{'':21} subset = {', '.join(SUBSET)}: CPU {r['subset_cpu_over_baseline_cpu']:.2f} × polars'")
+        else:
+            p = r["baseline_polars"]
+            why = f"killed at {p['killed_over_mb'] / 1024:.1f} GB RSS" if p["killed_over_mb"] else f"exit {p['returncode']}"
+            print(f"{'':21} (b) polars did not finish: {why} (it reads the whole day into memory)")
     slope_rows = slopes(results)
     for row in slope_rows:
         print(f"slope {row['from']}→{row['to']} GPU-days (s per GPU-day, wall / cpu): "
-              + ", ".join(f"{short} {row[f'{short}_wall_s_per_gpu_day']:.2f} / {row[f'{short}_cpu_s_per_gpu_day']:.2f}" for short, _ in CONTENDERS))
+              + ", ".join(f"{short} {row[f'{short}_wall_s_per_gpu_day']:.2f} / {row[f'{short}_cpu_s_per_gpu_day']:.2f}"
+                          if row[f"{short}_wall_s_per_gpu_day"] is not None else f"{short} —" for short, _ in CONTENDERS))
     for r in results:
         top = sorted(r["asset_seconds"].items(), key=lambda kv: -kv[1])[:5]
         print(f"  {r['gpu_days']} GPU-days, slowest assets: " + ", ".join(f"{k} {v:.1f}s" for k, v in top))
