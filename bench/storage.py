@@ -17,7 +17,6 @@ import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from bench.measure import save
 from collectors.contract import epoch_ns
 
 ENTROPY_FILES = 4
@@ -63,6 +62,8 @@ def entropy_bits(files: list[Path]) -> dict[str, float]:
 
 
 def main(data_dir: Path) -> dict:
+    from bench.measure import save  # psutil: not needed by the helpers a GPU host imports
+
     files = sorted((data_dir / "power").rglob("*.parquet"))
     dataset = ds.dataset(files, format="parquet")
     rows = dataset.count_rows()
