@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,6 +97,8 @@ def main() -> None:
     result = {"collector_exit_code": exit_code, "load_s": a.seconds, "as_flushed": before,
               "compacted_hours": compacted.hours, "after_compaction": after}
     (a.out / "collector-storage.json").write_text(json.dumps(result, indent=1))
+    for f in after["files"]:  # the compacted file itself, for a closer look anywhere
+        shutil.copy(data / f, a.out / Path(f).name)
     print(json.dumps({k: v for k, v in result.items() if k != "as_flushed"} | {"as_flushed_bytes_per_sample": before["bytes_per_sample"]}, indent=1))
 
 

@@ -152,6 +152,11 @@ def test_compaction_merges_closed_hours_only(tmp_path):
     after = sorted(r["ts"] for p in files for r in pq.read_table(p).to_pylist())
     assert after == before  # nothing lost, nothing duplicated
     assert compact_power(tmp_path, "h").hours == 0  # idempotent
+    merged = next(p for p in files if "-compacted-" in p.name)
+    column = {pq.ParquetFile(merged).metadata.row_group(0).column(i).path_in_schema: i for i in range(len(POWER))}
+    encodings = lambda name: pq.ParquetFile(merged).metadata.row_group(0).column(column[name]).encodings  # noqa: E731
+    assert "DELTA_BINARY_PACKED" in encodings("ts")  # the collector's own layout, not the writer default
+    assert "RLE_DICTIONARY" in encodings("power_w")
 
 
 def test_interrupted_compaction_is_rolled_forward(tmp_path):

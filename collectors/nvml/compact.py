@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.contract import POWER, conform
-from collectors.parquet_sink import TMP_PREFIX, _WRITE_OPTIONS, fsync_dir
+from collectors.parquet_sink import TMP_PREFIX, fsync_dir, parquet_options
 from collectors.nvml.flusher import FILE_PREFIX
 from collectors.nvml.rows import sort_power
 from collectors.storage import DataRoot
@@ -104,7 +104,7 @@ def compact_hour(folder: Path, key: str, sources: list[Path]) -> tuple[Path, int
     batch_rows = 0
     try:
         with open(tmp, "wb") as fh:
-            with pq.ParquetWriter(fh, schema, **_WRITE_OPTIONS) as writer:
+            with pq.ParquetWriter(fh, schema, **parquet_options(schema)) as writer:
                 def emit():
                     t = sort_power(pa.concat_tables(batch, promote_options="permissive"))
                     writer.write_table(t.replace_schema_metadata(schema.metadata), row_group_size=ROW_GROUP_ROWS)
