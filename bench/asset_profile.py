@@ -22,7 +22,7 @@ from pathlib import Path
 warnings.filterwarnings("ignore")
 
 DATE = "2026-11-30"
-WHOLE_FILE = {"power_1s", "phase_timeline", "phase_segments", "energy_per_token"}
+WHOLE_FILE = {"power_1s", "phase_segments", "energy_per_token"}
 """Assets that run their SQL file as one query (the others split it into statements, see assetkit)."""
 
 

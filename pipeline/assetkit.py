@@ -22,7 +22,7 @@ Headline = Callable[[duckdb.DuckDBPyConnection], dict]
 def statements(table: str) -> tuple[list[str], str]:
     """``sql/<table>.sql`` split into its preparatory statements (temp tables the query reads
     several times) and the final query, so the file still runs as-is in the DuckDB CLI."""
-    parts = [s.strip() for s in sqlfiles.query(table).split(";\n") if s.strip() and not sqlfiles._only_comments(s)]
+    parts = sqlfiles.split(sqlfiles.query(table))
     return parts[:-1], parts[-1]
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 
+import duckdb
+
 from pipeline.constants import SQL_DIR
 
 
@@ -25,9 +27,11 @@ def macros() -> tuple[str, ...]:
     """Every statement in ``sql/views/*.sql`` (macros and views shared by several queries)."""
     statements: list[str] = []
     for path in sorted((SQL_DIR / "views").glob("*.sql")):
-        statements += [s.strip() for s in path.read_text().split(";\n") if s.strip() and not _only_comments(s)]
+        statements += split(path.read_text())
     return tuple(statements)
 
 
-def _only_comments(text: str) -> bool:
-    return all(not line.strip() or line.strip().startswith("--") for line in text.splitlines())
+def split(text: str) -> list[str]:
+    """The statements of a SQL text, each with its leading comments, split by DuckDB's own parser
+    (so a semicolon inside a comment or a string does not cut a statement)."""
+    return [st.query.strip().rstrip(";").strip() for st in duckdb.extract_statements(text)]

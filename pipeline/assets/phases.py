@@ -4,10 +4,16 @@
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
+from pipeline.assetkit import statements
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.phases import checks
 from pipeline.resources import WarehouseResource
 from pipeline.scope import Scope
+
+
+ENDPOINTS_PER_CHUNK = 4
+"""phase_timeline sweeps the request log this many endpoints at a time: a 64-GPU cluster-day of 16
+endpoints needs more than 1.1 GiB in one sweep, a chunk of 4 a quarter of that."""
 
 
 @asset(
@@ -22,7 +28,18 @@ def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource)
     phase label and the power-only label (`power_phase`). See docs/phases.md."""
     date = Scope.of(context)
     with warehouse.connection(date) as con:
-        rows = warehouse.write_partition(con, "phase_timeline", date, sqlfiles.query("phase_timeline"))
+        prepare, query = statements("phase_timeline")
+        n_endpoints = con.execute("SELECT count(DISTINCT endpoint) FROM inventory_gpus").fetchone()[0]
+        chunks = max(1, -(-n_endpoints // ENDPOINTS_PER_CHUNK))
+        con.execute("SET VARIABLE phase_chunks = ?", [chunks])
+        for statement in prepare:
+            if "getvariable('phase_chunk')" not in statement:
+                con.execute(statement)
+                continue
+            for chunk in range(chunks):
+                con.execute("SET VARIABLE phase_chunk = ?", [chunk])
+                con.execute(statement)
+        rows = warehouse.write_partition(con, "phase_timeline", date, query)
         endpoints, logged, share = con.execute(
             """SELECT count(DISTINCT endpoint), count(DISTINCT endpoint) FILTER (WHERE phase IS NOT NULL),
                       avg((phase = 'prefill')::INT) FILTER (WHERE phase <> 'idle')
