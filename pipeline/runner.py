@@ -90,11 +90,21 @@ def run_lock(data_dir: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+WORKER_MIN_MEMORY_MB = 2048
+"""The default memory bound gives each worker at least this: a 64-GPU cluster-day's phase_timeline
+ran Out of Memory with 1.1 GiB (two workers sharing 2.5 GiB), and completes with 2.5 GiB."""
+
+
 def default_workers(clusters: int) -> int:
-    """$WATTLINE_WORKERS, else one worker process per core, at most one per cluster."""
+    """$WATTLINE_WORKERS, else one worker process per core, at most one per cluster and, under
+    the default memory bound, one per WORKER_MIN_MEMORY_MB of it ($WATTLINE_DUCKDB_MEMORY gives
+    each worker that much, so it does not limit them)."""
+    from pipeline.warehouse import default_memory_mb
+
     if os.environ.get(WORKERS_ENV):
         return max(1, int(os.environ[WORKERS_ENV]))
-    return max(1, min(clusters, os.cpu_count() or 1))
+    by_memory = clusters if os.environ.get("WATTLINE_DUCKDB_MEMORY") else default_memory_mb() // WORKER_MIN_MEMORY_MB
+    return max(1, min(clusters, os.cpu_count() or 1, by_memory))
 
 
 def run_day(
