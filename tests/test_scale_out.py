@@ -178,3 +178,20 @@ def _off_loop(fn, **kwargs):
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(fn, **kwargs).result()
+
+
+def test_default_workers_leave_each_at_least_its_memory(monkeypatch):
+    from pipeline import runner
+
+    monkeypatch.delenv("WATTLINE_WORKERS", raising=False)
+    monkeypatch.delenv("WATTLINE_DUCKDB_MEMORY", raising=False)
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(warehouse, "default_memory_mb", lambda: 2560)
+    assert runner.default_workers(4) == 1  # two would get 1.25 GiB each: too little for a 64-GPU cluster-day
+    monkeypatch.setattr(warehouse, "default_memory_mb", lambda: 8192)
+    assert runner.default_workers(8) == 4
+    assert runner.default_workers(2) == 2
+    monkeypatch.setenv("WATTLINE_DUCKDB_MEMORY", "2GB")  # each worker gets 2 GB: only cores and clusters limit
+    assert runner.default_workers(8) == 8
+    monkeypatch.setenv("WATTLINE_WORKERS", "3")
+    assert runner.default_workers(8) == 3

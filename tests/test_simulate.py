@@ -105,7 +105,7 @@ def _in_intervals(ts: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
 
 
 def _ns(table: pa.Table, col: str) -> np.ndarray:
-    return table.column(col).cast(pa.int64()).to_numpy()
+    return epoch_ns(table.column(col)).to_numpy()
 
 
 # --- determinism -----------------------------------------------------------------------------

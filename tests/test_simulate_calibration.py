@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from collectors.contract import epoch_ns
 from collectors.simulate import simulate
 
 DATA = Path(__file__).parent / "data" / "h200_capture_2"
@@ -74,7 +75,7 @@ def simulated(tmp_path_factory) -> dict[str, float]:
     power = pa.concat_tables(pq.read_table(f) for f in sorted(root.glob("power/*/*/*.parquet")))
     req = pa.concat_tables(pq.read_table(f) for f in root.glob("requests/*/*.parquet"))
     ev = pa.concat_tables(pq.read_table(f) for f in root.glob("job_events/*/*.parquet"))
-    ns = lambda tab, c: tab.column(c).cast(pa.int64()).to_numpy()  # noqa: E731
+    ns = lambda tab, c: epoch_ns(tab.column(c)).to_numpy()  # noqa: E731
     ramp = 60_000_000
 
     def gpu(host: str, g: int) -> tuple[np.ndarray, np.ndarray]:

@@ -47,9 +47,13 @@ class Summary:
             f"duplicates {self.duplicates} (from {self.files_read} file(s)"
             + (f"; {len(self.errors)} unreadable" if self.errors else "")
             + ")"
-            + ("; quarantine reasons: " + ", ".join(f"{k} {n}" for k, n in self.reasons.most_common())
+            + ("; quarantine reasons: " + ", ".join(f"{k} {n}" for k, n in self.reasons_by_count())
                if self.reasons else "")
         )
+
+    def reasons_by_count(self) -> list[tuple[str, int]]:
+        """Most frequent first, ties by name: the same line whatever order the lines were stored in."""
+        return sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 class Ingestor:
