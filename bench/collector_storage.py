@@ -82,6 +82,7 @@ def main() -> None:
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     data = Path("/tmp/wattline-storage/data")
+    shutil.rmtree(data, ignore_errors=True)  # this run's files only
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{os.environ.get('PYTHONPATH', '')}", PYTHONUNBUFFERED="1")
     log = open(a.out / "collector-storage.log", "w")
     col = subprocess.Popen([sys.executable, "-m", "collectors.nvml", "--host", "h200", "--gpus", str(a.gpu),

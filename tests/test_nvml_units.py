@@ -159,6 +159,37 @@ def test_compaction_merges_closed_hours_only(tmp_path):
     assert "RLE_DICTIONARY" in encodings("power_w")
 
 
+def test_compaction_splits_the_real_average_it_cannot_dictionary(tmp_path):
+    """On the real H200 capture, NVML's 1 s average almost never repeats at 10 Hz: the compacted file
+    byte-stream-splits it (smaller than a dictionary of it) and keeps the instant power's dictionary."""
+    import csv
+    from pathlib import Path
+
+    from collectors.parquet_sink import parquet_options
+
+    with open(Path(__file__).parent / "data" / "h200_capture_2" / "power_100ms.csv") as fh:
+        real = list(csv.DictReader(fh))
+    start = (int(time.time() // 3600) - 3) * HOUR_NS
+    rows = [(start + i * 10**8, 0, int(r["power_instant_mw"]) / 1000, int(r["power_usage_mw"]) / 1000,
+             None, None, None, None, None, None, FIELD) for i, r in enumerate(real)]
+    f = Flusher(tmp_path, "h", Counters())
+    for k in range(0, len(rows), 300):
+        f.add(rows_to_table(rows[k:k + 300], "h", {0: "GPU-0"}))
+        f.flush()
+    assert compact_power(tmp_path, "h").rows == len(rows)
+    merged = next((tmp_path / "power").rglob("*-compacted-*.parquet"))
+    meta = pq.ParquetFile(merged).metadata.row_group(0)
+    column = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    assert "BYTE_STREAM_SPLIT" in column["power_avg_w"].encodings
+    assert "RLE_DICTIONARY" in column["power_w"].encodings
+    as_dictionary = tmp_path / "dictionary.parquet"
+    table = pq.read_table(merged)
+    pq.write_table(table, as_dictionary, **parquet_options(table.schema))
+    dictionary_avg = pq.ParquetFile(as_dictionary).metadata.row_group(0).column(table.schema.get_field_index("power_avg_w"))
+    assert dictionary_avg.path_in_schema == "power_avg_w" and "RLE_DICTIONARY" in dictionary_avg.encodings
+    assert column["power_avg_w"].total_compressed_size < 0.8 * dictionary_avg.total_compressed_size
+
+
 def test_interrupted_compaction_is_rolled_forward(tmp_path):
     closed = int(time.time() // 3600) - 3
     sources = _write_hour_files(tmp_path, closed, 3)

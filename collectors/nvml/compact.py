@@ -104,11 +104,16 @@ def compact_hour(folder: Path, key: str, sources: list[Path]) -> tuple[Path, int
     batch_rows = 0
     try:
         with open(tmp, "wb") as fh:
-            with pq.ParquetWriter(fh, schema, **parquet_options(schema)) as writer:
-                def emit():
-                    t = sort_power(pa.concat_tables(batch, promote_options="permissive"))
-                    writer.write_table(t.replace_schema_metadata(schema.metadata), row_group_size=ROW_GROUP_ROWS)
+            writer = None
 
+            def emit():
+                nonlocal writer
+                t = sort_power(pa.concat_tables(batch, promote_options="permissive"))
+                if writer is None:  # the first row group decides the float encodings
+                    writer = pq.ParquetWriter(fh, schema, **parquet_options(schema, t))
+                writer.write_table(t.replace_schema_metadata(schema.metadata), row_group_size=ROW_GROUP_ROWS)
+
+            try:
                 for src in sources:
                     t = conform(pq.read_table(src), POWER, where=str(src))
                     batch.append(t)
@@ -117,8 +122,12 @@ def compact_hour(folder: Path, key: str, sources: list[Path]) -> tuple[Path, int
                     if batch_rows >= ROW_GROUP_ROWS:
                         emit()
                         batch, batch_rows = [], 0
-                if batch:
+                if batch or writer is None:
+                    batch = batch or [POWER.empty_table()]
                     emit()
+            finally:
+                if writer is not None:
+                    writer.close()
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, out)
