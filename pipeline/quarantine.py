@@ -200,7 +200,11 @@ def _quarantine(data_dir: Path, dataset: str, date: str, bad: dict[Path, tuple[s
             os.replace(src, dest)
         except FileNotFoundError:
             if root is None:
-                raise  # on S3 a concurrent stage may have dropped the local copy already
+                raise
+            # On S3 another worker's stage may have dropped the local source once the object
+            # moved: fetch the quarantined object, so the file is listed as still quarantined.
+            with contextlib.suppress(FileNotFoundError):  # not ours to fetch: moved by another worker
+                root.stage([_key(data_dir, dest)], data_dir)
             continue
         fsync_dir(dest.parent)
         fsync_dir(src.parent)
