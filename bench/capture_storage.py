@@ -13,6 +13,7 @@ import argparse
 import csv
 import io
 import sys
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,6 +22,7 @@ sys.path.insert(0, str(REPO))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from bench.storage import column_bytes  # noqa: E402
 from collectors.nvml.rows import BUFFER, FIELD, rows_to_table  # noqa: E402
 from collectors.parquet_sink import parquet_options  # noqa: E402
 
@@ -48,16 +50,11 @@ def collector_rows(capture: Path) -> list[tuple]:
     return rows
 
 
-def encoded_bytes(table: pa.Table, options: dict) -> tuple[int, dict[str, int]]:
+def encoded_bytes(table: pa.Table, options: dict) -> tuple[int, Counter]:
+    """File size and compressed bytes per column of ``table`` written with ``options``."""
     buf = io.BytesIO()
     pq.write_table(table, buf, **options)
-    meta = pq.ParquetFile(io.BytesIO(buf.getvalue())).metadata
-    per = {}
-    for g in range(meta.num_row_groups):
-        for c in range(meta.num_columns):
-            col = meta.row_group(g).column(c)
-            per[col.path_in_schema] = per.get(col.path_in_schema, 0) + col.total_compressed_size
-    return len(buf.getvalue()), per
+    return len(buf.getvalue()), column_bytes([io.BytesIO(buf.getvalue())])
 
 
 def main() -> None:
@@ -71,9 +68,8 @@ def main() -> None:
                            ("floats_as_dictionary", parquet_options(table.schema))):
         total, per = encoded_bytes(table, options)
         result[label] = {"bytes_per_sample": total / n,
-                         "column_bytes_per_sample": {k: v / n for k, v in sorted(per.items(), key=lambda kv: -kv[1])}}
-        print(f"{label:<22} {total / n:.3f} B/sample  "
-              + ", ".join(f"{k} {v / n:.3f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:3]))
+                         "column_bytes_per_sample": {k: v / n for k, v in per.most_common()}}
+        print(f"{label:<22} {total / n:.3f} B/sample  " + ", ".join(f"{k} {v / n:.3f}" for k, v in per.most_common(3)))
     from bench.measure import save
 
     print(f"written {save('capture-storage', result)}")

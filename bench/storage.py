@@ -25,8 +25,8 @@ ENTROPY_FILES = 4
 SIGNAL_COLUMNS = ("ts", "power_w", "power_avg_w")
 
 
-def column_bytes(files: list[Path]) -> Counter:
-    """Compressed bytes of each column over ``files`` (from the footers)."""
+def column_bytes(files: list) -> Counter:
+    """Compressed bytes of each column over ``files``, paths or open buffers (from the footers)."""
     sizes: Counter = Counter()
     for f in files:
         md = pq.ParquetFile(f).metadata

@@ -122,8 +122,9 @@ def compact_hour(folder: Path, key: str, sources: list[Path]) -> tuple[Path, int
                     if batch_rows >= ROW_GROUP_ROWS:
                         emit()
                         batch, batch_rows = [], 0
-                if batch or writer is None:
-                    batch = batch or [POWER.empty_table()]
+                if writer is None and not batch:  # no rows at all: still a file with the schema
+                    batch = [POWER.empty_table()]
+                if batch:
                     emit()
             finally:
                 if writer is not None:
