@@ -186,14 +186,20 @@ def test_imported_day_equals_the_recorded_series(prometheus, tmp_path):
     # `wattline run`: power_1s integrates the imported 1 s averages to the same energy
     days = sorted({dt.datetime.fromtimestamp(base_s + k, dt.timezone.utc).date().isoformat() for k in (0, COUNT - 1)})
     total = {0: 0.0, 1: 0.0}
+    swings = []
     for day in days:
-        outcome = run_day(data, day, selection=["power_1s"])
+        outcome = run_day(data, day, selection=["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms",
+                                                "swing_stats"])
         assert outcome.success, outcome.error
+        swings += read_day(data, "swing_stats", day).select(["level", "window_s", "series"]).to_pylist()
         p1s = read_day(data, "power_1s", day).select(["gpu", "energy_j", "source", "is_average"]).to_pylist()
         assert {r["source"] for r in p1s} == {"dcgm"} and all(r["is_average"] for r in p1s)
         for r in p1s:
             total[r["gpu"]] += r["energy_j"]
     assert total[0] == pytest.approx(integral, rel=0.01)
+    # no instantaneous series from 1 s averages, and no swing over a window shorter than two steps
+    gpu_swings = {(r["window_s"], r["series"]) for r in swings if r["level"] == "gpu"}
+    assert gpu_swings == {(2, "avg1s"), (10, "avg1s"), (60, "avg1s")}
     assert total[1] == pytest.approx(0.6 * integral, rel=0.01)
     # importing the same range again replaces its files: no second copy of a row
     import_prometheus(url, base_s, base_s + COUNT - 1, data, step_s=1.0, max_points=40, progress=False)
