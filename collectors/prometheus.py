@@ -71,6 +71,8 @@ class ImportResult:
     gpus: dict = field(default_factory=dict)  # (host, gpu) -> Series
     skipped: dict = field(default_factory=dict)  # reason -> count
     resets: int = 0
+    scrape_interval_s: float | None = None  # median over series, from count_over_time
+    step_s: float = 1.0
     written: list = field(default_factory=list)
 
     def energy_j(self, key) -> float | None:
@@ -92,7 +94,17 @@ class ImportResult:
                 + (f"; energy counter on {len(with_energy)} GPU(s): {energy / 3.6e6:.4f} kWh"
                    + (f", {self.resets} counter reset(s) skipped" if self.resets else "") if with_energy else
                    "; no energy counter")
-                + (f"; skipped {skipped}" if skipped else ""))
+                + (f"; skipped {skipped}" if skipped else "")
+                + (f"; scrape interval ≈ {self.scrape_interval_s:.3g} s" if self.scrape_interval_s else ""))
+
+    def coarse_warning(self) -> str | None:
+        """Scrapes slower than the step repeat each value: say which answers that leaves out."""
+        if not self.scrape_interval_s or self.scrape_interval_s <= 1.5 * self.step_s:
+            return None
+        return (f"Prometheus scraped every ≈ {self.scrape_interval_s:.3g} s, so each value repeats over "
+                f"{self.scrape_interval_s / self.step_s:.0f} step(s): swings over windows shorter than "
+                f"{2 * self.scrape_interval_s:.3g} s and request phases cannot be read from these rows "
+                "(docs/connect.md#what-each-source-can-answer)")
 
 
 class Client:
@@ -134,6 +146,9 @@ class Client:
         data = self.get("/api/v1/query_range", [("query", query), ("start", _fmt(start_s)), ("end", _fmt(end_s)),
                                                 ("step", _fmt(step_s))])
         return data.get("result", [])
+
+    def query(self, query: str, at_s: float):
+        return self.get("/api/v1/query", [("query", query), ("time", _fmt(at_s))]).get("result", [])
 
     def series(self, metric: str, start_s: float, end_s: float) -> list[dict]:
         return self.get("/api/v1/series", [("match[]", metric), ("start", _fmt(start_s)), ("end", _fmt(end_s))])
@@ -233,10 +248,22 @@ def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric
     if not res.gpus:
         raise PrometheusError(f"no {metric} series at {url} between {_iso(start_s)} and {_iso(end_s)} "
                               "(check --metric, --start/--end, and that Prometheus scrapes dcgm-exporter)")
+    res.step_s = step_s
+    res.scrape_interval_s = _scrape_interval(client, metric, start_s, end_s)
     for s in res.gpus.values():
         _dedupe(s)
         res.resets += int((np.diff(np.asarray(s.energy_mj)) < 0).sum()) if len(s.energy_mj) > 1 else 0
     return res
+
+
+def _scrape_interval(client: Client, metric: str, start_s: float, end_s: float) -> float | None:
+    """The median scrape interval over series: an hour (or the range) / its sample count."""
+    window = int(min(end_s - start_s, 3600))
+    if window < 1:
+        return None
+    result = client.query(f"count_over_time({metric}[{window}s])", end_s)
+    per_series = [window / float(r["value"][1]) for r in result if float(r["value"][1]) > 1]
+    return float(np.median(per_series)) if per_series else None
 
 
 def _dedupe(s: Series) -> None:

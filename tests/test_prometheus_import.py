@@ -179,6 +179,7 @@ def test_imported_day_equals_the_recorded_series(prometheus, tmp_path):
     # energy per GPU: the counter (a reset skipped on GPU 1) against the recorded power's integral
     integral = float(np.sum((power[1:] + power[:-1]) / 2))  # trapezoid, 1 s apart
     assert res.resets == 1
+    assert res.scrape_interval_s == pytest.approx(1.0, rel=0.02) and res.coarse_warning() is None
     assert res.energy_j((HOST, 0)) == pytest.approx((energy[-1] - energy[0]) / 1000)
     assert res.energy_j((HOST, 0)) == pytest.approx(integral, rel=0.01)
     e1 = exporter.energy1
@@ -214,7 +215,10 @@ def test_cli_import_and_stub_inventory(prometheus, tmp_path):
                     "--data-dir", str(data))
     assert result.exit_code == 0, result.output
     assert f"imported {2 * COUNT} power row(s) (source dcgm) for 2 GPU(s) on 1 host(s) (h200-lab)" in result.output
-    assert "1 counter reset(s) skipped" in result.output
+    assert "1 counter reset(s) skipped" in result.output and "scrape interval ≈ 1" in result.output
+    coarse = invoke("import", "prometheus", "--url", url, "--start", start, "--end", str(base_s + COUNT - 1),
+                    "--step", "250ms", "--data-dir", str(tmp_path / "fine"))
+    assert coarse.exit_code == 0 and "warning: Prometheus scraped every ≈ 1 s" in coarse.output
     stub = invoke("import", "prometheus", "--url", url, "--start", start, "--end", str(base_s + COUNT - 1),
                   "--print-inventory", "--data-dir", str(tmp_path / "none"))
     assert stub.exit_code == 0, stub.output

@@ -89,3 +89,5 @@ def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_lab
     except PrometheusError as exc:
         raise UserError(str(exc)) from None
     click.echo(res.summary())
+    if res.coarse_warning():
+        click.echo(f"warning: {res.coarse_warning()}", err=True)
