@@ -109,6 +109,10 @@ def test_sdk_protobuf_and_json_spans_become_exact_rows(receiver):
         emit(tracer, r)
     emit(tracer, reqs[0])  # an exporter's retry: the same span again
     provider.shutdown()
+    # `--otlp-traces-endpoint http://HOST:4318` without the path: vLLM's exporter posts to /
+    tracer, provider, _ = tracer_for(url.removesuffix("/v1/traces"), "protobuf")
+    emit(tracer, reqs[1])
+    provider.shutdown()
     assert all(resp.status_code == 200 for resp in exporter.responses)
     answer = exporter.responses[0].json()
     assert answer == {} or "partialSuccess" not in answer or not answer["partialSuccess"].get("rejectedSpans")
@@ -117,7 +121,7 @@ def test_sdk_protobuf_and_json_spans_become_exact_rows(receiver):
     assert sorted(rows) == sorted(r.request_id for r in reqs)
     for r in reqs:
         assert_row_matches(rows[r.request_id], r, "vllm-a")
-    assert rx.ingestor.summary.duplicates == 1
+    assert rx.ingestor.summary.duplicates == 2
     assert rx.ingestor.summary.unknown_endpoints() == {}
 
 

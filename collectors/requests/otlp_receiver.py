@@ -37,6 +37,8 @@ from collectors.requests.quarantine import Reject
 from collectors.requests.store import empty_frame
 
 TRACES_PATH = "/v1/traces"
+PATHS = (TRACES_PATH, "/")
+"""vLLM hands ``--otlp-traces-endpoint`` to the HTTP exporter verbatim: a URL without the path posts to /."""
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 MAX_BODY_BYTES = 64 << 20
@@ -173,7 +175,7 @@ def make_handler(receiver: Receiver):
                 self.close_connection = True
                 return self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY_BYTES} bytes", reply_type)
             body = self.rfile.read(length)
-            if self.path.split("?", 1)[0] != TRACES_PATH:
+            if self.path.split("?", 1)[0] not in PATHS:
                 return self._error(HTTPStatus.NOT_FOUND, f"only {TRACES_PATH} is served (traces)", reply_type)
             if content_type not in (PROTOBUF, JSON):
                 return self._error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
