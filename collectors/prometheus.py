@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sys
 import urllib.error
 import urllib.parse
@@ -58,10 +57,17 @@ class Series:
     gpu: int
     uuid: str | None = None
     model: str | None = None
-    t_ms: list[int] = field(default_factory=list)
-    power_w: list[float] = field(default_factory=list)
-    energy_t_ms: list[int] = field(default_factory=list)
-    energy_mj: list[float] = field(default_factory=list)
+    # per chunk, then (finish()) one sorted array without repeated timestamps
+    t_ms: list | np.ndarray = field(default_factory=list)
+    power_avg_w: list | np.ndarray = field(default_factory=list)
+    energy_t_ms: list | np.ndarray = field(default_factory=list)
+    energy_mj: list | np.ndarray = field(default_factory=list)
+
+    def finish(self) -> None:
+        """Chunks joined; several series of one GPU (a pod label that changed) give one value per
+        timestamp (the first seen)."""
+        self.t_ms, self.power_avg_w = _joined(self.t_ms, self.power_avg_w)
+        self.energy_t_ms, self.energy_mj = _joined(self.energy_t_ms, self.energy_mj)
 
 
 @dataclass
@@ -80,7 +86,7 @@ class ImportResult:
         s = self.gpus[key]
         if len(s.energy_mj) < 2:
             return None
-        d = np.diff(np.asarray(s.energy_mj, dtype=np.float64))
+        d = np.diff(s.energy_mj)
         return float(np.where(d >= 0, d, 0.0).sum()) / 1000.0
 
     def summary(self) -> str:
@@ -230,19 +236,20 @@ def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric
                         s = res.gpus[key] = Series(*key)
                     s.uuid = s.uuid or item["metric"].get("UUID")
                     s.model = s.model or item["metric"].get("modelName")
-                    for t, v in item["values"]:
-                        value = float(v)
-                        t_ms = round(float(t) * 1000)
-                        if kind == "power":
-                            if not math.isfinite(value) or not 0 <= value <= MAX_POWER_W:
-                                res.skipped[f"power outside 0..{MAX_POWER_W:.0f} W"] = res.skipped.get(
-                                    f"power outside 0..{MAX_POWER_W:.0f} W", 0) + 1
-                                continue
-                            s.t_ms.append(t_ms)
-                            s.power_w.append(value)
-                        elif math.isfinite(value) and value >= 0:
-                            s.energy_t_ms.append(t_ms)
-                            s.energy_mj.append(value)
+                    values = item["values"]
+                    t_ms = np.rint(np.array([t for t, _ in values], dtype=np.float64) * 1000).astype(np.int64)
+                    v = np.array([x for _, x in values], dtype=np.float64)  # "NaN", "+Inf" parse too
+                    if kind == "power":
+                        ok = np.isfinite(v) & (v >= 0) & (v <= MAX_POWER_W)
+                        if not ok.all():
+                            why = f"power outside 0..{MAX_POWER_W:.0f} W"
+                            res.skipped[why] = res.skipped.get(why, 0) + int((~ok).sum())
+                        s.t_ms.append(t_ms[ok])
+                        s.power_avg_w.append(v[ok])
+                    else:
+                        ok = np.isfinite(v) & (v >= 0)
+                        s.energy_t_ms.append(t_ms[ok])
+                        s.energy_mj.append(v[ok])
                 advance()
             res.chunks += 1
     if not res.gpus:
@@ -251,8 +258,8 @@ def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric
     res.step_s = step_s
     res.scrape_interval_s = _scrape_interval(client, metric, start_s, end_s)
     for s in res.gpus.values():
-        _dedupe(s)
-        res.resets += int((np.diff(np.asarray(s.energy_mj)) < 0).sum()) if len(s.energy_mj) > 1 else 0
+        s.finish()
+        res.resets += int((np.diff(s.energy_mj) < 0).sum())
     return res
 
 
@@ -266,18 +273,12 @@ def _scrape_interval(client: Client, metric: str, start_s: float, end_s: float) 
     return float(np.median(per_series)) if per_series else None
 
 
-def _dedupe(s: Series) -> None:
-    """Several series of one GPU (e.g. a pod label that changed) overlap: one value per timestamp."""
-    if len(set(s.t_ms)) != len(s.t_ms) or s.t_ms != sorted(s.t_ms):
-        seen = {}
-        for t, v in zip(s.t_ms, s.power_w):
-            seen.setdefault(t, v)
-        s.t_ms, s.power_w = map(list, zip(*sorted(seen.items()))) if seen else ([], [])
-    if len(set(s.energy_t_ms)) != len(s.energy_t_ms) or s.energy_t_ms != sorted(s.energy_t_ms):
-        seen = {}
-        for t, v in zip(s.energy_t_ms, s.energy_mj):
-            seen.setdefault(t, v)
-        s.energy_t_ms, s.energy_mj = map(list, zip(*sorted(seen.items()))) if seen else ([], [])
+def _joined(times: list, values: list) -> tuple[np.ndarray, np.ndarray]:
+    if not times:
+        return np.empty(0, np.int64), np.empty(0, np.float64)
+    t, v = np.concatenate(times), np.concatenate(values)
+    first = np.unique(t, return_index=True)[1]  # sorted by time, first occurrence of each
+    return t[first], v[first]
 
 
 def _iso(seconds: float) -> str:
@@ -292,16 +293,20 @@ def to_table(res: ImportResult) -> pa.Table:
         n = len(s.t_ms)
         if not n:
             continue
-        energy = dict(zip(s.energy_t_ms, s.energy_mj))
+        energy_j, has = np.full(n, np.nan), np.zeros(n, dtype=bool)
+        if len(s.energy_t_ms):  # the counter's value at the same step, where there is one
+            at = np.minimum(np.searchsorted(s.energy_t_ms, s.t_ms), len(s.energy_t_ms) - 1)
+            has = s.energy_t_ms[at] == s.t_ms
+            energy_j = s.energy_mj[at] / 1000.0
         types = {f.name: f.type for f in POWER}
         parts.append(pa.table({
-            "ts": pa.array(np.asarray(s.t_ms, dtype=np.int64) * 1_000_000, pa.int64()).cast(TS),
+            "ts": pa.array(s.t_ms * 1_000_000, pa.int64()).cast(TS),
             "host": pa.array([s.host] * n, pa.string()),
             "gpu": pa.array(np.full(n, s.gpu, dtype=np.uint8)),
             "gpu_uuid": pa.array([s.uuid] * n, pa.string()),
             "power_w": pa.nulls(n, pa.float32()),
-            "power_avg_w": pa.array(np.asarray(s.power_w, dtype=np.float32)),
-            "energy_j": pa.array([None if t not in energy else energy[t] / 1000.0 for t in s.t_ms], pa.float64()),
+            "power_avg_w": pa.array(s.power_avg_w.astype(np.float32)),
+            "energy_j": pa.array(energy_j, pa.float64(), mask=~has),
             **{k: pa.nulls(n, types[k]) for k in ("sm_clock_mhz", "gpu_util_pct", "mem_used_mib", "temp_c",
                                                   "power_limit_w")},
             "source": pa.array([SOURCE] * n, pa.string()).dictionary_encode(),

@@ -210,7 +210,7 @@ def test_kill_9_loses_at_most_one_flush_interval_and_a_resend_adds_no_repeat(tmp
     proc = _start_receiver_process(data, port, flush_s)
     sender = _send(url, "protobuf", 0, 400)  # ~50 per second
     acked: list[tuple[str, float]] = []
-    deadline = time.monotonic() + 3.0
+    deadline = time.monotonic() + 4.0
     while time.monotonic() < deadline:
         line = sender.stdout.readline()
         if line:
@@ -225,11 +225,13 @@ def test_kill_9_loses_at_most_one_flush_interval_and_a_resend_adds_no_repeat(tmp
     rows = stored(data)
     sent = {rid for rid, _ in acked}
     assert set(rows) <= {fake_request(i).request_id for i in range(400)}
-    # everything acknowledged more than one flush interval (plus the time a flush takes) before the kill is there
-    old = {rid for rid, t in acked if t < killed_at - flush_s - 0.5}
+    # everything acknowledged more than one flush interval (plus up to 1.5 s for the flush itself
+    # on a busy machine) before the kill is there
+    margin_s = flush_s + 1.5
+    old = {rid for rid, t in acked if t < killed_at - margin_s}
     assert old and old <= set(rows), sorted(old - set(rows))[:5]
     lost = sent - set(rows)
-    assert all(t >= killed_at - flush_s - 0.5 for rid, t in acked if rid in lost)
+    assert all(t >= killed_at - margin_s for rid, t in acked if rid in lost)
     # restart, resend the whole stream: every request exactly once
     proc = _start_receiver_process(data, port, flush_s)
     try:

@@ -215,10 +215,10 @@ def test_cli_import_and_stub_inventory(prometheus, tmp_path):
                     "--data-dir", str(data))
     assert result.exit_code == 0, result.output
     assert f"imported {2 * COUNT} power row(s) (source dcgm) for 2 GPU(s) on 1 host(s) (h200-lab)" in result.output
-    assert "1 counter reset(s) skipped" in result.output and "scrape interval ≈ 1" in result.output
+    assert "1 counter reset(s) skipped" in result.output and "scrape interval ≈ 0.99" in result.output
     coarse = invoke("import", "prometheus", "--url", url, "--start", start, "--end", str(base_s + COUNT - 1),
                     "--step", "250ms", "--data-dir", str(tmp_path / "fine"))
-    assert coarse.exit_code == 0 and "warning: Prometheus scraped every ≈ 1 s" in coarse.output
+    assert coarse.exit_code == 0 and "warning: Prometheus scraped every ≈ 0.99" in coarse.output
     stub = invoke("import", "prometheus", "--url", url, "--start", start, "--end", str(base_s + COUNT - 1),
                   "--print-inventory", "--data-dir", str(tmp_path / "none"))
     assert stub.exit_code == 0, stub.output

@@ -82,6 +82,10 @@ class Receiver:
             self.exports += 1
         return mapped
 
+    def count_bad_body(self) -> None:
+        with self._lock:
+            self.bad_bodies += 1
+
     def full(self) -> bool:
         return self._pending_rows >= MAX_PENDING_ROWS
 
@@ -191,7 +195,7 @@ def make_handler(receiver: Receiver):
                     raise BadBody(f"Content-Encoding {encoding!r} is not supported (use gzip or none)")
                 mapped = receiver.accept(body, content_type)
             except BadBody as exc:
-                receiver.bad_bodies += 1
+                receiver.count_bad_body()
                 return self._error(HTTPStatus.BAD_REQUEST, str(exc), reply_type)
             response = ExportTraceServiceResponse()
             messages = []
