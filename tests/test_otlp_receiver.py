@@ -306,3 +306,45 @@ def test_a_received_day_gets_request_energy(receiver):
     assert sorted(r["request_id"] for r in energy) == sorted(r.request_id for r in reqs)
     assert all(r["total_j"] > 0 for r in energy)
     assert DAY_START_NS == T0
+
+
+def _span(**attrs):
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    span = Span(name="llm_request", start_time_unix_nano=DAY_START_NS + 10**9, end_time_unix_nano=DAY_START_NS + 5 * 10**9)
+    base = {"gen_ai.request.id": "r1", "gen_ai.usage.prompt_tokens": 10, "gen_ai.usage.completion_tokens": 5,
+            "gen_ai.latency.time_to_first_token": 0.25}
+    for k, v in {**base, **attrs}.items():
+        if v is None:
+            continue
+        kv = span.attributes.add(key=k)
+        if isinstance(v, float):
+            kv.value.double_value = v
+        elif isinstance(v, int):
+            kv.value.int_value = v
+        else:
+            kv.value.string_value = v
+    return span
+
+
+def test_mapping_fallbacks():
+    """time_in_queue when there is no prefill time, the span end when there is no e2e, a prefill
+    start never before the arrival, ERROR status, and the reasons of rejected spans."""
+    from collectors.requests.otlp import span_row
+    from collectors.requests.records import BadRecord
+
+    t0 = DAY_START_NS + 10**9
+    row = span_row(_span(**{"gen_ai.latency.time_in_queue": 0.125}), "ep")
+    assert (row["prefill_start_ts"], row["first_token_ts"], row["end_ts"]) == (t0 + 125_000_000, t0 + 250_000_000, t0 + 4 * 10**9)
+    row = span_row(_span(**{"gen_ai.latency.time_in_model_prefill": 0.5, "gen_ai.latency.e2e": 1.0}), "ep")
+    assert (row["prefill_start_ts"], row["end_ts"], row["status"]) == (t0, t0 + 10**9, "ok")
+    assert span_row(_span(), "ep")["prefill_start_ts"] is None
+    errored = _span()
+    errored.status.code = 2
+    assert span_row(errored, "ep")["status"] == "error"
+    for attrs, reason in [({"gen_ai.request.id": None}, "missing attribute gen_ai.request.id"),
+                          ({"gen_ai.usage.prompt_tokens": 1.5}, "gen_ai.usage.prompt_tokens must be an integer"),
+                          ({"gen_ai.latency.time_to_first_token": -1.0}, "must be a non-negative number"),
+                          ({"gen_ai.latency.e2e": 0.1}, "end_ts before first_token_ts")]:
+        with pytest.raises(BadRecord, match=reason):
+            span_row(_span(**attrs), "ep")
