@@ -20,6 +20,7 @@ counted, and the per-GPU energy in the summary adds the increases around it.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import sys
@@ -31,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from collectors.contract import POWER, TS
 from collectors.names import BadName, check_path_name
@@ -201,9 +204,6 @@ def _progress(total: int, enabled: bool | None):
     if not enabled:
         yield lambda: None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
     with Progress("querying Prometheus", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("chunks", total=total)
@@ -282,8 +282,6 @@ def _joined(times: list, values: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _iso(seconds: float) -> str:
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

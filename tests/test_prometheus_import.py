@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
-import requests as http
+import yaml
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.prometheus import PrometheusError, chunks, import_prometheus
@@ -222,7 +222,7 @@ def test_cli_import_and_stub_inventory(prometheus, tmp_path):
     stub = invoke("import", "prometheus", "--url", url, "--start", start, "--end", str(base_s + COUNT - 1),
                   "--print-inventory", "--data-dir", str(tmp_path / "none"))
     assert stub.exit_code == 0, stub.output
-    inv = parse_inventory(__import__("yaml").safe_load(stub.output))
+    inv = parse_inventory(yaml.safe_load(stub.output))
     hosts = [h for _, _, h in inv.iter_hosts()]
     assert [(h.name, [(g.index, g.tdp_w, g.model) for g in h.gpus]) for h in hosts] == [
         (HOST, [(0, 700, "NVIDIA H200"), (1, 700, "NVIDIA H200")])]

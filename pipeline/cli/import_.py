@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from pathlib import Path
 
 import click
 
+from collectors.requests.timestamps import BadTimestamp, rfc3339_to_ns
 from pipeline.cli.common import UserError, data_dir_option
 
 
@@ -35,10 +38,6 @@ def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: s
 
 def _instant(value: str, flag: str) -> float:
     """RFC 3339 with an offset, a UTC date (its midnight), or Unix seconds → Unix seconds."""
-    import datetime as dt
-
-    from collectors.requests.timestamps import BadTimestamp, rfc3339_to_ns
-
     try:
         return float(value) if value.replace(".", "", 1).isdigit() else rfc3339_to_ns(value) / 1e9
     except BadTimestamp:
@@ -52,8 +51,6 @@ def _instant(value: str, flag: str) -> float:
 
 def _seconds(value: str) -> float:
     """Prometheus-style durations: 1s, 500ms, 15s, 1m, or a plain number of seconds."""
-    import re
-
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", value.strip())
     if not m or float(m.group(1)) <= 0:
         raise UserError(f"--step {value!r}: expected a duration such as 1s, 500ms, 15s or 1m")
