@@ -19,7 +19,7 @@ POWER_TS = pa.timestamp("us", tz="UTC")
 """Power samples keep microseconds: NVML stamps its readings in µs, and µs deltas between 10 Hz
 samples pack into ~1.8 bytes where ns deltas take ~2.9. Files written with ns still read."""
 
-POWER_SOURCES = ("nvml-buffer", "nvml-field", "nvidia-smi", "simulated", "nvml-average", "nvidia-smi-average")
+POWER_SOURCES = ("nvml-buffer", "nvml-field", "nvidia-smi", "simulated", "nvml-average", "nvidia-smi-average", "dcgm")
 """Known values of ``power.source``; other strings are allowed (e.g. a site's own importer)."""
 
 SOURCE_RANK = {"nvml-buffer": 1, "nvml-field": 2, "simulated": 2, "nvidia-smi": 3}

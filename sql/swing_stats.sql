@@ -12,6 +12,19 @@
 -- 100 ms and slid exactly.
 CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
 
+-- GPUs whose power comes from dcgm-exporter through Prometheus (source 'dcgm'): rows a sampling
+-- step apart (the median gap of their slots, in s). A window shorter than two steps holds at most
+-- one change of a 1 s average, which is not a swing: such windows are left out for those GPUs.
+CREATE OR REPLACE TEMP TABLE _coarse AS
+SELECT host AS entity, gpu::INTEGER AS gpu, quantile_disc(gap, 0.5) / 10.0 AS step_s
+FROM (
+    SELECT host, gpu, slot_100ms(ts) - lag(slot_100ms(ts)) OVER (PARTITION BY host, gpu ORDER BY ts) AS gap
+    FROM power_100ms
+    WHERE date = getvariable('partition_date') AND source = 'dcgm'
+)
+WHERE gap IS NOT NULL
+GROUP BY ALL;
+
 -- Every series at every level, one row per slot; p / pa are null where the slot is incomplete.
 CREATE OR REPLACE TEMP VIEW _slots AS
 SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w AS p, power_avg_w AS pa, true AS ok
@@ -167,4 +180,6 @@ JOIN named AS n USING (k)
 LEFT JOIN _aligned AS a USING (k, m)
 LEFT JOIN _sliding AS sl USING (k, m)
 LEFT JOIN ramps AS r USING (k)
+LEFT JOIN _coarse AS c ON n.level = 'gpu' AND c.entity = n.entity AND c.gpu = n.gpu
+WHERE c.step_s IS NULL OR s.m >= 2 * c.step_s
 ORDER BY n.level, entity, window_s, n.series

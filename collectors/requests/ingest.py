@@ -13,18 +13,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
+import yaml
 
 from collectors.requests.azure import NotAzureTrace, read_azure
 from collectors.requests.jsonl import parse_block, parse_lines
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, Block, Line, iter_blocks
+from collectors.requests.otlp import Mapped, read_otlp_lines
 from collectors.requests.progress import byte_progress
 from collectors.requests.quarantine import Reject, write_quarantine
 from collectors.requests.store import RequestStore, empty_frame, writer_lock
 from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
+from collectors.inventory import parse_inventory
 from collectors.storage import DataRoot
 
-FORMATS = ("jsonl", "azure", "vllm-bench")
-PATTERNS = {"jsonl": ("*.jsonl", "*.jsonl.*", "*.ndjson"), "azure": ("*.csv",), "vllm-bench": ("*.json",)}
+INVENTORY_FILE = "inventory.yaml"
+
+FORMATS = ("jsonl", "azure", "vllm-bench", "otlp")
+PATTERNS = {"jsonl": ("*.jsonl", "*.jsonl.*", "*.ndjson"), "azure": ("*.csv",), "vllm-bench": ("*.json",),
+            "otlp": ("*.json", "*.jsonl", "*.json.*", "*.jsonl.*")}
 """Which files of a directory each format takes."""
 CHUNK_LINES = 250_000
 """JSONL rows per commit (one Parquet file per day per commit)."""
@@ -40,16 +46,33 @@ class Summary:
     duplicates: int = 0
     errors: list[str] = field(default_factory=list)  # files that could not be read at all
     reasons: Counter = field(default_factory=Counter)  # newly quarantined lines by reason kind
+    skipped: Counter = field(default_factory=Counter)  # OTLP: spans ignored (not llm_request), by reason
+    endpoints: Counter = field(default_factory=Counter)  # OTLP: spans mapped, by endpoint
+    known_endpoints: frozenset | None = None  # the inventory's endpoints, when there is an inventory
 
-    def line(self) -> str:
+    def line(self, source: str | None = None) -> str:
         return (
             f"ingested {self.ingested} request(s), quarantined {self.quarantined}, "
-            f"duplicates {self.duplicates} (from {self.files_read} file(s)"
+            f"duplicates {self.duplicates} (from {source or f'{self.files_read} file(s)'}"
             + (f"; {len(self.errors)} unreadable" if self.errors else "")
             + ")"
             + ("; quarantine reasons: " + ", ".join(f"{k} {n}" for k, n in self.reasons_by_count())
                if self.reasons else "")
+            + "".join(f"; skipped {n} span(s): {k}" for k, n in sorted(self.skipped.items()))
+            + (f"; {sum(self.unknown_endpoints().values())} span(s) of endpoint(s) not in inventory.yaml: "
+               + ", ".join(f"{k} ({n})" for k, n in sorted(self.unknown_endpoints().items()))
+               if self.unknown_endpoints() else "")
         )
+
+    def unknown_endpoints(self) -> Counter:
+        """Mapped spans whose endpoint the inventory does not list (all of them without an inventory)."""
+        if self.known_endpoints is None:
+            return Counter()
+        return Counter({k: n for k, n in self.endpoints.items() if k not in self.known_endpoints})
+
+    def add_mapped(self, mapped: Mapped) -> None:
+        self.skipped.update(mapped.skipped)
+        self.endpoints.update(mapped.endpoints)
 
     def reasons_by_count(self) -> list[tuple[str, int]]:
         """Most frequent first, ties by name: the same line whatever order the lines were stored in."""
@@ -60,6 +83,7 @@ class Ingestor:
     """Commits parsed batches for one data dir and keeps the counts."""
 
     def __init__(self, data_dir: Path | str | DataRoot, fmt: str, *, endpoint: str | None = None,
+                 endpoint_from: str | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, progress: bool | None = None) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -67,10 +91,13 @@ class Ingestor:
         self.data_dir = self.root.location("")
         self.fmt = fmt
         self.endpoint = endpoint
+        self.endpoint_from = endpoint_from
         self.max_line_bytes = max_line_bytes
         self.progress = progress
         self.store = RequestStore(self.root, prefix=f"req-{fmt}")
         self.summary = Summary()
+        if fmt == "otlp":
+            self.summary.known_endpoints = inventory_endpoints(self.root)
 
     def commit(self, frame: pl.DataFrame, rejects: list[Reject]) -> None:
         """Requests first, then quarantine: both are atomic files, and both are deduplicated,
@@ -108,6 +135,8 @@ class Ingestor:
         with byte_progress(size, path.name, self.progress) as advance:
             if self.fmt == "jsonl":
                 self._ingest_jsonl(path, advance)
+            elif self.fmt == "otlp":
+                self._ingest_otlp(path, advance)
             elif self.fmt == "azure":
                 endpoint = self.endpoint or path.stem
                 frames, rejects = [], []
@@ -137,6 +166,28 @@ class Ingestor:
                     frames, rejects = [], []
         if frames or rejects:
             self.commit(pl.concat(frames) if frames else empty_frame(), rejects)
+
+
+    def _ingest_otlp(self, path: Path, advance) -> None:
+        frames, rejects = [], []
+        for mapped in read_otlp_lines(path, endpoint=self.endpoint, endpoint_from=self.endpoint_from,
+                                      max_line_bytes=self.max_line_bytes, on_bytes=advance):
+            self.summary.add_mapped(mapped)
+            frames.append(mapped.frame)
+            rejects += mapped.rejects
+            if sum(f.height for f in frames) >= CHUNK_LINES:
+                self.commit(pl.concat(frames), rejects)
+                frames, rejects = [], []
+        if frames or rejects:
+            self.commit(pl.concat(frames) if frames else empty_frame(), rejects)
+
+
+def inventory_endpoints(root: DataRoot) -> frozenset | None:
+    """Endpoint names of the data dir's inventory.yaml, or None without one (nothing to compare)."""
+    if not root.exists(INVENTORY_FILE):
+        return None
+    inv = parse_inventory(yaml.safe_load(root.read_bytes(INVENTORY_FILE)), INVENTORY_FILE)
+    return frozenset(ep.name for _, _, host in inv.iter_hosts() for ep in host.endpoints)
 
 
 def _parse_line(line: Line, source: str, endpoint: str | None):

@@ -71,7 +71,7 @@ def _stored_keys(root: DataRoot, folder: str) -> set[tuple]:
 def reason_kind(reason: str) -> str:
     """A reason without its per-line detail, for counts: 'invalid JSON: Expecting value at column 1'
     → 'invalid JSON', 'invalid UTF-8 at byte 7' → 'invalid UTF-8', '..., got str' → '...'."""
-    if reason.startswith(("invalid JSON", "truncated last line")):
+    if reason.startswith(("invalid JSON", "truncated last line", "invalid OTLP JSON")):
         return reason.split(":", 1)[0]
     return re.sub(r"( at byte \d+|, got .*)$", "", reason)
 

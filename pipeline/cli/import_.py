@@ -1,11 +1,14 @@
-"""`wattline import`: a group of importers, one subcommand each (`nvidia-smi` here; add others beside it)."""
+"""`wattline import`: a group of importers, one subcommand each (`nvidia-smi`, `prometheus`)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from pathlib import Path
 
 import click
 
+from collectors.requests.timestamps import BadTimestamp, rfc3339_to_ns
 from pipeline.cli.common import UserError, data_dir_option
 
 
@@ -31,3 +34,57 @@ def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: s
     except ImportError_ as exc:
         raise UserError(str(exc)) from None
     click.echo(res.summary(host))
+
+
+def _instant(value: str, flag: str) -> float:
+    """RFC 3339 with an offset, a UTC date (its midnight), or Unix seconds → Unix seconds."""
+    try:
+        return float(value) if value.replace(".", "", 1).isdigit() else rfc3339_to_ns(value) / 1e9
+    except BadTimestamp:
+        pass
+    try:
+        day = dt.date.fromisoformat(value)
+    except ValueError:
+        raise UserError(f"{flag} {value!r}: expected 2026-12-02T13:00:00Z, a date (UTC midnight) or Unix seconds") from None
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc).timestamp()
+
+
+def _seconds(value: str) -> float:
+    """Prometheus-style durations: 1s, 500ms, 15s, 1m, or a plain number of seconds."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", value.strip())
+    if not m or float(m.group(1)) <= 0:
+        raise UserError(f"--step {value!r}: expected a duration such as 1s, 500ms, 15s or 1m")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+@command.command("prometheus")
+@click.option("--url", required=True, metavar="http://HOST:9090", help="The Prometheus server that scrapes dcgm-exporter.")
+@click.option("--start", required=True, metavar="TIME", help="Start (RFC 3339 with offset, a UTC date, or Unix seconds).")
+@click.option("--end", required=True, metavar="TIME", help="End (same forms; inclusive).")
+@click.option("--step", "step", default="1s", show_default=True,
+              help="Sampling step of the imported rows (≤ 2 s keeps energy integrable; the scrape interval is the real resolution).")
+@click.option("--metric", default="DCGM_FI_DEV_POWER_USAGE", show_default=True, help="Power gauge, in W.")
+@click.option("--energy-metric", default="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", show_default=True,
+              help="Energy counter in mJ (energy_j); '' to skip. Absent series leave energy_j null.")
+@click.option("--host-label", default="Hostname", show_default=True, help="Label that names the host.")
+@click.option("--gpu-label", default="gpu", show_default=True, help="Label that holds the GPU index.")
+@click.option("--print-inventory", is_flag=True, help="Print a stub inventory.yaml from the labels seen; import nothing.")
+@data_dir_option
+def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_label, print_inventory, data_dir) -> None:
+    """Import dcgm-exporter power (and energy) series from Prometheus as `power` rows (source dcgm)."""
+    from collectors.prometheus import PrometheusError, import_prometheus, stub_inventory
+
+    start_s, end_s = _instant(start, "--start"), _instant(end, "--end")
+    step_s = _seconds(step)
+    try:
+        if print_inventory:
+            click.echo(stub_inventory(url, start_s, end_s, metric=metric, host_label=host_label, gpu_label=gpu_label),
+                       nl=False)
+            return
+        res = import_prometheus(url, start_s, end_s, data_dir, step_s=step_s, metric=metric,
+                                energy_metric=energy_metric or None, host_label=host_label, gpu_label=gpu_label)
+    except PrometheusError as exc:
+        raise UserError(str(exc)) from None
+    click.echo(res.summary())
+    if res.coarse_warning():
+        click.echo(f"warning: {res.coarse_warning()}", err=True)

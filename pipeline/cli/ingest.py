@@ -1,4 +1,5 @@
-"""`wattline ingest requests`: request logs (JSONL, Azure traces, vLLM bench results) into the data dir."""
+"""`wattline ingest requests`: request logs (JSONL, Azure traces, vLLM bench results, OTLP JSON lines) into the
+data dir; `wattline ingest otlp`: an OTLP/HTTP receiver for vLLM's traces."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import threading
 from pathlib import Path
 
 import click
+import yaml
 
+from collectors.inventory import InventoryError
 from collectors.requests.ingest import FORMATS, Ingestor
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
 from pipeline.cli.common import UserError, data_dir_option
@@ -22,10 +25,13 @@ def command() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl", show_default=True,
               help="jsonl: the canonical request log (docs/data-contract.md); azure: Azure LLM inference "
-                   "traces; vllm-bench: serving-benchmark per-request results.")
+                   "traces; vllm-bench: serving-benchmark per-request results; otlp: OpenTelemetry JSON lines "
+                   "(the Collector's file exporter) of vLLM llm_request spans (docs/connect.md).")
 @click.option("--follow", is_flag=True, help="Keep reading as the files grow, like tail -F (jsonl only).")
 @click.option("--endpoint", default=None, help="Endpoint name for lines/files that carry none "
-              "(azure default: the file name; vllm-bench default: the model in the file).")
+              "(azure default: the file name; vllm-bench default: the model in the file; otlp: every span's).")
+@click.option("--endpoint-from", default=None, metavar="ATTR",
+              help="otlp: take each span's endpoint from this resource attribute (e.g. service.name).")
 @click.option("--max-line-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
               help="Longer lines are quarantined as 'line too long' (a prefix is kept).")
 @click.option("--flush-interval-s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
@@ -34,9 +40,14 @@ def command() -> None:
               help="--follow: read-position file (default: under <data-dir>/state/; for an s3:// data dir "
                    "under $WATTLINE_STATE_DIR, else ~/.local/state/wattline/s3/...).")
 @data_dir_option
-def requests_command(paths, fmt, follow, endpoint, max_line_bytes, flush_interval_s, checkpoint_path, data_dir) -> None:
+def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes, flush_interval_s, checkpoint_path,
+                     data_dir) -> None:
     """Ingest request logs from FILE or DIR (several allowed); prints ingested / quarantined / duplicates."""
-    ingestor = Ingestor(data_dir, fmt, endpoint=endpoint, max_line_bytes=max_line_bytes)
+    if fmt == "otlp":
+        _check_endpoint_choice(endpoint, endpoint_from)
+    elif endpoint_from is not None:
+        raise UserError("--endpoint-from works with --format otlp only")
+    ingestor = _ingestor(data_dir, fmt, endpoint=endpoint, endpoint_from=endpoint_from, max_line_bytes=max_line_bytes)
     if follow:
         if fmt != "jsonl":
             raise UserError("--follow works with --format jsonl only (traces and bench results are complete files)")
@@ -56,6 +67,75 @@ def requests_command(paths, fmt, follow, endpoint, max_line_bytes, flush_interva
     click.echo(summary.line())
     if summary.files_read == 0:
         raise UserError("nothing could be read" + (f": {summary.errors[0]}" if summary.errors else ": no matching files"))
+
+
+def _check_endpoint_choice(endpoint: str | None, endpoint_from: str | None) -> None:
+    if (endpoint is None) == (endpoint_from is None):
+        raise UserError("name the endpoint: --endpoint NAME (one per receiver or file set) or --endpoint-from ATTR "
+                        "(a resource attribute each vLLM server sets, e.g. via OTEL_SERVICE_NAME); vLLM's default "
+                        "service.name does not tell servers apart")
+
+
+def _ingestor(data_dir, fmt: str, **kw) -> Ingestor:
+    try:
+        return Ingestor(data_dir, fmt, **kw)
+    except (InventoryError, yaml.YAMLError) as exc:
+        raise UserError(f"inventory.yaml: {str(exc).splitlines()[0]}") from None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT`` → (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UserError(f"--listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:4318")
+    return host.strip("[]"), int(port)
+
+
+@command.command("otlp")
+@click.option("--listen", default="127.0.0.1:4318", show_default=True, metavar="HOST:PORT",
+              help="Address to serve OTLP/HTTP on (POST /v1/traces); a non-loopback one needs --allow-remote.")
+@click.option("--endpoint", default=None, help="Endpoint name of every span received (one receiver per endpoint).")
+@click.option("--endpoint-from", default=None, metavar="ATTR",
+              help="Take each span's endpoint from this resource attribute (e.g. service.name, set by "
+                   "OTEL_SERVICE_NAME on each vLLM server).")
+@click.option("--flush-interval-s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds between atomic Parquet flushes (a crash loses at most this much).")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow a non-loopback --listen address (anyone who reaches it can write requests).")
+@data_dir_option
+def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote, data_dir) -> None:
+    """Receive vLLM's OpenTelemetry traces (llm_request spans) as request rows, until Ctrl-C."""
+    from collectors.names import remote_listen_problem, remote_listen_warning
+    from collectors.requests.otlp_receiver import Receiver, TRACES_PATH, serve
+
+    host, port = parse_listen(listen)
+    problem = remote_listen_problem(host, allow_remote, "the OTLP receiver")
+    if problem:
+        raise UserError(problem)
+    _check_endpoint_choice(endpoint, endpoint_from)
+    ingestor = _ingestor(data_dir, "otlp", endpoint=endpoint, endpoint_from=endpoint_from)
+    receiver = Receiver(ingestor, endpoint=endpoint, endpoint_from=endpoint_from, flush_interval_s=flush_interval_s,
+                        source=f"otlp-http://{listen}")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    warning = remote_listen_warning(host, "the OTLP receiver")
+    if warning:
+        click.echo(warning, err=True)
+
+    def ready(address):
+        shown = f"[{address[0]}]" if ":" in address[0] else address[0]
+        click.echo(f"listening on http://{shown}:{address[1]}{TRACES_PATH}; flushing every {flush_interval_s:g} s "
+                   f"to {data_dir}; Ctrl-C to stop", err=True)
+
+    try:
+        serve(receiver, host, port, stop, ready=ready)
+    except OSError as exc:
+        if not receiver.exports:
+            raise UserError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+        raise UserError(f"writing to {data_dir} failed ({exc}); {ingestor.summary.line('OTLP')}") from None
+    click.echo(ingestor.summary.line(f"{receiver.exports} OTLP export(s)"
+                                     + (f", {receiver.bad_bodies} malformed" if receiver.bad_bodies else "")))
 
 
 def _follow(paths, ingestor: Ingestor, flush_interval_s: float, checkpoint_path: Path | None) -> None:
