@@ -115,11 +115,12 @@ def need_prometheus() -> None:
 class PrometheusServer:
     """A real Prometheus on 127.0.0.1 with a temp config and storage, scraping one target."""
 
-    def __init__(self, tmp: Path, target_port: int, interval: str = "1s"):
+    def __init__(self, tmp: Path, target_port: int, interval: str = "1s", rule_file: Path | None = None):
         need_prometheus()
         self.port = free_port()
         cfg = tmp / "prometheus.yml"
-        cfg.write_text(f"global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n"
+        rules = f"rule_files: ['{rule_file}']\n" if rule_file else ""
+        cfg.write_text(f"global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n{rules}"
                        f"scrape_configs:\n  - job_name: wattline\n    static_configs:\n"
                        f"      - targets: ['127.0.0.1:{target_port}']\n")
         self.log = open(tmp / "prometheus.log", "w")

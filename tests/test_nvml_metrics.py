@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.cli_util import invoke
 from tests.live_helpers import (PrometheusServer, free_port, grid_window, host_window, pick, scrape,
                                 wait_for_endpoint)
 from tests.nvml_helpers import collector_process
@@ -35,8 +36,13 @@ def live_run(tmp_path_factory):
     prom = None
     try:
         wait_for_endpoint(port, proc)
+        alerts = tmp / "alerts.yaml"
+        alerts.write_text("rules: [{name: square_swing, level: gpu, quantity: swing_2s_w, threshold: 500}]\n")
+        rule_file = tmp / "wattline-rules.yml"
+        one = invoke("alert-rules", "--alerts", str(alerts), "--out", str(rule_file))
+        assert one.exit_code == 0, one.output
         try:
-            prom = PrometheusServer(tmp, port)
+            prom = PrometheusServer(tmp, port, rule_file=rule_file)
         except pytest.skip.Exception as exc:
             prom = exc  # the Prometheus test skips with this reason; the known-answer test still runs
         yield {"t0": t0, "sigs": sigs, "port": port, "proc": proc, "prom": prom}
@@ -128,3 +134,18 @@ def test_a_real_prometheus_stores_the_same_values(live_run):
         for ts, v in r["values"]:
             assert float(v) == pytest.approx(_expect(host_window(sigs, h_anchor[ts], 2))[2], abs=1e-9)
     assert prom.query('wattline_gpu_power_swing_watts{gpu="0",window="2s"}')[0]["value"][1] == "600"
+
+
+def test_prometheus_evaluates_the_rules_written_by_alert_rules(live_run):
+    """`wattline alert-rules` output loaded by the same Prometheus: the 600 W square waves fire the
+    2 s swing rule, the 19.8 W ramp does not."""
+    prom = live_run["prom"]
+    if not isinstance(prom, PrometheusServer):
+        raise prom
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        firing = {r["metric"]["gpu"] for r in prom.query('ALERTS{alertname="square_swing",alertstate="firing"}')}
+        if {"0", "1"} <= firing:
+            break
+        time.sleep(0.5)
+    assert {"0", "1"} <= firing and "2" not in firing, firing
