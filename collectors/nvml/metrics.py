@@ -8,11 +8,13 @@ metric families are built at scrape time on the HTTP server's thread (:meth:`Liv
 
 from __future__ import annotations
 
+import http.server
+import socket
 import threading
 import time
 from dataclasses import dataclass
 
-from prometheus_client import start_http_server
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
@@ -288,10 +290,48 @@ def registry_for(live: LiveMetrics) -> CollectorRegistry:
     return reg
 
 
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """GET /metrics (any path) → the registry in the format the scraper asks for (OpenMetrics when its
+    Accept header names it, else the Prometheus text format), encoded by prometheus-client."""
+
+    registry: CollectorRegistry
+    timeout = 5  # a client that stalls cannot hold the endpoint longer than this
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self):
+        encoder, content_type = choose_encoder(self.headers.get("Accept"))
+        body = encoder(self.registry)
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class _Server(http.server.HTTPServer):
+    address_family = socket.AF_INET
+
+    def __init__(self, addr, handler):
+        if ":" in addr[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(addr, handler)
+
+
 def serve(live: LiveMetrics, host: str, port: int):
-    """Start the HTTP endpoint (prometheus-client's threaded WSGI server, daemon threads); returns
-    (server, thread). Raises OSError when the address cannot be bound (port in use)."""
-    return start_http_server(port, addr=host, registry=registry_for(live))
+    """Start the HTTP endpoint on one daemon thread; returns (server, thread). Raises OSError when the
+    address cannot be bound (port in use).
+
+    One thread serving requests one at a time, rather than prometheus-client's
+    ``start_http_server`` (a thread per request, WSGI): a scrape costs ~0.5 ms of CPU for one GPU
+    instead of ~1.5 ms, and nothing here needs concurrent scrapes."""
+    handler = type("Handler", (_Handler,), {"registry": registry_for(live)})
+    server = _Server((host, port), handler)
+    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
+    return server, thread
 
 
 __all__ = ["LiveMetrics", "HostInfo", "serve", "registry_for", "WINDOWS_S"]
