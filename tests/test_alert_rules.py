@@ -65,3 +65,18 @@ def test_a_malformed_rules_file_is_one_error_line(tmp_path):
     bad = tmp_path / "alerts.yaml"
     bad.write_text("rules: [{name: a, level: host, quantity: pct_of_tdp, threshold: 1}]")
     one_line_error(invoke("alert-rules", "--alerts", str(bad)), "host-level quantities")
+
+
+def test_the_deploy_examples_load():
+    from pathlib import Path
+
+    from collectors.nvml.alerts import load_alerts
+
+    deploy = Path(__file__).resolve().parent.parent / "deploy" / "collector"
+    rules = load_alerts(deploy / "alerts.example.yaml")
+    assert [r.name for r in rules.rules][:1] == ["gpu_swing_2s"] and prometheus_rules(rules)["groups"][0]["rules"]
+    docs = list(yaml.safe_load_all((deploy / "daemonset.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["DaemonSet", "Service"]
+    args = docs[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--metrics-listen" in args and "--allow-remote" in args
+    assert yaml.safe_load((deploy / "prometheus-scrape.yml").read_text())["scrape_configs"][0]["job_name"] == "wattline"
