@@ -356,6 +356,10 @@ def main() -> None:
     last = scrapes[-1] if scrapes else {}
     res["alert_counters_last_scrape"] = {f"{n}{{{lab}}}": v for (n, lab, _), v in last.items()
                                          if n.startswith("wattline_alert") and not n.startswith("wattline_alert_firing")}
+    ev = res["alerts"]["events"]
+    if ev:  # the CPU of the alert traffic itself (log line + webhook POST per firing/resolution)
+        cpu_b_c = (over[1]["cpu_pct_of_one_core"] - over[2]["cpu_pct_of_one_core"]) / 100 * over[1]["window_s"]
+        res["alerts"]["cpu_ms_per_event_est"] = round(1000 * cpu_b_c / ev, 3)
     res["pass"] = {
         "gauges_equal_parquet": res["gauges_vs_parquet_gpu0"]["pass"],
         "alert_latency_le_2s": res["alerts"]["pass"],

@@ -176,3 +176,50 @@ def test_port_in_use_and_a_remote_address_are_one_error_line(tmp_path):
     one_line_error(invoke("collect", "--metrics-listen", "0.0.0.0:9401", "--data-dir", str(tmp_path)),
                    "reachable from other machines", "--allow-remote")
     one_line_error(invoke("collect", "--metrics-listen", "9401", "--data-dir", str(tmp_path)), "ADDRESS:PORT")
+
+
+def test_webhook_counts_http_errors_after_its_retries_and_reuses_one_connection(tmp_path):
+    import http.server
+    import threading
+
+    from collectors.nvml.alerts import Webhook as WebhookCfg
+    from collectors.nvml.alerts import WebhookNotifier
+
+    seen = {"posts": 0, "conns": set()}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen["posts"] += 1
+            seen["conns"].add(self.client_address)
+            code = 500 if self.path == "/broken" else 204
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        ok = WebhookNotifier(WebhookCfg(url=f"{base}/hook", retries=0))
+        ok.start()
+        for i in range(5):
+            ok.submit({"n": i})
+        bad = WebhookNotifier(WebhookCfg(url=f"{base}/broken", retries=1, timeout_s=1))
+        bad.start()
+        bad.submit({"n": "x"})
+        end = time.monotonic() + 5
+        while time.monotonic() < end and (ok.counts["sent"] < 5 or bad.counts["failed"] < 1):
+            time.sleep(0.02)
+        ok.stop(0)
+        bad.stop(0)
+    finally:
+        srv.shutdown()
+    assert ok.counts == {"sent": 5, "failed": 0, "dropped": 0, "retried": 0}
+    assert bad.counts == {"sent": 0, "failed": 1, "dropped": 0, "retried": 1}
+    assert seen["posts"] == 7 and len(seen["conns"]) <= 3  # the 5 good POSTs shared one connection

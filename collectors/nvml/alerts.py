@@ -16,13 +16,14 @@ Rules file (``--alerts FILE``; reference in docs/collector.md)::
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import queue
 import re
 import threading
 import time
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -192,7 +193,7 @@ class AlertEngine:
             else:
                 self.counts.resolved[rule.name] += 1
                 self.counts.firing.pop((rule.name, key), None)
-        where = " ".join(f"{k}={v}" for k, v in labels.items() if v is not None)
+        where = " ".join(f"{k}={v}" for k, v in labels.items() if v)
         sign = ">" if rule.op == "above" else "<"
         if status == "firing":
             log.warning("alert firing: %s %s %s=%.1f %s %g (crossed at %s, %.2f s ago)", rule.name, where,
@@ -226,6 +227,9 @@ class WebhookNotifier:
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="alert-webhook", daemon=True)
         self._last_error_log = 0.0
+        self._url = urllib.parse.urlsplit(cfg.url)
+        self._path = (self._url.path or "/") + (f"?{self._url.query}" if self._url.query else "")
+        self._conn = None
 
     def start(self) -> None:
         self.thread.start()
@@ -244,10 +248,27 @@ class WebhookNotifier:
             self.counts["dropped"] += 1
 
     def _post(self, body: bytes) -> None:
-        req = urllib.request.Request(self.cfg.url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "User-Agent": "wattline-collect"})
-        with urllib.request.urlopen(req, timeout=self.cfg.timeout_s) as resp:
+        """One POST on a kept-alive connection (a new TCP connection per alert costs more CPU than the
+        alert); any error drops the connection, the next attempt opens a new one."""
+        if self._conn is None:
+            u = self._url
+            cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+            self._conn = cls(u.hostname, u.port, timeout=self.cfg.timeout_s)
+        try:
+            self._conn.request("POST", self._path, body=body,
+                               headers={"Content-Type": "application/json", "User-Agent": "wattline-collect"})
+            resp = self._conn.getresponse()
             resp.read(65536)
+            if resp.will_close:
+                self._conn.close()
+                self._conn = None
+            if not 200 <= resp.status < 300:
+                raise OSError(f"HTTP {resp.status} {resp.reason}")
+        except Exception:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            raise
 
     def _run(self) -> None:
         while not self._stop.is_set():
