@@ -149,3 +149,51 @@ def test_prometheus_evaluates_the_rules_written_by_alert_rules(live_run):
             break
         time.sleep(0.5)
     assert {"0", "1"} <= firing and "2" not in firing, firing
+
+
+def test_inventory_labels_tdp_and_provisioned_power(tmp_path):
+    """With --inventory: role, endpoint and training_job labels; TDP from the inventory (500 W, not the
+    700 W enforced limit), so a constant 600 W counts as time above TDP; the host's provisioned power
+    drives a pct_of_provisioned rule (700 W of 2000 W = 35 %)."""
+    from tests.live_helpers import Webhook
+
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("""
+fleets:
+  - name: f
+    clusters:
+      - name: c
+        hosts:
+          - name: testhost
+            role: inference
+            provisioned_w: 2000
+            gpus: [{index: 0, tdp_w: 500}, {index: 1, tdp_w: 700}]
+            endpoints: [{name: Qwen/Qwen3-8B, gpus: [0]}]
+            jobs: [{name: llm-7b, gpus: [1]}]
+""")
+    hook = Webhook()
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text(f"webhook: {{url: '{hook.url}'}}\n"
+                     "rules: [{name: near_feed, level: host, quantity: pct_of_provisioned, threshold: 30}]\n")
+    port = free_port()
+    proc = collector_process(tmp_path / "data", {"gpus": 2, "signal": {
+        "0": {"kind": "constant", "low_w": 600}, "1": {"kind": "constant", "low_w": 100}}},
+        "--metrics-listen", f"127.0.0.1:{port}", "--inventory", str(inv), "--alerts", str(rules))
+    try:
+        wait_for_endpoint(port, proc)
+        time.sleep(2.5)
+        s = scrape(port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        hook.close()
+    g0 = dict(next(lab for (n, lab) in s if n == "wattline_gpu_power_watts" and ("gpu", "0") in lab))
+    assert g0 == {"host": "testhost", "gpu": "0", "uuid": g0["uuid"], "role": "inference", "endpoint": "Qwen/Qwen3-8B"}
+    assert pick(s, "wattline_gpu_power_watts", gpu=1, training_job="llm-7b", role="inference") == 100.0
+    assert pick(s, "wattline_gpu_tdp_watts", gpu=0) == 500.0 and pick(s, "wattline_gpu_tdp_watts", gpu=1) == 700.0
+    above = pick(s, "wattline_gpu_above_tdp_seconds_total", gpu=0)
+    assert 2.0 < above < 6.0 and pick(s, "wattline_gpu_above_tdp_seconds_total", gpu=1) == 0.0
+    assert pick(s, "wattline_host_provisioned_watts", role="inference") == 2000.0
+    assert pick(s, "wattline_host_power_watts") == 700.0
+    fired = [e for _, e in hook.received if e["status"] == "firing"]
+    assert len(fired) == 1 and fired[0]["value"] == 35.0 and fired[0]["labels"]["role"] == "inference"
