@@ -130,3 +130,10 @@ def test_a_silent_gpu_stops_holding_the_host_back_and_its_slots_are_skipped_not_
     assert slots == [(end, 150.0) for end in range(220_000, 200_000 + HOLD_MAX_US + 1, SLOT_US)]
     assert host.incomplete_slots == len(later) - len(slots)  # every later slot of GPU 0, skipped
     assert host.add(1, [(later[-1][0] + SLOT_US, 60.0)]) == []  # back: waits for GPU 0 to pass it
+
+
+def test_a_gpu_that_never_reports_does_not_hold_the_host_or_its_memory_forever():
+    host = HostGrid([0, 1])
+    assert host.add(0, [(k * SLOT_US, 100.0) for k in range(1, 200)]) == []  # 4 s: still waiting for GPU 1
+    host.add(0, [(k * SLOT_US, 100.0) for k in range(200, 300)])  # 6 s: GPU 1 counts as stale
+    assert len(host.pending[0]) == 0 and host.incomplete_slots == 299

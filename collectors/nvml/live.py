@@ -129,6 +129,7 @@ class HostGrid:
         self.latest: dict = {g: None for g in self.gpus}  # newest timestamp seen per GPU
         self.held: dict = {g: None for g in self.gpus}  # (ts, w) folded so far
         self.next_end: int | None = None
+        self.first_us: int | None = None  # the first sample any GPU reported
         self.incomplete_slots = 0
 
     def add(self, gpu, samples) -> list[tuple[int, float]]:
@@ -140,13 +141,17 @@ class HostGrid:
                 q.append((ts, w))
                 newest = ts
         self.latest[gpu] = newest
+        if self.first_us is None and q:
+            self.first_us = q[0][0]
         return self._advance()
 
     def _advance(self) -> list[tuple[int, float]]:
         known = [t for t in self.latest.values() if t is not None]
-        if len(known) < len(self.gpus):
-            return []  # wait until every GPU has reported once
+        if not known:
+            return []
         top = max(known)
+        if len(known) < len(self.gpus) and top - self.first_us <= STALE_US:
+            return []  # wait for every GPU's first samples (a GPU that never reports: like a stale one)
         watermark = min(t for t in known if t >= top - STALE_US)
         if self.next_end is None:
             first = max(min(q[0][0] for q in self.pending.values() if q) if any(self.pending.values()) else top,
