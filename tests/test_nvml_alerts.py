@@ -223,3 +223,24 @@ def test_webhook_counts_http_errors_after_its_retries_and_reuses_one_connection(
     assert ok.counts == {"sent": 5, "failed": 0, "dropped": 0, "retried": 0}
     assert bad.counts == {"sent": 0, "failed": 1, "dropped": 0, "retried": 1}
     assert seen["posts"] == 7 and len(seen["conns"]) <= 3  # the 5 good POSTs shared one connection
+
+
+def test_a_failure_in_the_live_metrics_never_stops_sampling(tmp_path):
+    from collectors.nvml.daemon import Collector, CollectorConfig
+    from collectors.nvml.gpu_sampler import SamplingConfig
+    from tests.fakes import fake_pynvml
+
+    fake_pynvml.configure(gpus=1)
+    c = Collector(CollectorConfig(data_dir=tmp_path, host="t", sampling=SamplingConfig(), flush_s=1.0,
+                                  duration_s=1.5, nvml_module=FAKE, compact=False,
+                                  metrics_listen=("127.0.0.1", free_port())))
+    c.open()
+
+    def broken(*a):
+        raise ZeroDivisionError("a bug")
+
+    c.live.on_field = c.live.on_buffer = broken
+    assert c.run() == 0
+    assert c.counters.get("live_errors") >= 10 and c.counters.get("recoveries", gpu=0) == 0
+    field = series(read_power(tmp_path), 0, "nvml-field")
+    assert len(field) >= 12

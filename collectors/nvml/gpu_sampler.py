@@ -129,7 +129,7 @@ class GpuSampler:
         self.out.append((ts_ns, self.gpu, inst_w, avg_w, energy_j, *slow, FIELD))
         live = self.live
         if live is not None:
-            live.on_field(self.gpu, ts_ns, inst_w, avg_w, energy_j, slow[4])
+            self._live(live.on_field, self.gpu, ts_ns, inst_w, avg_w, energy_j, slow[4])
         if self.cfg.buffer and (final or now >= self.next_drain) and "buffer" not in self.disabled:
             samples = self._optional("buffer", r.read_buffer, self.cursor.last_seen_us)
             if samples:
@@ -141,8 +141,19 @@ class GpuSampler:
                 self.out.extend([(ts_us * 1000, gpu, w, None, None, None, None, None, None, None, BUFFER)
                                  for ts_us, w in new])
                 if live is not None and new:
-                    live.on_buffer(gpu, new)
+                    self._live(live.on_buffer, gpu, new)
             self.next_drain = _advance(self.next_drain, self.cfg.buffer_s, now)
+
+    def _live(self, fn, *args) -> None:
+        """Feed the live metrics; a bug there must never read as a GPU failure or leave a gap in the
+        rows: counted (``live_errors``) and logged once."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.counters.add("live_errors")
+            if "live" not in self.null_logged:
+                self.null_logged.add("live")
+                log.exception("live metrics failed on gpu %d (%s); sampling and Parquet unaffected", self.gpu, exc)
 
     def _null_power(self, inst_w, avg_w) -> None:
         """Field 186/185 not returned (NOT_SUPPORTED or another per-field status): the row keeps a null;
