@@ -240,7 +240,10 @@ def test_a_failure_in_the_live_metrics_never_stops_sampling(tmp_path):
         raise ZeroDivisionError("a bug")
 
     c.live.on_field = c.live.on_buffer = broken
+    t0 = time.monotonic()
     assert c.run() == 0
+    assert time.monotonic() - t0 < 1.5 + 2.0  # the endpoint (30 s poll interval) stops at once
+    assert not c.server[1].is_alive()
     assert c.counters.get("live_errors") >= 10 and c.counters.get("recoveries", gpu=0) == 0
     field = series(read_power(tmp_path), 0, "nvml-field")
     assert len(field) >= 12

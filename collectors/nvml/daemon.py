@@ -121,7 +121,7 @@ class Collector:
         if cfg.metrics_listen:
             addr, port = cfg.metrics_listen
             try:
-                self.server, _ = serve(self.live, addr, port)
+                self.server = serve(self.live, addr, port)
             except OSError as exc:
                 raise StartError(f"--metrics-listen {addr}:{port}: cannot listen there ({exc.strerror or exc})") from None
             log.info("metrics on http://%s:%d/metrics", addr if ":" not in addr else f"[{addr}]", port)
@@ -216,8 +216,9 @@ class Collector:
         if self.notifier is not None:
             self.notifier.stop()
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            from collectors.nvml.metrics import stop
+
+            stop(*self.server)
         snap = self.snapshot()
         log.info("stopped; " + summary_line(snap))
         try:
