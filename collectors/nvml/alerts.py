@@ -240,6 +240,10 @@ class WebhookNotifier:
         while not self.queue.empty() and time.monotonic() < end:
             time.sleep(0.02)
         self._stop.set()
+        try:
+            self.queue.put_nowait(None)  # wakes the thread from its (long) wait
+        except queue.Full:
+            pass
 
     def submit(self, event: dict) -> None:
         try:
@@ -273,9 +277,11 @@ class WebhookNotifier:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                event = self.queue.get(timeout=0.5)
+                event = self.queue.get(timeout=30)  # no idle wake-ups; stop() wakes it
             except queue.Empty:
                 continue
+            if event is None:
+                break
             body = json.dumps(event).encode()
             for attempt in range(self.cfg.retries + 1):
                 try:
