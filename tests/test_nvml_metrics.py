@@ -24,7 +24,7 @@ def live_run(tmp_path_factory):
     so their sum is a flat 800 W), a 10 W/s ramp from T0 + 2 s, and a single 60 ms spike to 700 W at
     T0 + 3.5 s. A Prometheus server scrapes the endpoint every second, when installed."""
     tmp = tmp_path_factory.mktemp("live")
-    t0 = math.ceil(time.time()) + 1
+    t0 = math.ceil(time.time()) + 3  # the collector (pyarrow import) and Prometheus start before the ramp
     sigs = {
         "0": {"kind": "square", "low_w": 100, "high_w": 700, "period_s": 1, "grid_offset_us": 5000},
         "1": {"kind": "square", "low_w": 700, "high_w": 100, "period_s": 1, "grid_offset_us": 12000},
