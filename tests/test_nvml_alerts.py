@@ -49,7 +49,7 @@ def test_alert_reaches_the_webhook_within_2s_of_the_crossing_sample(tmp_path):
     the GPU rule fires on the spike's first sample and resolves on the first sample after it; the host's
     2 s swing rule fires on the same sample and resolves when the spike leaves the 2 s window."""
     hook = Webhook()
-    t0 = math.ceil(time.time()) + 1
+    t0 = math.ceil(time.time()) + 3  # start-up slack: the spike must come after the collector is up
     spike_us = (t0 + 2.5) * 1_000_000
     rules = tmp_path / "alerts.yaml"
     rules.write_text(f"""
@@ -64,6 +64,7 @@ rules:
         "--metrics-listen", f"127.0.0.1:{port}", "--alerts", str(rules))
     try:
         wait_for_endpoint(port, proc)
+        assert time.time() < t0 + 2.5, "the collector started after the spike: a latency from it would be start-up"
         while time.time() < t0 + 6.0 and len(hook.received) < 4:
             time.sleep(0.05)
         s = scrape(port)
