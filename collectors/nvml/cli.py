@@ -42,6 +42,56 @@ def parse_gpus(value: str | None) -> list[int] | None:
         raise CollectError(f"bad --gpus {value!r}: expected indices like 0,1,3") from None
 
 
+def parse_listen(value: str, allow_remote: bool) -> tuple[str, int]:
+    """'127.0.0.1:9401' or '[::1]:9401' → (address, port); a non-loopback address needs --allow-remote."""
+    from collectors.names import remote_listen_problem, remote_listen_warning
+
+    m = re.fullmatch(r"\[?([^\[\]]*?)\]?:(\d{1,5})", value.strip())
+    if not m or not m.group(1) or not 0 < int(m.group(2)) < 65536:
+        raise CollectError(f"bad --metrics-listen {value!r}: expected ADDRESS:PORT, e.g. 127.0.0.1:9401")
+    addr, port = m.group(1), int(m.group(2))
+    problem = remote_listen_problem(addr, allow_remote, "the metrics endpoint")
+    if problem:
+        raise CollectError(problem)
+    warning = remote_listen_warning(addr, "the metrics endpoint")
+    if warning:
+        click.echo(warning, err=True)
+    return addr, port
+
+
+def load_live_config(alerts_file: str | None, inventory_file: str | None, host: str):
+    """(AlertsFile or None, HostInfo or None), every problem as one CollectError line."""
+    from collectors.inventory import InventoryError, load_inventory
+    from collectors.nvml.alerts import NEEDS_PROVISIONED, AlertsError, load_alerts
+    from collectors.nvml.metrics import HostInfo
+
+    try:
+        rules = load_alerts(alerts_file) if alerts_file else None
+    except AlertsError as exc:
+        raise CollectError(str(exc)) from None
+    info = None
+    if inventory_file:
+        try:
+            inv = load_inventory(inventory_file)
+        except InventoryError as exc:
+            raise CollectError(str(exc)) from None
+        found = [h for _, _, h in inv.iter_hosts() if h.name == host]
+        if not found:
+            raise CollectError(f"{inventory_file}: no host named {host!r} (the collector's --host); "
+                               "its labels, TDP and provisioned power come from there")
+        rows = [r for r in inv.gpu_rows() if r["host"] == host]
+        info = HostInfo(role=found[0].role, provisioned_w=found[0].effective_provisioned_w,
+                        gpu_tdp_w={r["gpu"]: r["tdp_w"] for r in rows},
+                        gpu_endpoint={r["gpu"]: r["endpoint"] for r in rows if r["endpoint"]},
+                        gpu_job={r["gpu"]: r["job"] for r in rows if r["job"]})
+    if rules is not None and info is None:
+        need = [r.name for r in rules.rules if r.level == "host" and r.quantity in NEEDS_PROVISIONED]
+        if need:
+            raise CollectError(f"{alerts_file}: rule {need[0]!r} needs the host's provisioned power: "
+                               "pass --inventory FILE that lists this host")
+    return rules, info
+
+
 @click.command("collect")
 @click.option("--interval", default="100ms", show_default=True, help="Tick for instant + 1 s average power.")
 @click.option("--buffer/--no-buffer", default=True, show_default=True, help="Drain the driver's ~20 ms power buffer.")
@@ -58,10 +108,18 @@ def parse_gpus(value: str | None) -> list[int] | None:
 @click.option("--data-dir", "data_dir", envvar=DATA_DIR_ENV, default="data", show_default=True,
               help=f"Data directory, or s3://bucket/prefix (env {DATA_DIR_ENV}; S3 settings: docs/storage.md).")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+@click.option("--metrics-listen", default=None, metavar="ADDR:PORT",
+              help="Serve live per-GPU and per-host power, swings and alert counters for Prometheus, e.g. 127.0.0.1:9401.")
+@click.option("--allow-remote", is_flag=True, help="Allow --metrics-listen on a non-loopback address (no authentication).")
+@click.option("--inventory", "inventory_file", default=None, type=click.Path(dir_okay=False),
+              help="Inventory YAML: role, endpoint and training_job labels, TDP and provisioned power for this --host.")
+@click.option("--alerts", "alerts_file", default=None, type=click.Path(dir_okay=False),
+              help="Alert rules YAML (docs/collector.md): log line, counter and optional webhook within 2 s.")
 @click.option("--nvml-module", default=None, hidden=True, help=f"NVML binding to import (env {NVML_MODULE_ENV}); tests use a fake.")
 @click.option("--duration-seconds", default=None, hidden=True, help="Stop after this long (benchmarks, tests).")
 def command(interval, buffer, buffer_seconds, gpus, flush_seconds, slow_seconds, energy_seconds, status_seconds,
-            host, max_pending_rows, compact, compact_only, data_dir, log_level, nvml_module, duration_seconds) -> None:
+            host, max_pending_rows, compact, compact_only, data_dir, log_level, metrics_listen, allow_remote,
+            inventory_file, alerts_file, nvml_module, duration_seconds) -> None:
     """Sample GPU power through NVML into the `power` dataset until SIGTERM/SIGINT."""
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     data_dir = resolve_data_root(data_dir)  # an absolute Path, or an s3:// URL kept as it is
@@ -89,9 +147,14 @@ def command(interval, buffer, buffer_seconds, gpus, flush_seconds, slow_seconds,
                           duration_s=parse_seconds(duration_seconds) if duration_seconds else None)
     if host:
         cfg.host = host
+    cfg.metrics_listen = parse_listen(metrics_listen, allow_remote) if metrics_listen else None
+    if alerts_file or inventory_file:
+        cfg.alerts, cfg.host_info = load_live_config(alerts_file, inventory_file, cfg.host)
+    from collectors.nvml.daemon import StartError
+
     try:
         code = run_collector(cfg)
-    except NvmlUnavailable as exc:
+    except (NvmlUnavailable, StartError) as exc:
         raise CollectError(str(exc)) from None
     sys.exit(code)
 

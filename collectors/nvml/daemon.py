@@ -41,6 +41,16 @@ class CollectorConfig:
     nvml_module: str | None = None
     duration_s: float | None = None
     """Stop by itself after this long (benchmarks, tests); None: run until a signal."""
+    metrics_listen: tuple[str, int] | None = None
+    """(address, port) of the Prometheus endpoint; None: no endpoint."""
+    alerts: object | None = None
+    """A validated :class:`collectors.nvml.alerts.AlertsFile`, or None."""
+    host_info: object | None = None
+    """:class:`collectors.nvml.metrics.HostInfo` from ``--inventory`` (labels, TDP, provisioned power)."""
+
+
+class StartError(RuntimeError):
+    """The collector cannot start as asked (e.g. the metrics port is in use): one line for the user."""
 
 
 def status_key(host: str) -> str:
@@ -61,6 +71,9 @@ class Collector:
         self.flusher = Flusher(self.root, cfg.host, self.counters, cfg.max_pending_rows)
         self.samplers: list[GpuSampler] = []
         self.loops: list[SamplerLoop] = []
+        self.live = None
+        self.server = None
+        self.notifier = None
 
     def open(self) -> None:
         nvml = load_nvml(self.cfg.nvml_module)
@@ -82,9 +95,38 @@ class Collector:
                 log.error("gpu %d: cannot open (%s); will retry", i, describe_error(exc))
             self.samplers.append(GpuSampler(reader, self.cfg.sampling, self.rows, self.counters,
                                             buffer_since_us=resume.get(i, 0)))
+        if self.cfg.metrics_listen or self.cfg.alerts:
+            self._start_live(indices)
         log.info("collecting GPUs %s on host %s into %s (interval %.3f s, buffer %s, flush every %.0f s)",
                  indices, self.cfg.host, self.cfg.data_dir, self.cfg.sampling.interval_s,
                  "on" if self.cfg.sampling.buffer else "off", self.cfg.flush_s)
+
+    def _start_live(self, indices: list[int]) -> None:
+        """Live statistics for the endpoint and the alerts; binds the endpoint (StartError if it cannot)."""
+        # imported here, not at the top: without these options the collector needs only pyarrow,
+        # click and pynvml (prometheus-client, pydantic and pyyaml stay optional on a GPU host)
+        from collectors.nvml.alerts import AlertEngine, WebhookNotifier
+        from collectors.nvml.metrics import LiveMetrics, serve
+
+        cfg = self.cfg
+        engine = None
+        if cfg.alerts is not None:
+            if cfg.alerts.webhook is not None:
+                self.notifier = WebhookNotifier(cfg.alerts.webhook)
+            engine = AlertEngine(cfg.alerts, self.notifier)
+        self.live = LiveMetrics(cfg.host, indices, cfg.host_info, engine, buffer=cfg.sampling.buffer)
+        for s in self.samplers:
+            s.live = self.live
+            self.live.set_uuid(s.gpu, s.reader.uuid)
+        if cfg.metrics_listen:
+            addr, port = cfg.metrics_listen
+            try:
+                self.server = serve(self.live, addr, port)
+            except OSError as exc:
+                raise StartError(f"--metrics-listen {addr}:{port}: cannot listen there ({exc.strerror or exc})") from None
+            log.info("metrics on http://%s:%d/metrics", addr if ":" not in addr else f"[{addr}]", port)
+        if self.notifier is not None:
+            self.notifier.start()
 
     def uuids(self) -> dict[int, str]:
         return {s.gpu: s.reader.uuid for s in self.samplers}
@@ -171,6 +213,12 @@ class Collector:
         for loop in self.loops:
             loop.join(timeout=max(0.1, deadline - time.monotonic()))
         ok = self.flush()
+        if self.notifier is not None:
+            self.notifier.stop()
+        if self.server is not None:
+            from collectors.nvml.metrics import stop
+
+            stop(*self.server)
         snap = self.snapshot()
         log.info("stopped; " + summary_line(snap))
         try:
@@ -204,7 +252,7 @@ def run_collector(cfg: CollectorConfig) -> int:
     """Open NVML, install SIGTERM/SIGINT handlers, collect until stopped; returns the exit code."""
     _lean_memory()
     collector = Collector(cfg)
-    collector.open()  # NvmlUnavailable propagates: the CLI prints it as one line, exit 2
+    collector.open()  # NvmlUnavailable, StartError propagate: the CLI prints them as one line, exit 2
 
     def _stop(signum, _frame):
         log.info("signal %d: flushing and stopping", signum)

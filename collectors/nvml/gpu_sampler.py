@@ -43,8 +43,10 @@ class SamplingConfig:
 class GpuSampler:
     """One GPU's sampling state and its tick; driven by a :class:`SamplerLoop` thread."""
 
-    def __init__(self, reader, cfg: SamplingConfig, out: RowBuffer, counters: Counters, buffer_since_us: int = 0):
+    def __init__(self, reader, cfg: SamplingConfig, out: RowBuffer, counters: Counters, buffer_since_us: int = 0,
+                 live=None):
         self.reader = reader
+        self.live = live  # collectors.nvml.metrics.LiveMetrics, or None (no endpoint, no alerts)
         self.gpu = reader.index
         self.cfg = cfg
         self.out = out
@@ -71,6 +73,8 @@ class GpuSampler:
             except Exception as exc:
                 self._fail(exc, now)
                 return
+            if self.live is not None:
+                self.live.set_uuid(self.gpu, self.reader.uuid)
         t0 = time.perf_counter()
         try:
             self._tick(now, final)
@@ -123,6 +127,9 @@ class GpuSampler:
                                 self.gpu, event)
             self.next_energy = _advance(self.next_energy, self.cfg.energy_s, now)
         self.out.append((ts_ns, self.gpu, inst_w, avg_w, energy_j, *slow, FIELD))
+        live = self.live
+        if live is not None:
+            self._live(live.on_field, self.gpu, ts_ns, inst_w, avg_w, energy_j, slow[4])
         if self.cfg.buffer and (final or now >= self.next_drain) and "buffer" not in self.disabled:
             samples = self._optional("buffer", r.read_buffer, self.cursor.last_seen_us)
             if samples:
@@ -133,7 +140,20 @@ class GpuSampler:
                 gpu = self.gpu
                 self.out.extend([(ts_us * 1000, gpu, w, None, None, None, None, None, None, None, BUFFER)
                                  for ts_us, w in new])
+                if live is not None and new:
+                    self._live(live.on_buffer, gpu, new)
             self.next_drain = _advance(self.next_drain, self.cfg.buffer_s, now)
+
+    def _live(self, fn, *args) -> None:
+        """Feed the live metrics; a bug there must never read as a GPU failure or leave a gap in the
+        rows: counted (``live_errors``) and logged once."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.counters.add("live_errors")
+            if "live" not in self.null_logged:
+                self.null_logged.add("live")
+                log.exception("live metrics failed on gpu %d (%s); sampling and Parquet unaffected", self.gpu, exc)
 
     def _null_power(self, inst_w, avg_w) -> None:
         """Field 186/185 not returned (NOT_SUPPORTED or another per-field status): the row keeps a null;
@@ -154,6 +174,8 @@ class GpuSampler:
             if error_name(exc) != "NotSupported":
                 raise
             self.disabled.add(what)
+            if what == "buffer" and self.live is not None:
+                self.live.buffer_off(self.gpu)
             self.counters.add_gpu(self.gpu, f"not_supported_{what}")
             log.warning("gpu %d: %s not supported (%s); recorded as null from now on", self.gpu, what,
                         describe_error(exc))

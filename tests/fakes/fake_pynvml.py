@@ -18,6 +18,13 @@ temperature, clock, utilization, memory, power_limit, energy, buffer, instant),
 ``stall`` ({gpu: [at_s, seconds]}: the first power read after at_s blocks that long),
 ``driver_clock_offset_s`` (float: the driver's field timestamps run this far ahead of the host clock),
 ``energy_reset`` ({gpu: at_s}: counter restarts near zero), ``energy_glitch`` ({gpu: at_s}: one read 5 J below the previous read),
+``signal`` ({gpu: {...}}: instead of the replay, that GPU's power follows a scripted signal, sampled in
+the buffer at exact driver timestamps ``k × 20 ms + grid_offset_us``; the instant field is the signal
+at the call, the 1 s average the mean of the buffer grid over the last second. Kinds, all in absolute
+Unix time so a test knows the answer: ``{"kind": "square", "low_w", "high_w", "period_s"}`` (high in
+the second half of each period counted from the epoch), ``{"kind": "ramp", "low_w", "slope_w_per_s",
+"start_unix_s"}`` (flat before), ``{"kind": "spike", "low_w", "high_w", "at_unix_s", "width_s"}``
+(high for ``at ≤ t < at + width``), ``{"kind": "constant", "low_w"}``; :func:`signal_w` is the formula),
 ``served_log`` (path: every power sample handed out is appended there as ``field|buffer gpu ts_us wall_s``,
 so a test can compare what reached the disk with what the "driver" served, even after a SIGKILL).
 """
@@ -144,6 +151,47 @@ def _check(handle, what: str | None = None) -> int:
     return g
 
 
+SLOT_US = 20_000
+
+
+def signal_w(sig: dict, t_us: int) -> float:
+    """The scripted signal's power (W) at driver time t_us, rounded to the driver's mW."""
+    kind, low = sig["kind"], float(sig.get("low_w", 100.0))
+    if kind == "square":
+        period_us = int(sig["period_s"] * 1e6)
+        w = sig["high_w"] if (t_us % period_us) >= period_us // 2 else low
+    elif kind == "ramp":
+        w = low + sig["slope_w_per_s"] * max(0.0, (t_us - sig["start_unix_s"] * 1e6) / 1e6)
+    elif kind == "spike":
+        at = int(sig["at_unix_s"] * 1e6)
+        w = sig["high_w"] if at <= t_us < at + int(sig["width_s"] * 1e6) else low
+    else:
+        w = low
+    return round(w * 1000) / 1000
+
+
+def _signal(gpu: int) -> dict | None:
+    return _cfg.get("signal", {}).get(str(gpu))
+
+
+def _signal_grid(sig: dict, lo_us: int, hi_us: int) -> list[int]:
+    """Driver timestamps of the signal's buffer samples in [lo_us, hi_us]."""
+    off = int(sig.get("grid_offset_us", 0))
+    k0 = -(-(lo_us - off) // SLOT_US)
+    return list(range(k0 * SLOT_US + off, hi_us + 1, SLOT_US))
+
+
+def _signal_avg_mw(sig: dict, now_us: int) -> int:
+    ts = _signal_grid(sig, now_us - 999_999, now_us)
+    return round(sum(signal_w(sig, t) for t in ts) / max(1, len(ts)) * 1000)
+
+
+def _signal_energy_mj(sig: dict, gpu: int) -> int:
+    """Energy as the sum of the grid samples since nvmlInit × 20 ms (plus an arbitrary start)."""
+    ts = _signal_grid(sig, _start["wall_us"], time.time_ns() // 1000)
+    return 4_000_000_000 + gpu * 1_000_000 + round(sum(signal_w(sig, t) for t in ts) * SLOT_US / 1000)
+
+
 EPOCH_S = 1_790_000_000  # replay loops are counted from here (keeps the energy counter small)
 
 
@@ -210,10 +258,11 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         v.fieldId = fid
         v.timestamp = ts
         v.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+        sig = _signal(g)
         if fid == 186 and not unsupported:
-            v.value.uiVal = FIELDS["inst"][i]
+            v.value.uiVal = round(signal_w(sig, ts) * 1000) if sig else FIELDS["inst"][i]
         elif fid == 185:
-            v.value.uiVal = FIELDS["avg"][i]
+            v.value.uiVal = _signal_avg_mw(sig, ts) if sig else FIELDS["avg"][i]
         else:
             v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
             v.timestamp = 0
@@ -226,7 +275,8 @@ def nvmlDeviceGetTotalEnergyConsumption(handle):
     CALLS["nvmlDeviceGetTotalEnergyConsumption"] += 1
     g = _check(handle, "energy")
     i, loops = _now_row(g)
-    mj = 4_000_000_000 + g * 1_000_000 + loops * ENERGY_PER_LOOP_MJ + FIELDS["energy"][i] - FIELDS["energy"][0]
+    sig = _signal(g)
+    mj = _signal_energy_mj(sig, g) if sig else 4_000_000_000 + g * 1_000_000 + loops * ENERGY_PER_LOOP_MJ + FIELDS["energy"][i] - FIELDS["energy"][0]
     reset_at = _cfg.get("energy_reset", {}).get(str(g))
     if reset_at is not None and _elapsed() >= reset_at:
         mj = int((_elapsed() - reset_at) * 300_000) + 1  # a fresh counter after a driver reload
@@ -245,8 +295,11 @@ def nvmlDeviceGetSamples(device, sampling_type, timeStamp):
     lo_us = max(timeStamp + 1, now_us - BUFFER_SPAN_US)
     base = EPOCH_S * 1_000_000 - int(g * SHIFT_S * 1e6)  # wall time of replay position 0 in loop 0
     out = []
+    sig = _signal(g)
+    if sig:
+        out = [(t, round(signal_w(sig, t) * 1000)) for t in _signal_grid(sig, lo_us, now_us)]
     loop = max(0, (lo_us - base) // SPAN_US - 1)
-    while base + loop * SPAN_US <= now_us:
+    while not sig and base + loop * SPAN_US <= now_us:
         origin = base + loop * SPAN_US
         a = bisect.bisect_left(BUF_T_US, lo_us - origin)
         b = bisect.bisect_right(BUF_T_US, now_us - origin)
