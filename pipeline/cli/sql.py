@@ -37,7 +37,7 @@ def _render_table(table: pa.Table, max_rows: int) -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
 @click.option("--max-rows", type=int, default=50, show_default=True, help="Rows shown by --format table.")
-@data_dir_option
+@data_dir_option(access="read")
 def command(query: str, fmt: str, out: Path | None, max_rows: int, data_dir) -> None:
     """Run one read-only SQL statement on the warehouse (tables: see README).
 
