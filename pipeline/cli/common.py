@@ -21,6 +21,12 @@ class UserError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
+class Interrupted(UserError):
+    """Stopped by Ctrl-C: one line, exit code 130 (128 + SIGINT, what shells report)."""
+
+    exit_code = 130
+
+
 def check_data_dir(data_dir, access: str):
     """One `error:` line when a local data dir cannot serve a command: it is a file (or under one),
     cannot be read (``access="read"``: sql, report), or cannot be created or written (``"write"``:
