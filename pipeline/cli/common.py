@@ -34,17 +34,17 @@ def check_data_dir(data_dir, access: str):
     creates it. S3 prefixes are checked by their first request."""
     if not isinstance(data_dir, Path):
         return data_dir
-    if data_dir.exists() and not data_dir.is_dir():
-        raise UserError(f"data dir {data_dir} is a file, not a folder (pass --data-dir a folder)")
-    if access == "read":
-        if data_dir.is_dir() and not os.access(data_dir, os.R_OK | os.X_OK):
-            raise UserError(f"data dir {data_dir} is not readable (permissions)")
-        return data_dir
     existing = data_dir
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    if existing == data_dir and not data_dir.is_dir():
+        raise UserError(f"data dir {data_dir} is a file, not a folder (pass --data-dir a folder)")
     if not existing.is_dir():
-        raise UserError(f"data dir {data_dir} cannot be created: {existing} is a file")
+        raise UserError(f"data dir {data_dir} cannot exist: {existing} is a file")
+    if access == "read":
+        if existing == data_dir and not os.access(data_dir, os.R_OK | os.X_OK):
+            raise UserError(f"data dir {data_dir} is not readable (permissions)")
+        return data_dir
     if not os.access(existing, os.W_OK | os.X_OK):
         what = "is not writable" if existing == data_dir else f"cannot be created: {existing} is not writable"
         raise UserError(f"data dir {data_dir} {what} (permissions or a read-only filesystem)")
