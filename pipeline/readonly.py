@@ -9,6 +9,7 @@ or a view that points elsewhere is refused by DuckDB itself.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -132,35 +133,41 @@ DEFAULT_TIMEOUT_S = 60.0
 
 
 def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> pa.Table:
-    """Run ``sql`` on ``con`` in a worker thread while this (main) thread watches the clock and
-    Ctrl-C: past ``timeout_s`` or on SIGINT it calls ``con.interrupt()``, DuckDB stops the query
-    at its next check, and one clear error comes back instead of a query that runs until killed
-    or a KeyboardInterrupt traceback."""
+    """Run ``sql`` on ``con`` in a worker thread while this thread watches the clock and Ctrl-C:
+    past ``timeout_s``, or on SIGINT (a handler while the query runs, when this is the main
+    thread), it calls ``con.interrupt()``, DuckDB stops the query at its next check, and one
+    clear error comes back instead of a query that runs until killed or a traceback."""
     outcome: dict = {}
+    done = threading.Event()
+    stopped_by: list[str] = []
 
     def work() -> None:
         try:
             outcome["table"] = con.sql(sql).to_arrow_table()
-        except BaseException as exc:  # handed to the main thread
+        except BaseException as exc:  # handed to the watching thread
             outcome["error"] = exc
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=work, name="wattline-sql", daemon=True)
-    started = time.monotonic()
-    worker.start()
-    stopped_by = None
-    while worker.is_alive():
-        try:
-            worker.join(0.05)
-        except KeyboardInterrupt:
-            stopped_by = stopped_by or "interrupt"
+    def stop(reason: str) -> None:
+        if not stopped_by:
+            stopped_by.append(reason)
             con.interrupt()
-            continue
-        if stopped_by is None and timeout_s is not None and time.monotonic() - started > timeout_s:
-            stopped_by = "timeout"
-            con.interrupt()
-    if stopped_by == "interrupt":
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop("interrupt")) if in_main else None
+    try:
+        started = time.monotonic()
+        threading.Thread(target=work, name="wattline-sql", daemon=True).start()
+        while not done.wait(0.05):
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                stop("timeout")
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    if stopped_by == ["interrupt"]:
         raise QueryInterrupted("interrupted (Ctrl-C): the query was stopped")
-    if stopped_by == "timeout":
+    if stopped_by == ["timeout"]:
         raise ReadOnlyError(f"query exceeded {timeout_s:g} s and was stopped (--timeout SECONDS to allow more)")
     if "error" in outcome:
         raise outcome["error"]
