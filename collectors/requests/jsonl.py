@@ -53,13 +53,15 @@ def too_deep(data: bytes, max_depth: int) -> bool:
 
 
 def _deep_lines(data: bytes, n_lines: int, max_depth: int) -> list[int]:
-    """Indices of the block's lines with more opening brackets than ``max_depth`` (candidates)."""
-    if data.count(b"[") + data.count(b"{") <= max_depth:
-        return []
+    """Indices of the block's lines with more opening brackets than ``max_depth`` (the candidates
+    for :func:`too_deep`), vectorised: a few ms per 8 MiB block."""
     arr = np.frombuffer(data, np.uint8)
     opens = np.flatnonzero((arr == 0x5B) | (arr == 0x7B))
+    if len(opens) <= max_depth:
+        return []
     line_of = np.searchsorted(np.flatnonzero(arr == 0x0A), opens)
-    return np.flatnonzero(np.bincount(line_of, minlength=n_lines) > max_depth).tolist()
+    same = line_of[max_depth:] == line_of[:-max_depth]  # opener k and k + max_depth on one line
+    return np.unique(line_of[max_depth:][same]).tolist() if same.any() else []
 
 
 def parse_lines(lines: list[Line], source: str, default_endpoint: str | None = None,
