@@ -316,6 +316,8 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
         res.gpus.add(gpu)
         res.first_ts = min(res.first_ts or ts, ts)
         res.last_ts = max(res.last_ts or ts, ts)
+    if cols is None and bad:
+        raise ImportError_(f"{path}: not an nvidia-smi CSV log: no header, and {len(bad)} line(s) that are not text ({bad[0][2]})")
     if cols is None:
         raise ImportError_(f"{path}: empty file (no header)")
     res.files += 1

@@ -325,3 +325,12 @@ def test_nvidia_smi_offset_out_of_range(tmp_path, tz):
     one_line_error(invoke("import", "nvidia-smi", str(SMI), "--host", "h0", "--tz", tz, "--data-dir", str(tmp_path)),
                    tz, "UTC offsets run from -12:00 to +14:00")
     assert not (tmp_path / "power").exists()
+
+
+def test_nvidia_smi_binary_file_is_one_line(tmp_path):
+    """Fault: a binary file (bytes that are not text) given as an nvidia-smi log. Today: 'empty
+    file (no header)', which is false. Must: one line saying it is not text."""
+    f = tmp_path / "binary.csv"
+    f.write_bytes(bytes(range(128, 256)) * 4 + b"\n" + bytes(range(128, 256)) * 80)
+    one_line_error(invoke("import", "nvidia-smi", str(f), "--host", "h0", "--tz", "UTC", "--data-dir", str(tmp_path / "d")),
+                   "not an nvidia-smi CSV log", "not UTF-8")
