@@ -53,6 +53,8 @@ def command(query: str, fmt: str, out: Path | None, max_rows: int, timeout_s: fl
         raise Interrupted(str(exc)) from None
     except ReadOnlyError as exc:
         raise UserError(str(exc)) from None
+    except OSError as exc:  # e.g. no catalog yet on a read-only data dir
+        raise UserError(f"cannot query {data_dir}: {exc}") from None
     if fmt == "table":
         text = _render_table(table, max_rows)
     elif fmt == "csv":

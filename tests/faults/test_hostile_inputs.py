@@ -126,6 +126,21 @@ def test_read_only_data_dir(tmp_path):
         assert _tree(data_dir) == before
 
 
+def test_sql_on_a_read_only_data_dir_without_a_catalog(tmp_path):
+    """Fault: Parquet on a read-only filesystem, no catalog built yet. Today: an OSError traceback
+    (building the catalog). Must: an answer, or one `error:` line; nothing written."""
+    data_dir = tmp_path / "ro"
+    with read_only_dir(data_dir) as make_read_only:
+        write_square_fleet(data_dir, seconds=1)
+        make_read_only()
+        before = _tree(data_dir)
+        result = invoke("sql", "select count(*) as n from power", "--format", "csv", "--data-dir", str(data_dir))
+        assert "Traceback" not in result.output and result.exit_code in (0, 2), result.output
+        if result.exit_code == 2:
+            one_line_error(result, str(data_dir))
+        assert _tree(data_dir) == before
+
+
 # ---- days the pipeline cannot run
 
 
