@@ -293,7 +293,7 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
             ts = local.replace(tzinfo=zone).astimezone(utc)
         except (OverflowError, ValueError):  # year 1 or 9999 shifted out of datetime's range
             ts = None
-        problem = write_day_problem(ts.date()) if ts else f"day of {local:%Y-%m-%d %H:%M:%S} is outside the days the pipeline can run ({writable_range()})"
+        problem = write_day_problem(ts.date()) if ts else f"day of {local.isoformat(sep=' ')} is outside the days the pipeline can run ({writable_range()})"
         if problem:
             bad.append((n, line, f"date out of range: {problem}"))
             continue
