@@ -20,8 +20,10 @@ its rows instead of duplicating them.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import hashlib
+import io
 import os
 import re
 import time
@@ -32,6 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import pyarrow as pa
 
 from collectors.contract import POWER, TS
+from collectors.days import write_day_problem, writable_range
 from collectors.parquet_sink import write_dataset
 from collectors.storage import DataRoot
 
@@ -53,6 +56,8 @@ _MISSING = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]", "[gpu is l
 _INSTANT_DRAW_NAMES = re.compile(r"a100|a30\b|v100|t4\b|p100|p40|p4\b|k80|titan v|quadro|rtx [2-8]000\b", re.I)
 _TS_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
 MAX_POWER_W = 5000.0
+MAX_WEST_MIN, MAX_EAST_MIN = 12 * 60, 14 * 60
+"""The offsets of the world's zones: UTC-12:00 (Baker Island) to UTC+14:00 (Line Islands)."""
 
 
 class ImportError_(ValueError):
@@ -71,6 +76,8 @@ def resolve_tz(value: str | None) -> tuple[dt.tzinfo, str]:
         m = re.fullmatch(r"(?:UTC)?([+-])(\d{1,2}):?(\d{2})?", value.strip())
         if m:
             minutes = int(m.group(2)) * 60 + int(m.group(3) or 0)
+            if int(m.group(3) or 0) >= 60 or not -MAX_WEST_MIN <= (minutes if m.group(1) == "+" else -minutes) <= MAX_EAST_MIN:
+                raise ImportError_(f"time zone offset {value!r} out of range: UTC offsets run from -12:00 to +14:00 (minutes below 60)")
             sign = 1 if m.group(1) == "+" else -1
             off = dt.timedelta(minutes=sign * minutes)
             return dt.timezone(off), f"UTC{m.group(1)}{int(m.group(2)):02d}:{int(m.group(3) or 0):02d}"
@@ -155,10 +162,43 @@ def _power_rule(cols: dict[str, int], mode: str, first_name: str | None) -> tupl
     return None, "power.draw", f"power.draw → power_avg_w ({why})"
 
 
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+
+
+def detect_encoding(head: bytes) -> tuple[str, int]:
+    """(encoding, BOM length) from a file's first bytes: a UTF-8 or UTF-16 BOM (PowerShell's
+    ``>`` and ``Out-File`` write UTF-16 LE with one), UTF-16 without a BOM when every other byte
+    of an ASCII header is NUL, else UTF-8."""
+    for bom, encoding in _BOMS:
+        if head.startswith(bom):
+            return encoding, len(bom)
+    if len(head) >= 4 and head[1] == 0 and head[3] == 0 and head[0] and head[2]:
+        return "utf-16-le", 0
+    if len(head) >= 4 and head[0] == 0 and head[2] == 0 and head[1] and head[3]:
+        return "utf-16-be", 0
+    return "utf-8", 0
+
+
 def _read_lines(path: Path):
+    """(line number, text, None) or, for a line that does not decode, (n, its text with U+FFFD
+    for the bad bytes, the reason)."""
     with open(path, "rb") as fh:
-        for n, raw in enumerate(fh, start=1):
-            yield n, raw.rstrip(b"\r\n")
+        encoding, bom = detect_encoding(fh.read(4))
+        fh.seek(bom)
+        if encoding == "utf-8":
+            for n, raw in enumerate(fh, start=1):
+                raw = raw.rstrip(b"\r\n")
+                try:
+                    yield n, raw.decode("utf-8"), None
+                except UnicodeDecodeError:
+                    yield n, raw.decode("utf-8", "replace"), "not UTF-8"
+            return
+        # UTF-16: decoded as a stream (a code unit may straddle reads); a line with a unit that
+        # does not decode (a lone surrogate, an odd last byte) is quarantined like non-UTF-8.
+        text = io.TextIOWrapper(fh, encoding=encoding, errors="replace", newline="\n")
+        for n, line in enumerate(text, start=1):
+            line = line.rstrip("\r\n")
+            yield n, line, (f"not {encoding.upper()}" if "\ufffd" in line else None)
 
 
 def import_files(paths: list[Path], data_dir: Path | str | DataRoot, host: str, tz: str | None = None,
@@ -175,7 +215,10 @@ def import_files(paths: list[Path], data_dir: Path | str | DataRoot, host: str, 
 
 
 def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: ImportResult) -> None:
-    digest = hashlib.sha1(path.read_bytes()).hexdigest()[:10]
+    if not path.is_file():  # /dev/zero, a pipe: endless or read once, and the file is read twice
+        raise ImportError_(f"{path}: not a regular file (copy the log to a file first)")
+    with open(path, "rb") as fh:
+        digest = hashlib.file_digest(fh, "sha1").hexdigest()[:10]
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem)[:60]
     prefix = f"nvidia-smi-{stem}-{digest}"
     cols: dict[str, int] | None = None
@@ -186,11 +229,9 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
     seen: dict[tuple[int, int], int] = {}
     p_col = a_col = None
     utc = dt.timezone.utc
-    for n, raw in _read_lines(path):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            bad.append((n, raw.decode("utf-8", "replace"), "not UTF-8"))
+    for n, line, undecodable in _read_lines(path):
+        if undecodable:
+            bad.append((n, line, undecodable))
             continue
         if not line.strip():
             continue
@@ -248,7 +289,14 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
         if any(v is not None and not 0 <= v <= MAX_POWER_W for v in (pw, avg)):
             bad.append((n, line, f"power out of range 0..{MAX_POWER_W:.0f} W"))
             continue
-        ts = local.replace(tzinfo=zone).astimezone(utc)
+        try:
+            ts = local.replace(tzinfo=zone).astimezone(utc)
+        except (OverflowError, ValueError):  # year 1 or 9999 shifted out of datetime's range
+            ts = None
+        problem = write_day_problem(ts.date()) if ts else f"day of {local.isoformat(sep=' ')} is outside the days the pipeline can run ({writable_range()})"
+        if problem:
+            bad.append((n, line, f"date out of range: {problem}"))
+            continue
         ts_ns = int(ts.timestamp()) * 1_000_000_000 + ts.microsecond * 1000
         key = (gpu, ts_ns)
         if key in seen:
@@ -268,6 +316,8 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
         res.gpus.add(gpu)
         res.first_ts = min(res.first_ts or ts, ts)
         res.last_ts = max(res.last_ts or ts, ts)
+    if cols is None and bad:
+        raise ImportError_(f"{path}: not an nvidia-smi CSV log: no header, and {len(bad)} line(s) that are not text ({bad[0][2]})")
     if cols is None:
         raise ImportError_(f"{path}: empty file (no header)")
     res.files += 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from collectors.days import FIRST_DAY
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SQL_DIR = REPO_ROOT / "sql"
 REPO_DAGSTER_YAML = REPO_ROOT / "dagster.yaml"
@@ -23,8 +25,8 @@ DATE_DIM = "date"
 CLUSTER_DIM = "cluster"
 """The two dimensions of a cluster-day partition (pipeline/partitions.py)."""
 
-START_DATE = "2020-01-01"
-"""First day of the daily partitions (earlier data cannot be materialized)."""
+START_DATE = FIRST_DAY
+"""First day of the daily partitions (earlier data cannot be materialized): ``collectors/days.py``."""
 
 
 def resolve_data_dir(value: str | os.PathLike | None = None) -> Path:

@@ -9,10 +9,13 @@ or a view that points elsewhere is refused by DuckDB itself.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from collectors.inventory import InventoryError
 from pipeline import warehouse
@@ -99,6 +102,9 @@ def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPy
     damaged catalog once (it holds only views and inventory tables), else one clear error."""
     path = ensure_warehouse(data_dir)
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    # The pipeline's bound (memory_limit, threads), so an ad-hoc query spills or fails instead of
+    # taking DuckDB's default of 80 % of RAM; insertion order is kept for the user.
+    config.update({k: v for k, v in warehouse.duckdb_config().items() if k in ("memory_limit", "threads")})
     deadline = time.monotonic() + retries_s
     rebuilt = False
     while True:
@@ -119,8 +125,58 @@ def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPy
                 raise ReadOnlyError(f"cannot open {path}: {_first_line(exc)}") from None
 
 
-def run_query(data_dir: Path, sql: str) -> duckdb.DuckDBPyRelation:
-    """Execute one read-only statement and return its result as an Arrow table.
+class QueryInterrupted(ReadOnlyError):
+    """The user pressed Ctrl-C (SIGINT) during the query; it was stopped."""
+
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> pa.Table:
+    """Run ``sql`` on ``con`` in a worker thread while this thread watches the clock and Ctrl-C:
+    past ``timeout_s``, or on SIGINT (a handler while the query runs, when this is the main
+    thread), it calls ``con.interrupt()``, DuckDB stops the query at its next check, and one
+    clear error comes back instead of a query that runs until killed or a traceback."""
+    outcome: dict = {}
+    done = threading.Event()
+    stopped_by: list[str] = []
+
+    def work() -> None:
+        try:
+            outcome["table"] = con.sql(sql).to_arrow_table()
+        except BaseException as exc:  # handed to the watching thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    def stop(reason: str) -> None:
+        if not stopped_by:
+            stopped_by.append(reason)
+            con.interrupt()
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop("interrupt")) if in_main else None
+    try:
+        started = time.monotonic()
+        threading.Thread(target=work, name="wattline-sql", daemon=True).start()
+        while not done.wait(0.05):
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                stop("timeout")
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    if stopped_by == ["interrupt"]:
+        raise QueryInterrupted("interrupted (Ctrl-C): the query was stopped")
+    if stopped_by == ["timeout"]:
+        raise ReadOnlyError(f"query exceeded {timeout_s:g} s and was stopped (--timeout SECONDS to allow more)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["table"]
+
+
+def run_query(data_dir: Path, sql: str, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> pa.Table:
+    """Execute one read-only statement and return its result as an Arrow table, stopped past
+    ``timeout_s`` seconds or on Ctrl-C (:func:`execute`).
 
     A catalog whose views point at files deleted since it was built ("No files found") is
     rebuilt once and the query retried, so deleting a dataset does not break every query."""
@@ -128,7 +184,7 @@ def run_query(data_dir: Path, sql: str) -> duckdb.DuckDBPyRelation:
     for attempt in (1, 2):
         con = connect_readonly(data_dir)
         try:
-            return con.sql(sql).to_arrow_table()
+            return execute(con, sql, timeout_s)
         except duckdb.IOException as exc:
             if attempt == 2 or "No files found that match the pattern" not in str(exc):
                 raise ReadOnlyError(_first_line(exc)) from None

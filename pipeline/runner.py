@@ -230,6 +230,18 @@ def _run_part(args) -> dict:
     return part
 
 
+def asset_names() -> list[str]:
+    """Every name ``selection`` takes: asset names, and the full keys of assets whose key is more
+    than a name (``fleet/swing_stats``)."""
+    warnings.filterwarnings("ignore", module="dagster")
+    from pipeline.definitions import build_definitions
+    from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
+
+    defs = build_definitions()
+    keys = {k for job in (CLUSTER_JOB, FLEET_JOB) for k in defs.resolve_job_def(job).asset_layer.selected_asset_keys}
+    return sorted({k.path[-1] for k in keys} | {k.to_user_string() for k in keys if len(k.path) > 1})
+
+
 def _select(job, selection: list[str] | None):
     """The job's asset keys named in ``selection``: by name (``swing_stats``: the cluster-days'
     and the fleet-day's) or by full key (``fleet/swing_stats``: the fleet-day's only)."""

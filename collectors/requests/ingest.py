@@ -15,13 +15,15 @@ from pathlib import Path
 import polars as pl
 import yaml
 
+from collectors.days import writable_ns_bounds, write_day_problem
 from collectors.requests.azure import NotAzureTrace, read_azure
-from collectors.requests.jsonl import parse_block, parse_lines
+from collectors.requests.jsonl import DEFAULT_MAX_DEPTH, parse_block, parse_lines
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, Block, Line, iter_blocks
 from collectors.requests.otlp import Mapped, read_otlp_lines
 from collectors.requests.progress import byte_progress
-from collectors.requests.quarantine import Reject, write_quarantine
+from collectors.requests.quarantine import OUT_OF_RANGE, Reject, write_quarantine
 from collectors.requests.store import RequestStore, empty_frame, writer_lock
+from collectors.requests.timestamps import utc_day
 from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
 from collectors.inventory import parse_inventory
 from collectors.storage import DataRoot
@@ -84,7 +86,8 @@ class Ingestor:
 
     def __init__(self, data_dir: Path | str | DataRoot, fmt: str, *, endpoint: str | None = None,
                  endpoint_from: str | None = None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, progress: bool | None = None) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_depth: int = DEFAULT_MAX_DEPTH,
+                 progress: bool | None = None) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
         self.root = DataRoot.open(data_dir)  # local, or s3://bucket/prefix
@@ -93,6 +96,7 @@ class Ingestor:
         self.endpoint = endpoint
         self.endpoint_from = endpoint_from
         self.max_line_bytes = max_line_bytes
+        self.max_depth = max_depth
         self.progress = progress
         self.store = RequestStore(self.root, prefix=f"req-{fmt}")
         self.summary = Summary()
@@ -102,6 +106,8 @@ class Ingestor:
     def commit(self, frame: pl.DataFrame, rejects: list[Reject]) -> None:
         """Requests first, then quarantine: both are atomic files, and both are deduplicated,
         so repeating a commit after a crash between the two adds nothing."""
+        frame, out_of_range = split_out_of_range(frame)
+        rejects = rejects + out_of_range
         with writer_lock(self.root):
             added = self.store.add(frame)
             self.summary.ingested += added.written
@@ -118,6 +124,9 @@ class Ingestor:
             try:
                 with open(path, "rb"):
                     pass
+                if not path.is_file():  # a device or pipe: endless, or gone once read
+                    self.summary.errors.append(f"{path}: not a regular file")
+                    continue
                 self._ingest_file(path)
             except (NotAzureTrace, NotBenchResult) as exc:
                 self.summary.errors.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
@@ -156,7 +165,8 @@ class Ingestor:
         frames, rejects, done = [], [], 0
         with open(path, "rb") as fh:
             for item in iter_blocks(fh, max_line_bytes=self.max_line_bytes):
-                frame, bad = (parse_block if isinstance(item, Block) else _parse_line)(item, str(path), self.endpoint)
+                parse = parse_block if isinstance(item, Block) else _parse_line
+                frame, bad = parse(item, str(path), self.endpoint, self.max_depth)
                 frames.append(frame)
                 rejects += bad
                 advance(max(0, item.end - done))
@@ -166,7 +176,6 @@ class Ingestor:
                     frames, rejects = [], []
         if frames or rejects:
             self.commit(pl.concat(frames) if frames else empty_frame(), rejects)
-
 
     def _ingest_otlp(self, path: Path, advance) -> None:
         frames, rejects = [], []
@@ -190,8 +199,24 @@ def inventory_endpoints(root: DataRoot) -> frozenset | None:
     return frozenset(ep.name for _, _, host in inv.iter_hosts() for ep in host.endpoints)
 
 
-def _parse_line(line: Line, source: str, endpoint: str | None):
-    return parse_lines([line], source, endpoint)
+def split_out_of_range(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[Reject]]:
+    """(rows whose arrival day the pipeline can run, a reject for each other row): a request
+    dated 2200 or 1999 is quarantined with the range in its reason, not stored where no run
+    can reach it. The quarantine entry goes under the day of ingestion."""
+    first, end = writable_ns_bounds()
+    inside = pl.col("arrival_ts").is_between(first, end, closed="left")
+    if frame.height == 0 or frame.select(inside.all()).item():
+        return frame, []
+    rejects = []
+    for row in frame.filter(~inside).iter_rows(named=True):
+        raw = row["_raw"] if row["_raw"] is not None else b""
+        reason = f"{OUT_OF_RANGE}: {write_day_problem(utc_day(row['arrival_ts']))}"  # arrival_ts >= 0: validated
+        rejects.append(Reject(row["_src"], row["_line"], reason, raw, len(raw)))
+    return frame.filter(inside), rejects
+
+
+def _parse_line(line: Line, source: str, endpoint: str | None, max_depth: int):
+    return parse_lines([line], source, endpoint, max_depth)
 
 
 def expand(targets: list[Path], fmt: str) -> list[Path]:

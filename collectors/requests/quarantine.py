@@ -38,6 +38,8 @@ QUARANTINE = pa.schema(
     ]
 )
 _KEY = ["source_file", "line_no", "raw_sha256"]
+OUT_OF_RANGE = "arrival_ts out of range"
+"""Reason prefix of a request whose day the pipeline cannot run (collectors/days.py)."""
 PREFIX = f"{QUARANTINE_DIR}/requests"
 """Where rejected request lines go, relative to the data dir."""
 
@@ -71,7 +73,7 @@ def _stored_keys(root: DataRoot, folder: str) -> set[tuple]:
 def reason_kind(reason: str) -> str:
     """A reason without its per-line detail, for counts: 'invalid JSON: Expecting value at column 1'
     → 'invalid JSON', 'invalid UTF-8 at byte 7' → 'invalid UTF-8', '..., got str' → '...'."""
-    if reason.startswith(("invalid JSON", "truncated last line", "invalid OTLP JSON")):
+    if reason.startswith(("invalid JSON", "truncated last line", "invalid OTLP JSON", OUT_OF_RANGE)):
         return reason.split(":", 1)[0]
     return re.sub(r"( at byte \d+|, got .*)$", "", reason)
 

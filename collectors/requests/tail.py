@@ -126,7 +126,7 @@ class Follower:
         frames, rejects = [], []
         for f in self.files.values():
             if f.pending:
-                frame, bad = parse_lines(f.pending, f.pos.path, self.ingestor.endpoint)
+                frame, bad = parse_lines(f.pending, f.pos.path, self.ingestor.endpoint, self.ingestor.max_depth)
                 frames.append(frame)
                 rejects += bad
         if frames or rejects:

@@ -89,6 +89,8 @@ def read_vllm_bench(path: Path, endpoint: str | None = None) -> tuple[pl.DataFra
         doc = json.loads(Path(path).read_bytes())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotBenchResult(f"{path}: not a JSON document ({exc})") from None
+    except RecursionError:
+        raise NotBenchResult(f"{path}: JSON nested too deeply to be a results file") from None
     if not isinstance(doc, dict):
         raise NotBenchResult(f"{path}: expected a JSON object of per-request arrays")
     missing = [k for k in NEEDED if not isinstance(doc.get(k), list)]

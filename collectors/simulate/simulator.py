@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from collectors.inventory import Inventory, dump_inventory, inventory_yaml
+from collectors.days import write_day_problem
+from collectors.inventory import Inventory, inventory_yaml
 from collectors.simulate import phases, power, writer
 from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within, token_lengths
 from collectors.simulate.fleets import resolve_fleet
@@ -182,12 +183,14 @@ def simulate(
     unknown = sorted(set(arrivals or {}) - set(endpoints))
     if unknown:
         raise ValueError(f"arrivals for unknown endpoint(s) {', '.join(unknown)}; the fleet serves {', '.join(sorted(endpoints))}")
-    if DataRoot.open(data_dir).is_local:
+    for day in (start, start + dt.timedelta(days=days - 1)):
+        if write_day_problem(day):
+            raise ValueError(write_day_problem(day))
+    root = DataRoot.open(data_dir)
+    if root.is_local:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
-        dump_inventory(inv, data_dir / INVENTORY_FILE)
-    else:  # an s3:// URL: stays a string, so worker processes make their own client
-        DataRoot.open(data_dir).write_bytes(INVENTORY_FILE, inventory_yaml(inv).encode())
+    # else an s3:// URL: stays a string, so worker processes make their own client
 
     epoch_ns = int(dt.datetime.combine(start, dt.time(), tzinfo=dt.timezone.utc).timestamp()) * 1_000_000_000
     span_s = DAY_S if hours is None else hours * 3600.0
@@ -229,6 +232,9 @@ def simulate(
         ev = _event_columns(jobs, job_events, in_window)
         n_events = len(ev["job"])
         files += writer.write(writer.job_events_table(epoch_ns, ev), data_dir, "job_events", sort_by=["job", "host", "start_ts"])
+    # Last, and atomically: a simulation that fails midway leaves the previous inventory, which
+    # still describes the data that was there (the next run must not compute against a new one).
+    root.write_bytes(INVENTORY_FILE, inventory_yaml(inv).encode())
     return SimulationSummary(days, len(inv.gpu_rows()), power_rows, n_requests, n_events, files)
 
 

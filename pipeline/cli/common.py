@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+from pathlib import Path
 
 import click
 
@@ -19,9 +21,42 @@ class UserError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
-def data_dir_option(func):
+class Interrupted(UserError):
+    """Stopped by Ctrl-C: one line, exit code 130 (128 + SIGINT, what shells report)."""
+
+    exit_code = 130
+
+
+def check_data_dir(data_dir, access: str):
+    """One `error:` line when a local data dir cannot serve a command: it is a file (or under one),
+    cannot be read (``access="read"``: sql, report), or cannot be created or written (``"write"``:
+    every command that adds files). A missing dir is left to the reader to explain; a writer
+    creates it. S3 prefixes are checked by their first request."""
+    if not isinstance(data_dir, Path):
+        return data_dir
+    existing = data_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == data_dir and not data_dir.is_dir():
+        raise UserError(f"data dir {data_dir} is a file, not a folder (pass --data-dir a folder)")
+    if not existing.is_dir():
+        raise UserError(f"data dir {data_dir} cannot exist: {existing} is a file")
+    if access == "read":
+        if existing == data_dir and not os.access(data_dir, os.R_OK | os.X_OK):
+            raise UserError(f"data dir {data_dir} is not readable (permissions)")
+        return data_dir
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == data_dir else f"cannot be created: {existing} is not writable"
+        raise UserError(f"data dir {data_dir} {what} (permissions or a read-only filesystem)")
+    return data_dir
+
+
+def data_dir_option(func=None, *, access: str = "write"):
     """`--data-dir DIR|s3://bucket/prefix` (env WATTLINE_DATA_DIR, default ./data): an absolute
-    Path for a local folder, the URL string for S3 (docs/storage.md)."""
+    Path for a local folder, the URL string for S3 (docs/storage.md). ``access``: what the command
+    needs of it, checked here (:func:`check_data_dir`): "write" (the default) or "read"."""
+    if func is None:
+        return lambda f: data_dir_option(f, access=access)
     return click.option(
         "--data-dir",
         "data_dir",
@@ -31,7 +66,7 @@ def data_dir_option(func):
         default=None,
         show_default="./data",
         help=f"Data directory, or an S3-compatible bucket prefix (env {DATA_DIR_ENV}).",
-        callback=lambda ctx, param, value: resolve_data_root(value),
+        callback=lambda ctx, param, value: check_data_dir(resolve_data_root(value), access),
     )(func)
 
 

@@ -7,6 +7,7 @@ import time
 
 import click
 
+from collectors.days import run_day_problem
 from pipeline.cli.common import UserError, data_dir_option, parse_date
 from pipeline.constants import warehouse_path
 from pipeline.remote import local_dir
@@ -31,6 +32,8 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, data_d
     from reports.daily import default_out_dir
 
     day = parse_date(date) if date else (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+    if run_day_problem(day):
+        raise UserError(run_day_problem(day))
     t0 = time.monotonic()
     summary = simulate(data_dir, start=dt.date.fromisoformat(day), days=1, seed=seed, fleet=fleet, hours=hours)
     click.echo(f"simulated {day}: {summary.line()} in {time.monotonic() - t0:.0f} s")

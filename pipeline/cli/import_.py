@@ -33,6 +33,8 @@ def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: s
         res = import_files(list(files), data_dir, host, tz=tz, power_draw=power_draw)
     except ImportError_ as exc:
         raise UserError(str(exc)) from None
+    except OSError as exc:
+        raise UserError(f"import stopped: {exc}; re-running the same command is safe") from None
     click.echo(res.summary(host))
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from collectors.inventory import InventoryError
 from collectors.requests.ingest import FORMATS, Ingestor
+from collectors.requests.jsonl import DEFAULT_MAX_DEPTH
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
 from pipeline.cli.common import UserError, data_dir_option
 
@@ -34,20 +35,26 @@ def command() -> None:
               help="otlp: take each span's endpoint from this resource attribute (e.g. service.name).")
 @click.option("--max-line-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
               help="Longer lines are quarantined as 'line too long' (a prefix is kept).")
+@click.option("--max-depth", type=click.IntRange(min=1, max=512), default=DEFAULT_MAX_DEPTH, show_default=True,
+              help="jsonl: lines nested deeper ([ and { levels) are quarantined as 'nested too deep'.")
 @click.option("--flush-interval-s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="--follow: seconds between atomic Parquet flushes.")
 @click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="--follow: read-position file (default: under <data-dir>/state/; for an s3:// data dir "
                    "under $WATTLINE_STATE_DIR, else ~/.local/state/wattline/s3/...).")
 @data_dir_option
-def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes, flush_interval_s, checkpoint_path,
-                     data_dir) -> None:
+def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes, max_depth, flush_interval_s,
+                     checkpoint_path, data_dir) -> None:
     """Ingest request logs from FILE or DIR (several allowed); prints ingested / quarantined / duplicates."""
+    odd = [str(p) for p in paths if p.exists() and not (p.is_file() or p.is_dir())]
+    if odd:  # /dev/zero, a pipe, a socket: endless or read once, never a log file to import or follow
+        raise UserError(f"not a regular file or folder: {', '.join(odd)} (copy the log to a file first)")
     if fmt == "otlp":
         _check_endpoint_choice(endpoint, endpoint_from)
     elif endpoint_from is not None:
         raise UserError("--endpoint-from works with --format otlp only")
-    ingestor = _ingestor(data_dir, fmt, endpoint=endpoint, endpoint_from=endpoint_from, max_line_bytes=max_line_bytes)
+    ingestor = _ingestor(data_dir, fmt, endpoint=endpoint, endpoint_from=endpoint_from, max_line_bytes=max_line_bytes,
+                         max_depth=max_depth)
     if follow:
         if fmt != "jsonl":
             raise UserError("--follow works with --format jsonl only (traces and bench results are complete files)")

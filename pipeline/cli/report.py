@@ -16,7 +16,7 @@ from pipeline.remote import reader_dir
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default: $WATTLINE_REPORTS_DIR, else reports/out).")
 @click.option("--no-png", is_flag=True, help="Skip the PNG per chart (the HTML and JSON are still written).")
-@data_dir_option
+@data_dir_option(access="read")
 def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
     """Write D.html (self-contained, opens offline), a PNG per chart and D.json (headline numbers).
 

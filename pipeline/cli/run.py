@@ -7,6 +7,7 @@ import time
 import click
 
 from collectors.contract import DATASETS
+from collectors.days import run_day_problem
 from collectors.inventory import InventoryError
 from pipeline import remote, warehouse
 from pipeline.cli.common import UserError, data_dir_option, date_option
@@ -41,9 +42,13 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
     rollups and the report (the same jobs the UI and schedule run)."""
     from pipeline.runner import run_day
 
+    problem = run_day_problem(date)
+    if problem:
+        raise UserError(problem)
+    selection = _selection(select)
     require_day_data(data_dir, date)
     started = time.monotonic()
-    outcome = run_day(data_dir, date, selection=select.split(",") if select else None, workers=workers)
+    outcome = run_day(data_dir, date, selection=selection, workers=workers)
     seconds = time.monotonic() - started
     for entry in outcome.quarantined:
         click.echo(f"quarantined {entry['dataset']} file {entry['path']}: {entry['reason']} (now {entry['quarantined_path']})", err=True)
@@ -63,6 +68,20 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
     if not outcome.ok:
         raise SystemExit(1)
 
+
+
+def _selection(select: str | None) -> list[str] | None:
+    """``--select`` as a list, every name known (else nothing would run and the day would look ok)."""
+    if not select:
+        return None
+    from pipeline.runner import asset_names
+
+    names = [s.strip() for s in select.split(",") if s.strip()]
+    known = asset_names()
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise UserError(f"unknown asset(s) {', '.join(unknown) or repr(select)}; known: {', '.join(known)}")
+    return names
 
 
 def _runs(outcome) -> str:

@@ -6,6 +6,7 @@ import datetime as dt
 
 import click
 
+from collectors.days import write_day_problem
 from collectors.requests.replay import load_replay_arrivals, replay_arrivals_option
 from pipeline.cli.common import UserError, data_dir_option, parse_date
 
@@ -31,6 +32,9 @@ def command(days: int, seed: int, start: str | None, fleet: str, hours: float | 
     first = dt.date.fromisoformat(parse_date(start or _yesterday_utc()))
     if hours is not None and not 0 < hours <= 24:
         raise UserError(f"--hours must be in (0, 24], got {hours}")
+    problem = write_day_problem(first) or write_day_problem(first + dt.timedelta(days=days - 1))
+    if problem:
+        raise UserError(f"--start {first} --days {days}: {problem}")
     try:
         arrivals = None
         if replay_arrivals:
@@ -39,4 +43,7 @@ def command(days: int, seed: int, start: str | None, fleet: str, hours: float | 
         summary = simulate(data_dir, start=first, days=days, seed=seed, fleet=fleet, hours=hours, arrivals=arrivals)
     except InventoryError as exc:
         raise UserError(str(exc)) from None
+    except OSError as exc:  # the data dir became unwritable or full midway
+        raise UserError(f"writing to {data_dir} failed ({exc}); inventory.yaml was left as it was, "
+                        "and re-running the same command is safe") from None
     click.echo(f"{summary.line()} → {data_dir}")

@@ -12,20 +12,22 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from pipeline.cli.common import UserError, data_dir_option
-from pipeline.readonly import ReadOnlyError, run_query
+from pipeline.cli.common import Interrupted, UserError, data_dir_option
+from pipeline.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, ReadOnlyError, run_query
 from pipeline.remote import reader_dir
 
 
 def _render_table(table: pa.Table, max_rows: int) -> str:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    # Values and names as Text, never markup: 'GPU [h200] ok' and '[/x]' print as they are.
     view = Table(show_header=True, header_style="bold", box=None if table.num_columns > 8 else None)
     for name in table.column_names:
-        view.add_column(name, overflow="fold")
+        view.add_column(Text(name), overflow="fold")
     for row in table.slice(0, max_rows).to_pylist():
-        view.add_row(*("NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in row.values()))
+        view.add_row(*(Text("NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)) for v in row.values()))
     buf = io.StringIO()
     Console(file=buf, width=max(120, 14 * table.num_columns), force_terminal=False).print(view)
     more = f"({table.num_rows} rows, {max_rows} shown)\n" if table.num_rows > max_rows else f"({table.num_rows} rows)\n"
@@ -37,16 +39,22 @@ def _render_table(table: pa.Table, max_rows: int) -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
 @click.option("--max-rows", type=int, default=50, show_default=True, help="Rows shown by --format table.")
-@data_dir_option
-def command(query: str, fmt: str, out: Path | None, max_rows: int, data_dir) -> None:
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
+              show_default=True, metavar="SECONDS", help="Stop the query after this many seconds (exit 2).")
+@data_dir_option(access="read")
+def command(query: str, fmt: str, out: Path | None, max_rows: int, timeout_s: float, data_dir) -> None:
     """Run one read-only SQL statement on the warehouse (tables: see README).
 
     Writes, ATTACH, COPY, INSTALL/LOAD and reading files outside the data dir are refused.
     """
     try:
-        table = run_query(reader_dir(data_dir), query)  # S3: on a local mirror of derived/
+        table = run_query(reader_dir(data_dir), query, timeout_s)  # S3: on a local mirror of derived/
+    except QueryInterrupted as exc:
+        raise Interrupted(str(exc)) from None
     except ReadOnlyError as exc:
         raise UserError(str(exc)) from None
+    except OSError as exc:  # e.g. no catalog yet on a read-only data dir
+        raise UserError(f"cannot query {data_dir}: {exc}") from None
     if fmt == "table":
         text = _render_table(table, max_rows)
     elif fmt == "csv":
