@@ -10,7 +10,7 @@ import click
 
 from collectors.requests.ingest import FORMATS, Ingestor
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
-from pipeline.cli.common import UserError, data_dir_option
+from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog
 
 
 @click.group("ingest")
@@ -54,6 +54,7 @@ def requests_command(paths, fmt, follow, endpoint, max_line_bytes, flush_interva
     for error in summary.errors:
         click.echo(f"warning: {error}", err=True)
     click.echo(summary.line())
+    refresh_stale_catalog(data_dir)
     if summary.files_read == 0:
         raise UserError("nothing could be read" + (f": {summary.errors[0]}" if summary.errors else ": no matching files"))
 

@@ -7,7 +7,7 @@ import datetime as dt
 import click
 
 from collectors.requests.replay import load_replay_arrivals, replay_arrivals_option
-from pipeline.cli.common import UserError, data_dir_option, parse_date
+from pipeline.cli.common import UserError, data_dir_option, parse_date, refresh_stale_catalog
 
 
 def _yesterday_utc() -> str:
@@ -40,3 +40,4 @@ def command(days: int, seed: int, start: str | None, fleet: str, hours: float | 
     except InventoryError as exc:
         raise UserError(str(exc)) from None
     click.echo(f"{summary.line()} → {data_dir}")
+    refresh_stale_catalog(data_dir)
