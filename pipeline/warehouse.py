@@ -21,6 +21,7 @@ import fcntl
 import os
 import re
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -405,20 +406,39 @@ def _publish_lock(data_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _write_catalog(path: Path, data_dir: Path) -> None:
+    con = duckdb.connect(str(path))
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        create_views(con, data_dir)
+        con.execute(f"CREATE TABLE {CATALOG_INFO} AS SELECT {literal(str(data_dir))} AS data_dir, now() AS built_at")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+
+
+def _build_catalog(tmp: Path, data_dir: Path) -> None:
+    """Write the catalog to ``tmp``. DuckDB 2.0 takes a ``?`` in a database path for the start of
+    URL parameters (it names the WAL ``d.wal?x/file`` and fails): for such a data dir the catalog
+    is built in the system's temporary folder and copied to ``tmp`` (a few hundred KB)."""
+    if "?" not in str(tmp):
+        _write_catalog(tmp, data_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="wattline-catalog-") as folder:
+        built = Path(folder) / "catalog.duckdb"
+        _write_catalog(built, data_dir)
+        shutil.copyfile(built, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
 def publish(data_dir: Path) -> Path:
     """Rebuild ``warehouse.duckdb`` as a catalog of views and swap it in atomically."""
     target = warehouse_path(data_dir)
     with _publish_lock(data_dir):
         tmp = data_dir / f"{TMP_PREFIX}{target.name}.{uuid.uuid4().hex[:8]}"
         try:
-            con = duckdb.connect(str(tmp))
-            try:
-                con.execute("SET TimeZone = 'UTC'")
-                create_views(con, data_dir)
-                con.execute(f"CREATE TABLE {CATALOG_INFO} AS SELECT {literal(str(data_dir))} AS data_dir, now() AS built_at")
-                con.execute("CHECKPOINT")
-            finally:
-                con.close()
+            _build_catalog(tmp, data_dir)
             os.replace(tmp, target)
             fsync_dir(data_dir)
         finally:

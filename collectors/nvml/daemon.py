@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.names import inside_key
+from collectors.names import check_path_name, inside_key
 from collectors.nvml.compact import compact_power
 from collectors.nvml.counters import Counters, status_json, summary_line, write_status
 from collectors.nvml.flusher import Flusher
@@ -45,7 +45,7 @@ class CollectorConfig:
 
 
 def status_key(host: str) -> str:
-    return inside_key("collector", f"{host}.status.json")
+    return inside_key("collector", f"{check_path_name(host, 'host')}.status.json")
 
 
 def status_path(data_dir: Path, host: str) -> Path:
