@@ -250,8 +250,7 @@ def view_sql(data_dir: Path) -> str:
         cols = ", ".join(f"NULL::{'TIMESTAMPTZ' if f.name == 'at' else 'BIGINT' if f.name == 'bytes' else 'VARCHAR'} AS {f.name}" for f in LOG_SCHEMA)
         return f"SELECT {cols}, NULL::BOOLEAN AS still_quarantined WHERE false"
     prefix = len(str(files_dir(data_dir))) + 2  # 1-based substr after "<files_dir>/"
-    mark = _FILES_MARK.replace(".", "[.]")
-    present = (f"regexp_extract(l.quarantined_path, {literal('^.*' + mark + '(.+)$')}, 1) IN "
+    present = (f"regexp_extract(l.quarantined_path, {literal('^.*' + _FILES_MARK + '(.+)$')}, 1) IN "
                f"(SELECT substr(file, {prefix}) FROM glob({pattern_literal(files_dir(data_dir), '**')}))")
     return (
         f"SELECT l.*, {present} AS still_quarantined "

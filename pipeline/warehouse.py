@@ -37,8 +37,8 @@ from collectors.names import check_path_name
 from collectors.parquet_sink import TMP_PREFIX, fsync_dir
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, derived_path, warehouse_path
-from pipeline.sqltext import literal, path_literal, pattern_literal
 from pipeline.scope import PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
+from pipeline.sqltext import literal, path_literal, pattern_literal
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
