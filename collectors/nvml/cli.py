@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import sys
 
 import click
@@ -37,8 +38,6 @@ def parse_seconds(value: str | float) -> float:
 def host_name(value: str | None) -> str:
     """``--host``, else this machine's short hostname; either must follow the path-name rule
     (collectors/names.py), since it becomes the ``host=H`` folder of every file written."""
-    import socket
-
     if value is not None:
         where = "--host"
     else:

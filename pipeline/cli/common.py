@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
+from collectors.inventory import InventoryError
 from collectors.storage import resolve_data_root
+from pipeline import warehouse
 from pipeline.constants import DATA_DIR_ENV, WAREHOUSE_FILE
 
 
@@ -60,9 +62,6 @@ def refresh_stale_catalog(data_dir: Path | str) -> None:
     is damaged or older, since readers never write it (pipeline/readonly.py)."""
     if not isinstance(data_dir, Path) or not data_dir.is_dir():
         return  # S3: the catalog lives in each reader's work dir
-    from collectors.inventory import InventoryError
-    from pipeline import warehouse
-
     try:
         if warehouse.publish_if_stale(data_dir):
             click.echo(f"note: rebuilt {WAREHOUSE_FILE} for {data_dir} (it was built for another folder, or damaged)", err=True)

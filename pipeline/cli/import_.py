@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from collectors.names import BadName, check_path_name
 from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog
 
 
@@ -24,7 +25,6 @@ def command() -> None:
 @data_dir_option
 def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: str, data_dir: Path) -> None:
     """Convert nvidia-smi --query-gpu CSV logs (csv or csv,nounits) to UTC power rows; bad lines are quarantined."""
-    from collectors.names import BadName, check_path_name
     from collectors.nvidia_smi import ImportError_, import_files
 
     try:  # the host becomes the power/date=D/host=H folder: checked before anything is read
