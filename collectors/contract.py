@@ -13,6 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.names import inside_key
+
 TS = pa.timestamp("ns", tz="UTC")
 
 POWER_TS = pa.timestamp("us", tz="UTC")
@@ -85,17 +87,21 @@ class Dataset:
     def glob(self) -> str:
         return f"{self.name}/date=*/host=*/*.parquet" if self.partition_by_host else f"{self.name}/date=*/*.parquet"
 
-    def partition_key(self, date: str, host: str | None = None) -> str:
-        """The partition folder relative to the data dir: ``power/date=D/host=H``."""
-        key = f"{self.name}/date={date}"
+    def _segments(self, date: str, host: str | None) -> list[str]:
+        segments = [self.name, f"date={date}"]
         if self.partition_by_host:
             if not host:
                 raise ValueError(f"dataset {self.name} is partitioned by host: a host is required")
-            key += f"/host={host}"
-        return key
+            segments.append(f"host={host}")
+        return segments
+
+    def partition_key(self, date: str, host: str | None = None) -> str:
+        """The partition folder relative to the data dir: ``power/date=D/host=H``; a host that
+        breaks the path-name rule raises :class:`collectors.names.BadName`."""
+        return inside_key(*self._segments(date, host))
 
     def partition_dir(self, root: Path | str, date: str, host: str | None = None) -> Path:
-        return Path(root) / self.partition_key(date, host)
+        return Path(root) / self.partition_key(date, host)  # every segment checked: stays under root
 
 
 DATASETS = {

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from collectors.contract import DATASETS, SchemaError, check_file_schema
 from collectors.parquet_sink import fsync_dir, write_parquet_atomic
 from pipeline.constants import QUARANTINE_DIR
+from pipeline.sqltext import literal, path_literal, pattern_literal
 from pipeline.warehouse import raw_files
 
 FILES_DIR = "files"
@@ -152,7 +153,7 @@ def quarantine_damaged(data_dir: Path, dataset: str, date: str) -> int:
         try:
             for f in raw_files(data_dir, dataset, date):
                 try:
-                    con.sql("SELECT * FROM read_parquet('" + str(f).replace("'", "''") + "')").to_arrow_table()
+                    con.sql(f"SELECT * FROM read_parquet({path_literal(f)})").to_arrow_table()
                 except duckdb.Error as exc:
                     bad[f] = ("unreadable", "damaged data: " + " ".join(str(exc).split()))
         finally:
@@ -227,27 +228,31 @@ def entries(data_dir: Path, date: str | None = None, dataset: str | None = None,
     ]
 
 
+_FILES_MARK = f"/{QUARANTINE_DIR}/{FILES_DIR}/"
+
+
 def _local_copy(data_dir: Path, quarantined_path: str) -> Path:
-    """Where a logged quarantined file is on this machine: the path itself, or for an S3 data
-    dir (an ``s3://`` URL) its copy under the work dir's ``quarantine/files/``."""
-    if not quarantined_path.startswith("s3://"):
+    """Where a logged quarantined file is on this machine: its place under this data dir's
+    ``quarantine/files/`` (the log names the folder the file was quarantined in, which a moved
+    or copied data dir, or an S3 data dir's ``s3://`` URL, does not share)."""
+    if _FILES_MARK not in quarantined_path:
         return Path(quarantined_path)
-    return files_dir(data_dir) / quarantined_path.split(f"/{QUARANTINE_DIR}/{FILES_DIR}/", 1)[-1]
+    return files_dir(data_dir) / quarantined_path.rsplit(_FILES_MARK, 1)[-1]
 
 
 def view_sql(data_dir: Path) -> str:
-    """Body of the ``quarantined_files`` view (typed and empty when nothing was ever quarantined)."""
-    q = lambda s: "'" + str(s).replace("'", "''") + "'"  # noqa: E731
+    """Body of the ``quarantined_files`` view (typed and empty when nothing was ever quarantined).
+
+    ``still_quarantined`` compares the part of ``quarantined_path`` after ``/quarantine/files/``
+    with this data dir's files, so it holds after the data dir is moved or copied (and for an
+    S3 data dir's ``s3://`` rows, against the work dir's local copy)."""
     if not log_dir(data_dir).is_dir() or not any(log_dir(data_dir).glob("*.parquet")):
         cols = ", ".join(f"NULL::{'TIMESTAMPTZ' if f.name == 'at' else 'BIGINT' if f.name == 'bytes' else 'VARCHAR'} AS {f.name}" for f in LOG_SCHEMA)
         return f"SELECT {cols}, NULL::BOOLEAN AS still_quarantined WHERE false"
-    from pipeline.remote import root_for
-
-    present = f"l.quarantined_path IN (SELECT file FROM glob({q(files_dir(data_dir) / '**')}))"
-    if root_for(data_dir) is not None:  # S3: rows name s3:// URLs, present if in the local copy
-        local = f"{q(str(files_dir(data_dir)) + '/')} || regexp_extract(l.quarantined_path, '/{QUARANTINE_DIR}/{FILES_DIR}/(.+)$', 1)"
-        present = f"(CASE WHEN starts_with(l.quarantined_path, 's3://') THEN {local} ELSE l.quarantined_path END) IN (SELECT file FROM glob({q(files_dir(data_dir) / '**')}))"
+    prefix = len(str(files_dir(data_dir))) + 2  # 1-based substr after "<files_dir>/"
+    present = (f"regexp_extract(l.quarantined_path, {literal('^.*' + _FILES_MARK + '(.+)$')}, 1) IN "
+               f"(SELECT substr(file, {prefix}) FROM glob({pattern_literal(files_dir(data_dir), '**')}))")
     return (
         f"SELECT l.*, {present} AS still_quarantined "
-        f"FROM read_parquet({q(log_dir(data_dir) / '*.parquet')}) AS l"
+        f"FROM read_parquet({pattern_literal(log_dir(data_dir), '*.parquet')}) AS l"
     )

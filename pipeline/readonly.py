@@ -1,6 +1,8 @@
 """Read-only access to the warehouse for ad-hoc SQL: one statement, SELECT-like, no host files.
 
-Three locks: the file is opened ``read_only`` (no writes to the catalog); only SELECT and
+Three locks: the file is opened ``read_only`` (no writes to the catalog; nothing else is
+written either: a missing, damaged or moved catalog is replaced by views built in memory, see
+:func:`open_catalog`); only SELECT and
 EXPLAIN of a SELECT pass (no COPY, ATTACH, INSTALL/LOAD, SET, PRAGMA...: EXPLAIN ANALYZE runs
 what it explains, and allowed_directories lets DuckDB write inside the data dir); and external access
 is limited to the data dir and then the configuration is locked, so ``read_csv('/etc/passwd')``
@@ -20,6 +22,7 @@ import pyarrow as pa
 from collectors.inventory import InventoryError
 from pipeline import warehouse
 from pipeline.constants import warehouse_path
+from pipeline.sqltext import glob_escape
 
 ALLOWED_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
@@ -73,56 +76,111 @@ def _explained(query: str) -> list[str]:
     return candidates
 
 
-def _publish(data_dir: Path) -> None:
-    """(Re)build the catalog; a broken inventory.yaml is the user's to fix: one line."""
-    try:
-        warehouse.publish(data_dir)
-    except InventoryError as exc:
-        raise ReadOnlyError(" ".join(str(exc).split())) from None
-
-
 def _require_data(data_dir: Path) -> None:
     if not warehouse.has_data(data_dir) and not warehouse.derived_tables(data_dir):
         raise ReadOnlyError(f"data dir {data_dir} has no Parquet data yet (run `wattline simulate`, `collect` or `ingest`)")
 
 
-def ensure_warehouse(data_dir: Path) -> Path:
-    """The warehouse file, built first if the data dir has Parquet but no warehouse yet."""
-    if not data_dir.is_dir():
-        raise ReadOnlyError(f"data dir {data_dir} does not exist (run `wattline simulate` or pass --data-dir)")
-    path = warehouse_path(data_dir)
-    if not path.exists():
-        _require_data(data_dir)
-        _publish(data_dir)
-    return path
+_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
-def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPyConnection:
-    """Open the catalog read-only; wait out a lock (someone's read-write DuckDB CLI), rebuild a
-    damaged catalog once (it holds only views and inventory tables), else one clear error."""
-    path = ensure_warehouse(data_dir)
-    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    # The pipeline's bound (memory_limit, threads), so an ad-hoc query spills or fails instead of
-    # taking DuckDB's default of 80 % of RAM; insertion order is kept for the user.
+def _config() -> dict:
+    """No extension installs, and the pipeline's bound (memory_limit, threads), so an ad-hoc query
+    spills or fails instead of taking DuckDB's default of 80 % of RAM."""
+    config = dict(_CONFIG)
     config.update({k: v for k, v in warehouse.duckdb_config().items() if k in ("memory_limit", "threads")})
+    return config
+
+
+def _memory_catalog(data_dir: Path) -> duckdb.DuckDBPyConnection:
+    """The catalog's views and inventory tables built in an in-memory DuckDB: nothing written."""
+    _require_data(data_dir)
+    con = duckdb.connect(":memory:", config=_config())
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        warehouse.create_views(con, data_dir)
+    except InventoryError as exc:  # a broken inventory.yaml is the user's to fix: one line
+        con.close()
+        raise ReadOnlyError(" ".join(str(exc).split())) from None
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _open_file(data_dir: Path, retries_s: float) -> duckdb.DuckDBPyConnection | None:
+    """``warehouse.duckdb`` opened read-only if it is a catalog built for ``data_dir``; None when
+    it is missing, damaged, older or built for another folder. Waits out a lock (someone's
+    read-write DuckDB CLI), else one clear error."""
+    path = warehouse_path(data_dir)
     deadline = time.monotonic() + retries_s
-    rebuilt = False
-    while True:
+    while path.exists():
         try:
-            con = duckdb.connect(str(path), read_only=True, config=config)
-            con.execute("SET TimeZone = 'UTC'")
-            con.execute("SET allowed_directories = ?", [[str(data_dir) + "/"]])
-            con.execute("SET enable_external_access = false")
-            con.execute("SET lock_configuration = true")
-            return con
+            con = duckdb.connect(str(path), read_only=True, config=_config())
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower() and time.monotonic() < deadline:
                 time.sleep(0.2)
-            elif not rebuilt and "not a valid DuckDB database file" in str(exc):
-                _publish(data_dir)
-                rebuilt = True
-            else:
-                raise ReadOnlyError(f"cannot open {path}: {_first_line(exc)}") from None
+                continue
+            if "not a valid DuckDB database file" in str(exc):
+                return None
+            raise ReadOnlyError(f"cannot open {path}: {_first_line(exc)}") from None
+        except duckdb.Error:
+            return None
+        try:
+            root = con.execute(f"SELECT data_dir FROM {warehouse.CATALOG_INFO}").fetchone()[0]
+        except duckdb.Error:
+            root = None
+        if root == str(data_dir):
+            return con
+        con.close()
+        return None
+    return None
+
+
+def open_catalog(data_dir: Path, retries_s: float = 10.0) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+    """A locked-down read-only connection to the catalog, and why it is not the file (None when
+    it is).
+
+    ``wattline sql`` and the reports never write: when ``warehouse.duckdb`` is missing, damaged,
+    built by an older wattline or built for another folder (the data dir was moved or copied:
+    its views would read the old place, or fail on it), the same views are built in an
+    in-memory DuckDB for this one connection (as long as a ``publish``: binding each view reads
+    one Parquet footer per table; 0.4-1 s for a simulated day on a loaded 2-core machine) and the file
+    is left for the next writer (``run``, ``simulate``, ``import``, ``ingest``) to rebuild. A
+    reader that rewrote it would race the writers that own it and fail on a read-only copy.
+    """
+    if not data_dir.is_dir():
+        raise ReadOnlyError(f"data dir {data_dir} does not exist (run `wattline simulate` or pass --data-dir)")
+    con = _open_file(data_dir, retries_s)
+    problem = None
+    if con is None:
+        problem = warehouse.catalog_problem(data_dir) or f"{warehouse_path(data_dir)} changed while being read"
+        con = _memory_catalog(data_dir)
+    try:
+        _lock_down(con, data_dir)
+    except BaseException:
+        con.close()
+        raise
+    return con, problem
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection, data_dir: Path) -> None:
+    """Files only under the data dir, then no more SET (the module docstring's third lock)."""
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET allowed_directories = ?", [_allowed_directories(data_dir)])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def _allowed_directories(data_dir: Path) -> list[str]:
+    """The data dir, as written and as the glob-escaped prefix the views' patterns start with
+    (DuckDB checks the pattern's text; the escaped form matches only the data dir itself)."""
+    return sorted({str(data_dir) + "/", glob_escape(data_dir) + "/"})
+
+
+def connect_readonly(data_dir: Path, retries_s: float = 10.0) -> duckdb.DuckDBPyConnection:
+    """:func:`open_catalog`'s connection."""
+    return open_catalog(data_dir, retries_s)[0]
 
 
 class QueryInterrupted(ReadOnlyError):
@@ -174,26 +232,35 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None = 
     return outcome["table"]
 
 
-def run_query(data_dir: Path, sql: str, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> pa.Table:
+def run_query(data_dir: Path, sql: str, timeout_s: float | None = DEFAULT_TIMEOUT_S,
+              notes: list[str] | None = None) -> pa.Table:
     """Execute one read-only statement and return its result as an Arrow table, stopped past
     ``timeout_s`` seconds or on Ctrl-C (:func:`execute`).
 
-    A catalog whose views point at files deleted since it was built ("No files found") is
-    rebuilt once and the query retried, so deleting a dataset does not break every query."""
+    A catalog whose views point at files deleted since it was built ("No files found") is not
+    rewritten: the query is retried once on views built in memory, where a dataset without
+    files is typed and empty. ``notes`` collects why the catalog file was not used."""
     check_statement(sql)
-    for attempt in (1, 2):
-        con = connect_readonly(data_dir)
-        try:
-            return execute(con, sql, timeout_s)
-        except duckdb.IOException as exc:
-            if attempt == 2 or "No files found that match the pattern" not in str(exc):
-                raise ReadOnlyError(_first_line(exc)) from None
-        except duckdb.Error as exc:
+    con, problem = open_catalog(data_dir)
+    if problem and notes is not None:
+        notes.append(problem)
+    try:
+        return execute(con, sql, timeout_s)
+    except duckdb.IOException as exc:
+        if "No files found that match the pattern" not in str(exc):
             raise ReadOnlyError(_first_line(exc)) from None
-        finally:
-            con.close()
-        _require_data(data_dir)
-        _publish(data_dir)
+    except duckdb.Error as exc:
+        raise ReadOnlyError(_first_line(exc)) from None
+    finally:
+        con.close()
+    con = _memory_catalog(data_dir)
+    try:
+        _lock_down(con, data_dir)
+        return execute(con, sql, timeout_s)
+    except duckdb.Error as exc:
+        raise ReadOnlyError(_first_line(exc)) from None
+    finally:
+        con.close()
 
 
 def _first_line(exc: Exception) -> str:

@@ -25,6 +25,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from collectors.names import inside_key
 from collectors.storage import DataRoot, LocalRoot, resolve_data_root
 from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, QUARANTINE_DIR, SQL_DIR, warehouse_path
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED, Scope
@@ -88,9 +89,9 @@ def stage(root: DataRoot, work: Path, scope: Scope | str | None = None) -> None:
     day = scope.date
     folders = [f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
     if scope.cluster:
-        folders += [f"power/date={day}/host={h}" for h in _cluster_hosts(root, work, scope)]
+        folders += [inside_key("power", f"date={day}", f"host={h}") for h in _cluster_hosts(root, work, scope)]
         folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS]
-        folders += [f"{DERIVED_DIR}/{t}/date={day}/cluster={scope.cluster}" for t in derived_table_names()]
+        folders += [inside_key(DERIVED_DIR, t, f"date={day}", f"cluster={scope.cluster}") for t in derived_table_names()]
     elif scope.fleet:
         folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in derived_table_names() if t not in PER_GPU_TABLES]
         folders += [f"{DERIVED_DIR}/hourly_activity/date={d}" for d in _trailing_days(day)]
@@ -180,7 +181,7 @@ def stage_day_plan(root: DataRoot, work: Path, date: str) -> None:
     if root.is_local:
         return
     stage(root, work)
-    mirror_all(root, work, [f"power/date={date}/host={h}" for h in unassigned_hosts(root, work, date)])
+    mirror_all(root, work, [inside_key("power", f"date={date}", f"host={h}") for h in unassigned_hosts(root, work, date)])
 
 
 def remove_stale_parts(data_dir: str | os.PathLike, date: str, clusters: list[str]) -> list[str]:

@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.names import inside
 from pipeline.constants import CLUSTER_DIM, DATE_DIM, derived_path
+from pipeline.sqltext import literal
 
 CLUSTER_ROLE = "cluster_role"
 UNASSIGNED = "_unassigned"
@@ -65,8 +67,10 @@ class Scope:
         return f"{self.date}|{self.cluster}" if self.cluster else str(self.date)
 
     def part_dir(self, data_dir: Path, table: str) -> Path:
-        folder = derived_path(data_dir, table) / f"date={self.date}"
-        return folder / f"cluster={self.cluster}" if self.cluster else folder
+        """``derived/<table>/date=D[/cluster=C]``, built by :func:`collectors.names.inside`."""
+        folder = derived_path(data_dir, table).relative_to(data_dir)
+        segments = [*folder.parts, f"date={self.date}"] + ([f"cluster={self.cluster}"] if self.cluster else [])
+        return inside(data_dir, *segments)
 
 
 def store_rows_sql(query: str, cluster: str) -> str:
@@ -88,5 +92,4 @@ def read_back_sql(source: str, cluster: str) -> str:
         FROM {source}"""
 
 
-def _lit(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+_lit = literal

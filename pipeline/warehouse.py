@@ -7,16 +7,21 @@ raw Parquet datasets and writes each derived table's partition as one Parquet fi
 over those files plus the inventory tables; it is rebuilt into a temporary file and renamed
 into place, so readers (``wattline sql``, the DuckDB CLI, the reports) open it read-only and
 never meet a writer's lock, and no two processes ever write the same DuckDB file.
+
+Paths in SQL: the data dir's own part is glob-escaped (pipeline/sqltext.py), so a data dir
+named ``d*`` or ``d[1]`` reads only its own files. The catalog records the data dir it was built
+for (table ``catalog_info``); after the folder is moved or copied, readers build the same views
+in memory instead (pipeline/readonly.py) and the next writer rebuilds the file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import glob
 import os
 import re
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,10 +33,12 @@ import pyarrow.parquet as pq
 
 from collectors.contract import DATASETS
 from collectors.inventory import Inventory, load_inventory
+from collectors.names import check_path_name
 from collectors.parquet_sink import TMP_PREFIX, fsync_dir
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, derived_path, warehouse_path
 from pipeline.scope import PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
+from pipeline.sqltext import literal, path_literal, pattern_literal
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -41,8 +48,9 @@ class WarehouseError(RuntimeError):
     """The data dir cannot serve the request (missing, empty, or no such table)."""
 
 
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+_quote = literal  # one quoting helper for the whole pipeline (pipeline/sqltext.py)
+CATALOG_INFO = "catalog_info"
+"""The catalog's one-row table naming the data dir it was built for (``data_dir``, ``built_at``)."""
 
 
 def _check_ident(name: str) -> str:
@@ -106,18 +114,21 @@ def read_day(data_dir: Path, table: str, date: str) -> pa.Table:
     return pa.concat_tables([t.cast(schema) for t in tables])
 
 
-def _parts_glob(data_dir: Path, table: str, cluster: str | None = None) -> str:
-    """Every part of ``table`` (the fleet-day's and each cluster-day's), or one cluster's parts."""
-    folder = derived_path(data_dir, table)
-    return str(folder / "date=*" / f"cluster={cluster}" / "*.parquet") if cluster else str(folder / "date=*" / "**" / "*.parquet")
+def _parts_pattern(table: str, cluster: str | None = None) -> str:
+    """Every part of ``table`` (the fleet-day's and each cluster-day's), or one cluster's parts,
+    as a glob relative to the data dir."""
+    if cluster:
+        check_path_name(cluster, "cluster")  # a name in a glob: no wildcard, no '/'
+        return f"{DERIVED_DIR}/{table}/date=*/cluster={cluster}/*.parquet"
+    return f"{DERIVED_DIR}/{table}/date=*/**/*.parquet"
 
 
 def _raw_relation_sql(data_dir: Path, dataset: str, files: list[Path] | None = None, where: str | None = None) -> str:
     ds = DATASETS[dataset]
     if files is not None:
-        source = "[" + ", ".join(_quote(str(f)) for f in files) + "]"
+        source = "[" + ", ".join(path_literal(f) for f in files) + "]"
     else:
-        source = _quote(str(data_dir / ds.glob()))
+        source = pattern_literal(data_dir, ds.glob())
     sql = f"SELECT * FROM read_parquet({source}, hive_partitioning = true, hive_types = {{'date': DATE}})"
     return f"{sql} WHERE {where}" if where else sql
 
@@ -131,12 +142,12 @@ def _derived_view_sql(data_dir: Path, table: str, scope: Scope | None = None, co
     """The view of ``table``: all its parts; inside a cluster scope only that cluster's part,
     its cluster_role rows read back as role (see pipeline/scope.py)."""
     cluster = scope.cluster if scope else None
-    if cluster and any(Path(p).is_file() for p in glob.glob(_parts_glob(data_dir, table, cluster))):
-        source = f"read_parquet({_quote(_parts_glob(data_dir, table, cluster))}, hive_partitioning = false)"
+    if cluster and any(p.is_file() for p in data_dir.glob(_parts_pattern(table, cluster))):
+        source = f"read_parquet({pattern_literal(data_dir, _parts_pattern(table, cluster))}, hive_partitioning = false)"
         leveled = con is not None and _has_levels(con, source)
         body = read_back_sql(source, cluster) if leveled else f"SELECT * FROM {source}"
     else:  # the whole table; a cluster without its part of it yet sees it typed and empty
-        source = f"read_parquet({_quote(_parts_glob(data_dir, table))}, hive_partitioning = false)"
+        source = f"read_parquet({pattern_literal(data_dir, _parts_pattern(table))}, hive_partitioning = false)"
         body = f"SELECT * FROM {source}" + (" WHERE false" if cluster else "")
     return f"CREATE OR REPLACE VIEW {table} AS {body}"
 
@@ -290,7 +301,7 @@ def create_views(
             body = _raw_relation_sql(data_dir, name, files, filters.get(name))
         con.execute(f"CREATE OR REPLACE {kind} {name} AS {body}")
         if files is not None:  # the exact file list behind the view, for checks that name files
-            listed = ", ".join(_quote(str(f)) for f in files)
+            listed = ", ".join(path_literal(f) for f in files)
             con.execute(f"SET VARIABLE files_{name} = [{listed}]::VARCHAR[]")
     if scope is not None:
         con.execute(f"SET VARIABLE scope = {_quote('cluster' if scope.cluster else 'fleet')}")
@@ -369,7 +380,7 @@ def write_partition(
     finally:
         tmp.unlink(missing_ok=True)
     con.execute(_derived_view_sql(data_dir, table, scope, con))
-    return con.execute(f"SELECT count(*) FROM read_parquet({_quote(str(final))})").fetchone()[0]
+    return con.execute(f"SELECT count(*) FROM read_parquet({path_literal(final)})").fetchone()[0]
 
 
 def scoped_rows_sql(con: duckdb.DuckDBPyConnection, table: str, query: str, scope: Scope) -> str:
@@ -395,25 +406,85 @@ def _publish_lock(data_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _write_catalog(path: Path, data_dir: Path) -> None:
+    con = duckdb.connect(str(path))
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        create_views(con, data_dir)
+        con.execute(f"CREATE TABLE {CATALOG_INFO} AS SELECT {literal(str(data_dir))} AS data_dir, now() AS built_at")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+
+
+def _build_catalog(tmp: Path, data_dir: Path) -> None:
+    """Write the catalog to ``tmp``. DuckDB 2.0 takes a ``?`` in a database path for the start of
+    URL parameters (it names the WAL ``d.wal?x/file`` and fails): for such a data dir the catalog
+    is built in the system's temporary folder and copied to ``tmp`` (a few hundred KB)."""
+    if "?" not in str(tmp):
+        _write_catalog(tmp, data_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="wattline-catalog-") as folder:
+        built = Path(folder) / "catalog.duckdb"
+        _write_catalog(built, data_dir)
+        shutil.copyfile(built, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
 def publish(data_dir: Path) -> Path:
     """Rebuild ``warehouse.duckdb`` as a catalog of views and swap it in atomically."""
     target = warehouse_path(data_dir)
     with _publish_lock(data_dir):
         tmp = data_dir / f"{TMP_PREFIX}{target.name}.{uuid.uuid4().hex[:8]}"
         try:
-            con = duckdb.connect(str(tmp))
-            try:
-                con.execute("SET TimeZone = 'UTC'")
-                create_views(con, data_dir)
-                con.execute("CHECKPOINT")
-            finally:
-                con.close()
+            _build_catalog(tmp, data_dir)
             os.replace(tmp, target)
             fsync_dir(data_dir)
         finally:
             tmp.unlink(missing_ok=True)
             Path(f"{tmp}.wal").unlink(missing_ok=True)
     return target
+
+
+def catalog_root(path: Path) -> str | None:
+    """The data dir a catalog file was built for; None when it has no ``catalog_info`` (built by
+    an older wattline) or is not a DuckDB file. Opened read-only: never writes."""
+    try:
+        con = duckdb.connect(str(path), read_only=True, config={"autoload_known_extensions": False})
+    except duckdb.Error:
+        return None
+    try:
+        return con.execute(f"SELECT data_dir FROM {CATALOG_INFO}").fetchone()[0]
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+
+
+def catalog_problem(data_dir: Path) -> str | None:
+    """Why ``warehouse.duckdb`` cannot serve ``data_dir`` as it is (None when it can): missing,
+    damaged, built by an older wattline, or built for another folder (the data dir was moved
+    or copied, so its views read the old place)."""
+    path = warehouse_path(data_dir)
+    if not path.exists():
+        return f"{path} does not exist yet"
+    root = catalog_root(path)
+    if root is None:
+        return f"{path} is not a catalog of this wattline (damaged, or built by an older version)"
+    if root != str(data_dir):
+        return f"{path} was built for {root} (the data dir was moved or copied)"
+    return None
+
+
+def publish_if_stale(data_dir: Path) -> bool:
+    """Rebuild the catalog when one exists but does not serve ``data_dir`` (moved, copied,
+    damaged, older): for writers other than ``run`` (which always publishes). Returns whether
+    it rebuilt."""
+    if warehouse_path(data_dir).exists() and catalog_problem(data_dir):
+        publish(data_dir)
+        return True
+    return False
 
 
 def remove_stale_tmp(data_dir: Path, older_than_s: float = 3600.0) -> list[Path]:

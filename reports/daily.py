@@ -75,7 +75,9 @@ def build_sections(data_dir: Path, date: str, instance=None) -> list[Section]:
             try:
                 sections.append(module.build(ctx))
             except Exception as exc:  # one broken section must not take the report down
-                log.exception("report section %s failed", module.__name__)
+                # Debug only: the section carries the error (the CLI prints one line for it and
+                # exits non-zero) and the HTML the traceback; no traceback per section on stderr.
+                log.debug("report section %s failed", module.__name__, exc_info=True)
                 s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE, error=f"{type(exc).__name__}: {exc}")
                 s.add(Note(f"This section could not be built: {type(exc).__name__}: {exc}", "warn"))
                 s.add(Code("traceback", traceback.format_exc(limit=3)))

@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from pipeline.constants import DAGSTER_HOME_DIR, DERIVED_DIR, QUARANTINE_DIR
+from pipeline.sqltext import literal, pattern_literal
 
 
-def quote(value: str) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
+quote = literal  # the pipeline's one quoting helper
 
 
 class Reader:
@@ -100,7 +100,7 @@ class Reader:
             return f"(SELECT * FROM {table} WHERE date = DATE {quote(date)})"
         folder = self.data_dir / DERIVED_DIR / table / f"date={date}"
         if any(folder.rglob("*.parquet")):
-            return f"read_parquet({quote(str(folder / '**' / '*.parquet'))})"
+            return f"read_parquet({pattern_literal(folder, '**/*.parquet')})"
         return table
 
 

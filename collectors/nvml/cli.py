@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import sys
 
 import click
 
+from collectors.names import BadName, check_path_name
 from collectors.nvml.nvml_source import NVML_MODULE_ENV, NvmlUnavailable
 from collectors.storage import resolve_data_root
 
@@ -31,6 +33,19 @@ def parse_seconds(value: str | float) -> float:
     if not m:
         raise CollectError(f"bad duration {value!r}: expected e.g. 100ms, 0.5s, 2")
     return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+
+
+def host_name(value: str | None) -> str:
+    """``--host``, else this machine's short hostname; either must follow the path-name rule
+    (collectors/names.py), since it becomes the ``host=H`` folder of every file written."""
+    if value is not None:
+        where = "--host"
+    else:
+        value, where = socket.gethostname().split(".")[0], "this machine's hostname (pass --host NAME to use another)"
+    try:
+        return check_path_name(value, where)
+    except BadName as exc:
+        raise CollectError(str(exc)) from None
 
 
 def parse_gpus(value: str | None) -> list[int] | None:
@@ -126,7 +141,7 @@ def command(interval, buffer, buffer_seconds, gpus, flush_seconds, slow_seconds,
     if compact_only:
         from collectors.nvml.compact import compact_power
 
-        res = compact_power(data_dir, host)
+        res = compact_power(data_dir, host_name(host) if host is not None else None)
         click.echo(f"compacted {res.hours} hour(s): {res.files_in} files → {len(res.paths)} "
                    f"({res.rows} rows; {res.rolled_forward} leftover sources of interrupted merges removed)")
         return
@@ -145,8 +160,7 @@ def command(interval, buffer, buffer_seconds, gpus, flush_seconds, slow_seconds,
                           flush_s=parse_seconds(flush_seconds), status_s=parse_seconds(status_seconds),
                           compact=compact, max_pending_rows=max_pending_rows, nvml_module=nvml_module,
                           duration_s=parse_seconds(duration_seconds) if duration_seconds else None)
-    if host:
-        cfg.host = host
+    cfg.host = host_name(host)
     cfg.metrics_listen = parse_listen(metrics_listen, allow_remote) if metrics_listen else None
     if alerts_file or inventory_file:
         cfg.alerts, cfg.host_info = load_live_config(alerts_file, inventory_file, cfg.host)

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.contract import POWER, conform
+from collectors.names import check_path_name
 from collectors.parquet_sink import TMP_PREFIX, fsync_dir, parquet_options
 from collectors.nvml.flusher import FILE_PREFIX
 from collectors.nvml.rows import sort_power
@@ -160,7 +161,7 @@ def compact_power(data_dir: Path | str | DataRoot, host: str | None = None, now_
     now = time.time() if now_unix_s is None else now_unix_s
     root = DataRoot.open(data_dir)
     result = CompactionResult()
-    pattern = f"power/date=*/host={host or '*'}/{FILE_PREFIX}*.parquet"
+    pattern = f"power/date=*/host={check_path_name(host, 'host') if host else '*'}/{FILE_PREFIX}*.parquet"
     folders = sorted({str(PurePosixPath(k).parent) for k in root.list(pattern)}, key=lambda f: f.split("/"))
     for folder in folders:
         result.rolled_forward += roll_forward_in(root, folder)

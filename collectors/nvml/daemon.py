@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors.names import check_path_name, inside_key
 from collectors.nvml.compact import compact_power
 from collectors.nvml.counters import Counters, status_json, summary_line, write_status
 from collectors.nvml.flusher import Flusher
@@ -54,7 +55,7 @@ class StartError(RuntimeError):
 
 
 def status_key(host: str) -> str:
-    return f"collector/{host}.status.json"
+    return inside_key("collector", f"{check_path_name(host, 'host')}.status.json")
 
 
 def status_path(data_dir: Path, host: str) -> Path:

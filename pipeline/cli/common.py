@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
+from collectors.inventory import InventoryError
 from collectors.storage import resolve_data_root
-from pipeline.constants import DATA_DIR_ENV
+from pipeline import warehouse
+from pipeline.constants import DATA_DIR_ENV, WAREHOUSE_FILE
 
 
 class UserError(click.ClickException):
@@ -86,3 +88,16 @@ def date_option(func):
         help="The day (UTC) to process.",
         callback=lambda ctx, param, value: parse_date(value),
     )(func)
+
+
+def refresh_stale_catalog(data_dir: Path | str) -> None:
+    """For writers other than ``run`` (which always republishes): rebuild ``warehouse.duckdb``
+    when it exists but was built for another folder (the data dir was moved or copied),
+    is damaged or older, since readers never write it (pipeline/readonly.py)."""
+    if not isinstance(data_dir, Path) or not data_dir.is_dir():
+        return  # S3: the catalog lives in each reader's work dir
+    try:
+        if warehouse.publish_if_stale(data_dir):
+            click.echo(f"note: rebuilt {WAREHOUSE_FILE} for {data_dir} (it was built for another folder, or damaged)", err=True)
+    except InventoryError as exc:
+        click.echo(f"note: {WAREHOUSE_FILE} not rebuilt: {' '.join(str(exc).split())}", err=True)

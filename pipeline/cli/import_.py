@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
+from collectors.names import BadName, check_path_name
 from collectors.requests.timestamps import BadTimestamp, rfc3339_to_ns
-from pipeline.cli.common import UserError, data_dir_option
+from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog
 
 
 @click.group("import")
@@ -19,7 +20,7 @@ def command() -> None:
 
 @command.command("nvidia-smi")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--host", required=True, help="Host the GPUs in these logs belong to.")
+@click.option("--host", required=True, help="Host the GPUs in these logs belong to (letters, digits, '.', '_', '-'; see docs/data-contract.md).")
 @click.option("--tz", default=None, metavar="ZONE|±HH:MM",
               help="Zone of the logs' local timestamps (IANA name or UTC offset; default: this machine's zone).")
 @click.option("--power-draw", type=click.Choice(["auto", "instant", "average"]), default="auto", show_default=True,
@@ -29,6 +30,10 @@ def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: s
     """Convert nvidia-smi --query-gpu CSV logs (csv or csv,nounits) to UTC power rows; bad lines are quarantined."""
     from collectors.nvidia_smi import ImportError_, import_files
 
+    try:  # the host becomes the power/date=D/host=H folder: checked before anything is read
+        check_path_name(host, "--host")
+    except BadName as exc:
+        raise UserError(str(exc)) from None
     try:
         res = import_files(list(files), data_dir, host, tz=tz, power_draw=power_draw)
     except ImportError_ as exc:
@@ -36,6 +41,7 @@ def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: s
     except OSError as exc:
         raise UserError(f"import stopped: {exc}; re-running the same command is safe") from None
     click.echo(res.summary(host))
+    refresh_stale_catalog(data_dir)
 
 
 def _instant(value: str, flag: str) -> float:
@@ -88,5 +94,6 @@ def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_lab
     except PrometheusError as exc:
         raise UserError(str(exc)) from None
     click.echo(res.summary())
+    refresh_stale_catalog(data_dir)
     if res.coarse_warning():
         click.echo(f"warning: {res.coarse_warning()}", err=True)

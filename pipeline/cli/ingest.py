@@ -14,7 +14,7 @@ from collectors.inventory import InventoryError
 from collectors.requests.ingest import FORMATS, Ingestor
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
-from pipeline.cli.common import UserError, data_dir_option
+from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog
 
 
 @click.group("ingest")
@@ -72,6 +72,7 @@ def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes
     for error in summary.errors:
         click.echo(f"warning: {error}", err=True)
     click.echo(summary.line())
+    refresh_stale_catalog(data_dir)
     if summary.files_read == 0:
         raise UserError("nothing could be read" + (f": {summary.errors[0]}" if summary.errors else ": no matching files"))
 

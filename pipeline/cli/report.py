@@ -8,7 +8,17 @@ import click
 
 from pipeline import warehouse
 from pipeline.cli.common import UserError, data_dir_option, date_option
+from pipeline.readonly import ReadOnlyError, connect_readonly
 from pipeline.remote import reader_dir
+
+
+class SectionsFailed(click.ClickException):
+    """A section failed for another reason than "table not built yet": exit 1, one line."""
+
+    exit_code = 1
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
 
 
 @click.command("report")
@@ -21,7 +31,8 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
     """Write D.html (self-contained, opens offline), a PNG per chart and D.json (headline numbers).
 
     Reads only warehouse tables (read-only), so it is safe while a run is writing. Sections
-    whose table has not been built yet say "not available yet".
+    whose table has not been built yet say "not available yet"; a section that fails for any
+    other reason is named on stderr (one line each) and the command exits 1.
     """
     from reports.daily import build_report, default_out_dir
 
@@ -34,10 +45,14 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
         (data_dir / "derived" / table / f"date={date}").is_dir() for table in warehouse.derived_tables(data_dir)
     ):
         click.echo(f"note: no derived tables for {date} yet: run `wattline run --date {date} --data-dir {data_dir}` first", err=True)
+    try:  # the catalog must open (a broken inventory.yaml is one line, not an empty report)
+        connect_readonly(data_dir).close()
+    except ReadOnlyError as exc:
+        raise UserError(str(exc)) from None
     report = build_report(data_dir, date, out or default_out_dir(), png=not no_png)
-    for s in report.sections:
-        if s.error:
-            click.echo(f"section {s.key} failed: {s.error}", err=True)
+    failed = [s for s in report.sections if s.error]
+    for s in failed:
+        click.echo(f"section {s.key} failed: {' '.join(s.error.split())}", err=True)
     partial = [s.key for s in report.sections if s.missing]
     size = report.html_path.stat().st_size
     click.echo(f"report:  {report.html_path} ({size / 1e6:.2f} MB, {len(report.points)} charts, max {max(report.points.values(), default=0)} points per chart)")
@@ -46,3 +61,6 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
         click.echo(f"charts:  {report.pngs[0].parent}/ ({len(report.pngs)} PNG)")
     if partial:
         click.echo(f"partial sections (tables not available yet): {', '.join(partial)}")
+    if failed:
+        raise SectionsFailed(f"{len(failed)} report section(s) failed: {', '.join(s.key for s in failed)} "
+                             "(not a table that is not built yet: see the lines above; the HTML marks them)")

@@ -8,7 +8,7 @@ import click
 
 from collectors.days import write_day_problem
 from collectors.requests.replay import load_replay_arrivals, replay_arrivals_option
-from pipeline.cli.common import UserError, data_dir_option, parse_date
+from pipeline.cli.common import UserError, data_dir_option, parse_date, refresh_stale_catalog
 
 
 def _yesterday_utc() -> str:
@@ -47,3 +47,4 @@ def command(days: int, seed: int, start: str | None, fleet: str, hours: float | 
         raise UserError(f"writing to {data_dir} failed ({exc}); inventory.yaml was left as it was, "
                         "and re-running the same command is safe") from None
     click.echo(f"{summary.line()} → {data_dir}")
+    refresh_stale_catalog(data_dir)

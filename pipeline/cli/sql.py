@@ -13,6 +13,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipeline.cli.common import Interrupted, UserError, data_dir_option
+from pipeline.constants import warehouse_path
 from pipeline.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, ReadOnlyError, run_query
 from pipeline.remote import reader_dir
 
@@ -46,15 +47,22 @@ def command(query: str, fmt: str, out: Path | None, max_rows: int, timeout_s: fl
     """Run one read-only SQL statement on the warehouse (tables: see README).
 
     Writes, ATTACH, COPY, INSTALL/LOAD and reading files outside the data dir are refused.
+    Never writes: a catalog that is missing, damaged or built for another folder (a moved or
+    copied data dir) is replaced by the same views built in memory for this query.
     """
+    notes: list[str] = []
     try:
-        table = run_query(reader_dir(data_dir), query, timeout_s)  # S3: on a local mirror of derived/
+        local = reader_dir(data_dir)  # S3: on a local mirror of derived/
+        table = run_query(local, query, timeout_s, notes)
     except QueryInterrupted as exc:
         raise Interrupted(str(exc)) from None
     except ReadOnlyError as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:  # e.g. no catalog yet on a read-only data dir
         raise UserError(f"cannot query {data_dir}: {exc}") from None
+    if notes and warehouse_path(local).exists():  # moved, copied or damaged; never rewritten here
+        click.echo(f"note: {notes[0]}; this query used views built in memory, and the next "
+                   "`wattline run` (or simulate, import, ingest) rebuilds the file", err=True)
     if fmt == "table":
         text = _render_table(table, max_rows)
     elif fmt == "csv":

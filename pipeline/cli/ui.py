@@ -8,16 +8,19 @@ from pathlib import Path
 
 import click
 
+from collectors.names import remote_listen_problem, remote_listen_warning
 from pipeline import warehouse
 from pipeline.cli.common import UserError, data_dir_option
 from pipeline.constants import DATA_DIR_ENV
 
 
 @click.command("ui")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind; anything but loopback exposes the UI.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind; anything but loopback needs --allow-remote.")
 @click.option("--port", type=int, default=3000, show_default=True)
+@click.option("--allow-remote", is_flag=True,
+              help="Allow a non-loopback --host: the UI has no login, and whoever reaches it can launch runs that write the data dir.")
 @data_dir_option
-def command(host: str, port: int, data_dir) -> None:
+def command(host: str, port: int, allow_remote: bool, data_dir) -> None:
     """Start `dagster dev` (webserver + daemon) for the pipeline, DAGSTER_HOME = <data-dir>/.dagster.
 
     The daily schedule and the new-Parquet sensor start RUNNING; turn them off in the UI
@@ -25,6 +28,10 @@ def command(host: str, port: int, data_dir) -> None:
     """
     from pipeline.remote import is_s3, reader_dir
     from pipeline.runner import dagster_home
+
+    problem = remote_listen_problem(host, allow_remote, "the Dagster UI (it launches runs that write the data dir)")
+    if problem:
+        raise UserError(problem)
 
     if is_s3(data_dir):  # runs stage and publish through the bucket; the UI's reads use a mirror
         reader_dir(data_dir)
@@ -35,5 +42,8 @@ def command(host: str, port: int, data_dir) -> None:
     env = dict(os.environ, DAGSTER_HOME=str(dagster_home(data_dir)), **{DATA_DIR_ENV: str(data_dir)})
     dagster = str(Path(sys.executable).parent / "dagster")
     args = [dagster, "dev", "-m", "pipeline.definitions", "--host", host, "--port", str(port)]
+    warning = remote_listen_warning(host, "the Dagster UI (it launches runs that write the data dir, and the schedule and sensor start on)")
+    if warning:
+        click.echo(warning, err=True)
     click.echo(f"Dagster UI on http://{host}:{port} (DAGSTER_HOME={env['DAGSTER_HOME']}); Ctrl-C stops it", err=True)
     os.execve(dagster, args, env)

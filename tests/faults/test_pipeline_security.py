@@ -90,13 +90,19 @@ def test_sql_reads_inside_the_data_dir_and_explains_selects(catalog):
     assert invoke("sql", "explain analyze select count(*) from power", "--data-dir", str(catalog)).exit_code == 0
 
 
-def test_ui_binds_loopback_unless_a_host_is_given(catalog, monkeypatch):
+def test_ui_binds_loopback_unless_remote_is_allowed(catalog, monkeypatch):
+    """Issue 21 item 8: the UI has no login and launches runs, so a non-loopback --host is
+    refused (one line, exit 2, nothing started) unless --allow-remote, which prints a warning."""
     calls = []
     monkeypatch.setattr(ui.os, "execve", lambda path, args, env: calls.append(args))
     assert invoke("ui", "--data-dir", str(catalog)).exit_code == 0
-    assert invoke("ui", "--host", "0.0.0.0", "--data-dir", str(catalog)).exit_code == 0
+    assert invoke("ui", "--host", "::1", "--data-dir", str(catalog)).exit_code == 0
+    for host in ("0.0.0.0", "::", "192.168.1.5"):
+        one_line_error(invoke("ui", "--host", host, "--data-dir", str(catalog)), host, "--allow-remote")
+    allowed = invoke("ui", "--host", "0.0.0.0", "--allow-remote", "--data-dir", str(catalog))
+    assert allowed.exit_code == 0 and "warning: the Dagster UI" in allowed.output and "without authentication" in allowed.output
     hosts = [args[args.index("--host") + 1] for args in calls]
-    assert hosts == ["127.0.0.1", "0.0.0.0"]
+    assert hosts == ["127.0.0.1", "::1", "0.0.0.0"]
 
 
 CREDENTIAL_PATTERNS = {
