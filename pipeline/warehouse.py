@@ -31,7 +31,7 @@ from collectors.inventory import Inventory, load_inventory
 from collectors.parquet_sink import TMP_PREFIX, fsync_dir
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, derived_path, warehouse_path
-from pipeline.scope import PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
+from pipeline.scope import ALWAYS_DEFINED, PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -301,6 +301,10 @@ def create_views(
     if scope and scope.fleet:
         for table, columns in PER_GPU_COLUMNS.items():
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(columns)}")
+    present = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    for table in ALWAYS_DEFINED:
+        if table not in present:
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
     _create_inventory_tables(con, inventory)
     from pipeline import quarantine  # local: quarantine reads raw_files from here
 
