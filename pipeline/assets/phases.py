@@ -1,10 +1,12 @@
-"""Inference phases on the 100 ms grid: `phase_timeline` (per endpoint GPU and slot) and
-`phase_segments` (runs of one label, from the request log and from power alone)."""
+"""Inference phases: `phase_intervals` (the exact timeline, in event time: intervals between
+consecutive request events), `phase_segments` (runs of one label, from the request log in event
+time and from power alone) and `phase_timeline` (the 100 ms grid: charts, the power-only labels,
+the clock-skew check)."""
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
-from pipeline.assetkit import statements
+from pipeline.assetkit import materialize, statements
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.phases import checks
 from pipeline.resources import WarehouseResource
@@ -59,7 +61,34 @@ def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource)
 
 @asset(
     partitions_def=day_cluster_partitions,
-    deps=[phase_timeline],
+    deps=["energy_curve", "requests"],
+    group_name="phases",
+    kinds={"duckdb", "parquet"},
+)
+def phase_intervals(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    """Per logged endpoint: the elementary intervals between consecutive request events with their
+    label (prefill / decode / idle), requests and tokens in each, and their energy (J, all GPUs,
+    from energy_curve). The exact timeline request_energy and phase_segments use."""
+    return materialize(context, warehouse, "phase_intervals", headline=_intervals_headline)
+
+
+def _intervals_headline(con) -> dict:
+    n, share, prefill_j, busy_j = con.execute(
+        """SELECT count(*),
+                  sum(end_ns - start_ns) FILTER (WHERE phase = 'prefill') / nullif(sum(end_ns - start_ns) FILTER (WHERE phase <> 'idle'), 0),
+                  sum(energy_j) FILTER (WHERE phase = 'prefill'), sum(energy_j) FILTER (WHERE phase <> 'idle')
+           FROM phase_intervals WHERE date = getvariable('partition_date')"""
+    ).fetchone()
+    return {
+        "intervals": n,
+        "prefill_share_of_busy_time": round(float(share or 0.0), 4),
+        "prefill_share_of_busy_energy": round(float((prefill_j or 0.0) / busy_j), 4) if busy_j else 0.0,
+    }
+
+
+@asset(
+    partitions_def=day_cluster_partitions,
+    deps=[phase_timeline, phase_intervals, "energy_curve"],
     group_name="phases",
     kinds={"duckdb", "parquet"},
     check_specs=[c.spec("phase_segments") for c in checks.SEGMENT_CHECKS],
