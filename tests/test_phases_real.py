@@ -13,7 +13,7 @@ from tests.phase_engine import engine_agreement
 from tests.phase_real import write_a100_smoke, write_engine_run, write_h200_capture
 from pipeline.warehouse import read_day
 
-ASSETS = ["power_1s", "power_100ms", "phase_timeline", "phase_segments", "request_energy"]
+ASSETS = ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "phase_segments", "request_energy"]
 
 
 def _run(data_dir, date, assets=ASSETS):
