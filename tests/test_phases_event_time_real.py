@@ -20,7 +20,8 @@ import pytest
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from pipeline.warehouse import read_day
+from pipeline.assets.phases import power_resolution
+from pipeline.warehouse import compute_connection, read_day
 from tests.phase_real import _requests, write_h200_capture
 from tests.phase_reference import Request, attribute, interval_energy_j, iou
 
@@ -68,7 +69,7 @@ def _run(data_dir: Path, date: str):
            FROM read_parquet(?)""", [str(data_dir / "requests" / "**" / "*.parquet")]).fetchall()]
     charged, totals = attribute(reqs, lambda a, b: interval_energy_j(t, p, a, b), int(t[0]), int(t[-1]))
     ref = {
-        "charged": charged, "totals": totals, "requests": reqs, "span_j": interval_energy_j(t, p, int(t[0]), int(t[-1])),
+        "data_dir": data_dir, "date": date, "charged": charged, "totals": totals, "requests": reqs, "span_j": interval_energy_j(t, p, int(t[0]), int(t[-1])),
         "j_per_prompt_token": sum(c[0] for c in charged.values()) / sum(r.prompt_tokens for r in reqs),
         "j_per_output_token": sum(c[1] for c in charged.values()) / sum(r.output_tokens for r in reqs),
     }
@@ -135,3 +136,10 @@ def test_capture_4_matches_the_published_reference(cap4):
     assert pre == pytest.approx(0.0208, rel=0.02) and out == pytest.approx(0.511, rel=0.02)
     assert share == pytest.approx(ref["totals"]["prefill"][0] / (ref["totals"]["prefill"][0] + ref["totals"]["decode"][0]), rel=1e-6)
     assert 0.15 < share < 0.2  # 37.6 s of prefill in 208 s busy
+
+
+def test_power_resolution_is_reported(cap4):
+    _, _, ref = cap4
+    with compute_connection(ref["data_dir"], ref["date"]) as con:
+        got = power_resolution(con)
+    assert got == {"llm-8b-cb-0": {"nvml-buffer": {"sample_interval_ms": 20.0, "power_only": "resolves prefills of a few samples"}}}
