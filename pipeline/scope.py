@@ -29,8 +29,8 @@ PER_GPU_COLUMNS = {
     "energy_j DOUBLE, samples INTEGER, gap_before BOOLEAN, duplicate_samples INTEGER, source VARCHAR, is_average BOOLEAN",
     "power_100ms": "date DATE, host VARCHAR, gpu UTINYINT, ts TIMESTAMPTZ, power_w FLOAT, samples INTEGER, source VARCHAR, "
     "power_avg_w FLOAT, is_average BOOLEAN",
-    "energy_curve": "date DATE, host VARCHAR, gpu UTINYINT, ts TIMESTAMPTZ, t_ns BIGINT, power_w DOUBLE, energy_j DOUBLE, "
-    "next_t_ns BIGINT, next_w DOUBLE, source VARCHAR, is_average BOOLEAN",
+    "energy_curve": "date DATE, host VARCHAR, gpu UTINYINT, t_ns BIGINT, power_w FLOAT, energy_j DOUBLE, "
+    "next_t_ns BIGINT, next_w FLOAT, source VARCHAR, is_average BOOLEAN",
 }
 """Per-GPU derived tables and their columns: a fleet-day sees them empty (whether or not their
 files are on this machine), so it provably reads no per-GPU data."""

@@ -340,6 +340,12 @@ def compute_connection(
         con.close()
 
 
+PARQUET_V2_TABLES = ("energy_curve",)
+"""Tables of one row per raw sample, written with Parquet's V2 encodings (delta-packed integers):
+energy_curve at 50 Hz is 3.7x smaller than with V1 (sample times compress from 11 MB to 1 MB
+per 4.2 M rows)."""
+
+
 def write_partition(
     con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, date: str, query: str, scope: Scope | None = None
 ) -> int:
@@ -363,8 +369,9 @@ def write_partition(
     # never see the half-written (or the complete, not yet renamed) copy beside the old one.
     tmp = folder / f"{TMP_PREFIX}part-0.parquet.{uuid.uuid4().hex[:8]}"
     try:
+        v2 = ", PARQUET_VERSION V2" if table in PARQUET_V2_TABLES else ""
         con.execute(
-            f"COPY ({query}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)"
+            f"COPY ({query}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000{v2})"
         )
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())

@@ -2,7 +2,7 @@
 -- simulated > nvidia-smi instant > any 1 s average), the cumulative energy since the GPU's first
 -- sample of the day: trapezoid between consecutive samples, a segment longer than 2 s is a gap and
 -- adds nothing (as power_1s). Samples with the same timestamp are one sample (their mean).
---   t_ns       : the sample's time (ns since the epoch, exact; ts is the same at µs)
+--   t_ns       : the sample's time (ns since the epoch, exact; make_timestamptz(t_ns // 1000) for a timestamp)
 --   power_w    : W at the sample
 --   energy_j   : J from the GPU's first sample of the day up to this sample
 --   next_t_ns, next_w: the following sample, NULL when it is more than 2 s away (a gap) or there is none
@@ -31,13 +31,12 @@ SELECT
     getvariable('partition_date') AS date,
     host,
     gpu,
-    make_timestamptz(t_ns // 1000) AS ts,
     t_ns,
-    power_w,
+    power_w::FLOAT AS power_w,
     coalesce(sum(CASE WHEN next_t_ns IS NOT NULL THEN (power_w + next_w) / 2 * (next_t_ns - t_ns) / 1e9 END)
              OVER (PARTITION BY host, gpu ORDER BY t_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS energy_j,
     next_t_ns,
-    next_w,
+    next_w::FLOAT AS next_w,
     source,
     is_average
 FROM linked

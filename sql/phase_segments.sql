@@ -37,7 +37,7 @@ ends AS (  -- each GPU's energy and power at both ends of each run
     SELECT x.endpoint, x.host, x.gpu, x.lo, x.t,
            coalesce(curve_energy_at(c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w, x.t), 0) AS e_j,
            CASE WHEN c.next_t_ns IS NOT NULL AND x.t > c.t_ns
-                THEN c.power_w + (c.next_w - c.power_w) * (x.t - c.t_ns) / (c.next_t_ns - c.t_ns)
+                THEN c.power_w::DOUBLE + (c.next_w::DOUBLE - c.power_w::DOUBLE) * (x.t - c.t_ns) / (c.next_t_ns - c.t_ns)
                 WHEN x.t = c.t_ns THEN c.power_w END AS p_w
     FROM (SELECT endpoint, host, gpu, lo, unnest([lo, hi]) AS t FROM req_gpu) AS x
     ASOF LEFT JOIN curve AS c ON c.host = x.host AND c.gpu = x.gpu AND c.t_ns <= x.t

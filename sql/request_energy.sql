@@ -32,8 +32,9 @@ charged AS (
            iv.rate_per_s * CASE WHEN iv.phase = 'prefill' THEN coalesce(b.cu_pre, 0) - coalesce(a.cu_pre, 0)
                                 ELSE coalesce(b.cu_dec, 0) - coalesce(a.cu_dec, 0) END AS energy_j
     FROM iv
-    ASOF LEFT JOIN price AS a ON iv.endpoint = a.endpoint AND iv.a_ns >= a.end_ns
-    ASOF LEFT JOIN price AS b ON iv.endpoint = b.endpoint AND iv.b_ns >= b.end_ns
+    -- both ends are interval boundaries: the running sum up to the interval that ends there (none at the span's start)
+    LEFT JOIN price AS a ON iv.endpoint = a.endpoint AND iv.a_ns = a.end_ns
+    LEFT JOIN price AS b ON iv.endpoint = b.endpoint AND iv.b_ns = b.end_ns
 ),
 per_request AS (
     SELECT request_id, endpoint,

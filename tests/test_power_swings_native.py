@@ -77,3 +77,22 @@ def test_avg1s_series_exists_on_the_collectors_files(cap4):
 def test_checks_pass(cap4):
     _, _, outcome = cap4
     assert not [c for c in outcome.failed_checks if c.asset == "swing_stats" and c.check == "swings_consistent"]
+
+
+def test_kernel_equals_brute_force_per_gpu_and_run():
+    """Three GPUs with irregular 10–40 ms spacing and a 3 s hole each: windows never reach across
+    the hole or into another GPU."""
+    from pipeline.kernels import max_swings
+
+    rng = np.random.default_rng(2)
+    frames = []
+    for g in range(3):
+        t = np.cumsum(rng.integers(10_000_000, 40_000_000, 1500)).astype(np.int64) + g * 1000
+        t[700:] += 3_000_000_000
+        frames.append(pl.DataFrame({"gpu": np.full(len(t), g), "t_ns": t, "p": rng.normal(300, 100, len(t))}))
+    got = max_swings(pl.concat(frames), (1, 2, 10))
+    for g, df in enumerate(frames):
+        for w in (1, 2, 10):
+            runs = [df[:700], df[700:]]
+            want = max(brute_force_swing(r["t_ns"].to_numpy(), r["p"].to_numpy(), w) for r in runs)
+            assert got.filter((pl.col("gpu") == g) & (pl.col("window_s") == w))["max_swing_w"][0] == pytest.approx(want, rel=1e-12)

@@ -34,7 +34,7 @@ def native_swings(con) -> None:
     frames = []
     for host in hosts:
         inst = pl.from_arrow(con.sql(
-            """SELECT gpu::BIGINT AS gpu, t_ns, power_w AS p FROM energy_curve
+            """SELECT gpu::BIGINT AS gpu, t_ns, power_w::DOUBLE AS p FROM energy_curve
                WHERE date = getvariable('partition_date') AND host = $host AND NOT is_average ORDER BY gpu, t_ns""",
             params={"host": host},
         ).to_arrow_table())

@@ -11,7 +11,7 @@
 CREATE OR REPLACE MACRO curve_energy_at(t_ns, power_w, energy_j, next_t_ns, next_w, t) AS
     CASE WHEN next_t_ns IS NULL OR t <= t_ns THEN energy_j
          ELSE energy_j + (least(t, next_t_ns) - t_ns) / 1e9
-              * (power_w + (power_w + (next_w - power_w) * (least(t, next_t_ns) - t_ns) / (next_t_ns - t_ns))) / 2
+              * (power_w::DOUBLE + (power_w::DOUBLE + (next_w::DOUBLE - power_w::DOUBLE) * (least(t, next_t_ns) - t_ns) / (next_t_ns - t_ns))) / 2
     END;
 
 CREATE OR REPLACE MACRO energy_at_ns(h, g, t) AS coalesce((
