@@ -5,7 +5,9 @@ largest max − min over sliding 2 s windows took 85.5 s CPU as a DuckDB RANGE w
 (`max(p) OVER (ORDER BY t RANGE BETWEEN CURRENT ROW AND 2 s FOLLOWING)` and `min`) and 0.41 s as
 polars `rolling_max_by` / `rolling_min_by` (monotonic deques): 200× less. Relational work (source
 choice, joins, grids, sums over GPUs) stays in SQL; the kernels read what SQL selected, one host
-at a time, so memory is that of a host's samples.
+at a time, so memory is that of a host's samples. In the swing asset (8 GPUs x 2 h of the
+collector's 50 Hz buffer, 4 windows): 1.4 s CPU with all groups on one shifted time axis, 3.2 s with
+rolling per group through over().
 """
 
 from __future__ import annotations
