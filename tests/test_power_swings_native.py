@@ -96,3 +96,15 @@ def test_kernel_equals_brute_force_per_gpu_and_run():
             runs = [df[:700], df[700:]]
             want = max(brute_force_swing(r["t_ns"].to_numpy(), r["p"].to_numpy(), w) for r in runs)
             assert got.filter((pl.col("gpu") == g) & (pl.col("window_s") == w))["max_swing_w"][0] == pytest.approx(want, rel=1e-12)
+
+
+def test_report_lists_gpu_swings_on_samples_beside_the_1s_average(cap4):
+    from reports.daily import build_sections
+
+    d, con, _ = cap4
+    swings = next(s for s in build_sections(d, "2026-12-03") if s.key == "swings")
+    table = next(t for t in swings.blocks if getattr(t, "columns", None) and t.columns[0] == "GPU")
+    (gpu, swing_w, _, spacing_ms, avg1s_w), = table.rows
+    assert gpu == "h200-lab/0" and spacing_ms == 20
+    assert swing_w == pytest.approx(_swing(con, "gpu", "instant", 2)[0], abs=1)
+    assert avg1s_w == pytest.approx(_swing(con, "gpu", "avg1s", 2)[0], abs=1)
