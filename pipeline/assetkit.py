@@ -40,6 +40,7 @@ def materialize(
     *,
     variables: dict[str, float | str] | None = None,
     sql: str | None = None,
+    before: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
 ) -> MaterializeResult:
     """Write ``table``'s partition for the context's day, then check it and describe it.
 
@@ -47,12 +48,15 @@ def materialize(
     file when it is not ``sql/<table>.sql`` (the fleet rollups: ``rollup/<table>``).
     ``variables``: DuckDB variables the SQL reads with getvariable (asset config). Raw files
     that break the contract are already left out by ``warehouse.connection(date)`` (and named
-    by ``power_1s``'s check).
+    by ``power_1s``'s check). ``before``: runs on the connection ahead of the SQL (a polars
+    kernel leaving a temp table the SQL reads, see pipeline/kernels.py).
     """
     scope = Scope.of(context)
     with warehouse.connection(scope) as con:
         for name, value in (variables or {}).items():
             con.execute(f"SET VARIABLE {name} = ?", [value])
+        if before is not None:
+            before(con)
         prepare, query = statements(sql or table)
         for statement in prepare:
             con.execute(statement)

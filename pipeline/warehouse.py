@@ -37,7 +37,7 @@ from collectors.names import check_path_name
 from collectors.parquet_sink import TMP_PREFIX, fsync_dir
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, derived_path, warehouse_path
-from pipeline.scope import PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
+from pipeline.scope import ALWAYS_DEFINED, PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
 from pipeline.sqltext import literal, path_literal, pattern_literal
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -312,6 +312,10 @@ def create_views(
     if scope and scope.fleet:
         for table, columns in PER_GPU_COLUMNS.items():
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(columns)}")
+    present = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    for table in ALWAYS_DEFINED:
+        if table not in present:
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
     _create_inventory_tables(con, inventory)
     from pipeline import quarantine  # local: quarantine reads raw_files from here
 
@@ -347,6 +351,12 @@ def compute_connection(
         con.close()
 
 
+PARQUET_V2_TABLES = ("energy_curve",)
+"""Tables of one row per raw sample, written with Parquet's V2 encodings (delta-packed integers):
+energy_curve at 50 Hz is 3.7x smaller than with V1 (sample times compress from 11 MB to 1 MB
+per 4.2 M rows)."""
+
+
 def write_partition(
     con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, date: str, query: str, scope: Scope | None = None
 ) -> int:
@@ -370,8 +380,9 @@ def write_partition(
     # never see the half-written (or the complete, not yet renamed) copy beside the old one.
     tmp = folder / f"{TMP_PREFIX}part-0.parquet.{uuid.uuid4().hex[:8]}"
     try:
+        v2 = ", PARQUET_VERSION V2" if table in PARQUET_V2_TABLES else ""
         con.execute(
-            f"COPY ({query}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)"
+            f"COPY ({query}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000{v2})"
         )
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())

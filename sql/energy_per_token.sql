@@ -2,8 +2,9 @@
 -- output_len, hour (UTC), gpu_model and power_limit (the endpoint's enforced limit, W).
 -- Request metrics (j_per_prompt_token = Σ prefill_j / Σ prompt tokens, j_per_output_token,
 -- j_per_request) come from request_energy, each request in one bucket: its mean concurrency over
--- its life (batch_size), its lengths, its arrival hour. Power metrics come from phase_timeline
--- slots, each slot in its own bucket (batch_size = requests active in the slot, hour of the slot):
+-- its life (batch_size), its lengths, its arrival hour. Power metrics come from the exact
+-- intervals of phase_intervals, each in its own bucket (batch_size = requests active in it, its hour;
+-- intervals are cut at whole hours):
 -- prefill_mean_w / decode_mean_w (per GPU), prefill_time_share and prefill_energy_share (of the
 -- busy = prefill + decode slots), idle_j, and tdp_exceedances = prefill segments whose peak
 -- exceeded TDP per GPU-hour. Prompt/output-length rows carry request metrics only. Endpoints
@@ -19,13 +20,22 @@ WITH meta AS (
     WHERE i.endpoint IS NOT NULL
     GROUP BY ALL
 ),
-slots AS (  -- compact: GPU-slots per endpoint, hour, concurrency and label
-    SELECT endpoint, CASE WHEN any_value(phase) IS NULL THEN 'power' ELSE 'requests' END AS source,
-           hour(ts) AS hour, n_prefill + n_decode AS batch, coalesce(phase, power_phase) AS label,
+slots AS (  -- compact: GPU time per endpoint, hour, concurrency and label, in 100 ms GPU-slot units (n):
+            -- logged endpoints from their exact intervals (phase_intervals: n = duration / 100 ms × GPUs,
+            -- sum_w = energy / 0.1 s, so sum_w / n is the mean per-GPU power), the others from the
+            -- power-only labels of the 100 ms grid
+    SELECT endpoint, 'requests' AS source, hour(start_ts) AS hour, n_prefill + n_decode AS batch, phase AS label,
+           xsum((end_ns - start_ns) / 1e8 * gpus) AS n, xsum(energy_j * 10) AS sum_w, coalesce(xsum(energy_j), 0) AS energy_j
+    FROM phase_intervals
+    WHERE date = getvariable('partition_date')
+    GROUP BY endpoint, hour(start_ts), n_prefill + n_decode, phase
+    UNION ALL
+    SELECT endpoint, 'power' AS source, hour(ts) AS hour, n_prefill + n_decode AS batch, power_phase AS label,
            count(power_w) AS n, xsum(power_w) AS sum_w, coalesce(xsum(energy_j), 0) AS energy_j
     FROM phase_timeline
-    WHERE date = getvariable('partition_date')
-    GROUP BY endpoint, hour(ts), n_prefill + n_decode, coalesce(phase, power_phase), phase IS NULL
+    WHERE date = getvariable('partition_date') AND phase IS NULL
+      AND endpoint NOT IN (SELECT endpoint FROM phase_intervals WHERE date = getvariable('partition_date'))
+    GROUP BY endpoint, hour(ts), n_prefill + n_decode, power_phase
 ),
 slot_buckets AS (
     SELECT s.*, b.kind, b.bucket

@@ -1,12 +1,14 @@
--- phase_segments: maximal runs of one label per endpoint GPU on the 100 ms grid of phase_timeline,
--- from the request log (source 'requests', label phase) and from power alone (source 'power',
--- label power_phase). A gap in the power (no row for a slot) ends a run. end_ts is exclusive
--- (last slot + 100 ms). mean_w/peak_w are over the run's 100 ms slot means, energy_j their
--- sum × 0.1 s; prompt_tokens / output_tokens the endpoint's logged tokens processed in the run
--- (NULL without a request log); above_tdp: the peak 100 ms mean exceeded the GPU's TDP.
--- Runs are gaps and islands: within one (GPU, source, label), consecutive slots share
--- slot - row_number(); integer keys keep the window and the grouping cheap, and each label stream
--- is ranked on the timeline's rows directly (two sorts of the day instead of one of both streams unioned).
+-- phase_segments: maximal runs of one label per endpoint GPU.
+-- source 'requests': runs of the endpoint's label over its exact elementary intervals
+--   (phase_intervals): start_ts / end_ts are the requests' own event timestamps (µs; end
+--   exclusive); energy_j = E(end) − E(start) of the GPU's energy curve (exact for piecewise-linear
+--   power), mean_w = energy_j / duration, peak_w the highest power of the GPU's trace inside the
+--   run (its samples and the interpolated values at both ends); prompt_tokens / output_tokens the
+--   endpoint's tokens processed in the run.
+-- source 'power': runs of power_phase on the 100 ms grid of phase_timeline (a gap in the power ends
+--   a run; end_ts = last slot + 100 ms; mean_w / peak_w over the slot means, energy_j their sum
+--   × 0.1 s; tokens NULL for endpoints without a request log).
+-- above_tdp: peak_w exceeded the GPU's TDP.
 WITH gpus AS (
     SELECT endpoint, host, gpu, tdp_w, row_number() OVER (ORDER BY endpoint, host, gpu) AS gk
     FROM inventory_gpus WHERE endpoint IS NOT NULL
@@ -14,47 +16,79 @@ WITH gpus AS (
 labels AS (
     SELECT * FROM (VALUES (0, 'idle'), (1, 'decode'), (2, 'prefill')) AS l(ph, phase)
 ),
-t AS NOT MATERIALIZED (  -- scanned once per label stream: cheaper than holding (spilling) the day
-    SELECT g.gk, slot_100ms(t.ts) AS slot, t.power_w, t.energy_j, t.prompt_tokens, t.output_tokens,
-           CASE t.phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 WHEN 'prefill' THEN 2 END AS req_ph,
-           CASE t.power_phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 WHEN 'prefill' THEN 2 END AS pow_ph
-    FROM phase_timeline AS t JOIN gpus AS g USING (endpoint, host, gpu)
-    WHERE t.date = getvariable('partition_date')
+curve AS NOT MATERIALIZED (
+    SELECT c.host, c.gpu, c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w
+    FROM energy_curve AS c WHERE c.date = getvariable('partition_date')
 ),
-islands AS (  -- each row's run in both label streams: slot - its rank among the GPU's slots of that label
-    SELECT gk, slot, power_w, energy_j, prompt_tokens, output_tokens, 0 AS src, req_ph AS ph,
-           slot - row_number() OVER (PARTITION BY gk, req_ph ORDER BY slot) AS run
-    FROM t WHERE req_ph IS NOT NULL
-    UNION ALL
-    SELECT gk, slot, power_w, energy_j,
-           CASE WHEN req_ph IS NOT NULL THEN prompt_tokens END,
-           CASE WHEN req_ph IS NOT NULL THEN output_tokens END,
-           1, pow_ph, slot - row_number() OVER (PARTITION BY gk, pow_ph ORDER BY slot)
-    FROM t WHERE pow_ph IS NOT NULL
-),
-runs AS (
-    SELECT gk, src, ph, run,
-           min(slot) AS first_slot, max(slot) AS last_slot,
-           xsum(power_w) / count(power_w) AS mean_w, max(power_w) AS peak_w,
-           coalesce(xsum(energy_j), 0) AS energy_j,
+req_runs AS (  -- consecutive intervals of one label (intervals are contiguous: gaps and islands on row numbers)
+    SELECT endpoint, phase, min(start_ns) AS lo, max(end_ns) AS hi,
            xsum(prompt_tokens) AS prompt_tokens, xsum(output_tokens) AS output_tokens
-    FROM islands
-    GROUP BY gk, src, ph, run
+    FROM (
+        SELECT *, row_number() OVER (PARTITION BY endpoint ORDER BY start_ns)
+                  - row_number() OVER (PARTITION BY endpoint, phase ORDER BY start_ns) AS run
+        FROM phase_intervals WHERE date = getvariable('partition_date')
+    )
+    GROUP BY endpoint, phase, run
+),
+req_gpu AS (
+    SELECT r.*, g.host, g.gpu, g.tdp_w, g.gk FROM req_runs AS r JOIN gpus AS g USING (endpoint)
+),
+ends AS (  -- each GPU's energy and power at both ends of each run
+    SELECT x.endpoint, x.host, x.gpu, x.lo, x.t,
+           coalesce(curve_energy_at(c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w, x.t), 0) AS e_j,
+           CASE WHEN c.next_t_ns IS NOT NULL AND x.t > c.t_ns
+                THEN c.power_w::DOUBLE + (c.next_w::DOUBLE - c.power_w::DOUBLE) * (x.t - c.t_ns) / (c.next_t_ns - c.t_ns)
+                WHEN x.t = c.t_ns THEN c.power_w END AS p_w
+    FROM (SELECT endpoint, host, gpu, lo, unnest([lo, hi]) AS t FROM req_gpu) AS x
+    ASOF LEFT JOIN curve AS c ON c.host = x.host AND c.gpu = x.gpu AND c.t_ns <= x.t
+),
+inside AS (  -- the highest sample inside each run (each sample joined to the run it falls in)
+    SELECT r.host, r.gpu, r.lo, max(c.power_w) AS peak_w
+    FROM curve AS c
+    ASOF JOIN (SELECT DISTINCT host, gpu, lo, hi FROM req_gpu) AS r ON r.host = c.host AND r.gpu = c.gpu AND c.t_ns >= r.lo
+    WHERE c.t_ns < r.hi
+    GROUP BY ALL
+),
+req_seg AS (
+    SELECT g.gk, 0 AS src, l.ph, g.lo, g.hi,
+           b.e_j - a.e_j AS energy_j,
+           (b.e_j - a.e_j) / ((g.hi - g.lo) / 1e9) AS mean_w,
+           greatest(i.peak_w, a.p_w, b.p_w) AS peak_w,
+           g.prompt_tokens, g.output_tokens
+    FROM req_gpu AS g
+    JOIN labels AS l USING (phase)
+    JOIN ends AS a ON a.host = g.host AND a.gpu = g.gpu AND a.lo = g.lo AND a.t = g.lo
+    JOIN ends AS b ON b.host = g.host AND b.gpu = g.gpu AND b.lo = g.lo AND b.t = g.hi
+    LEFT JOIN inside AS i ON i.host = g.host AND i.gpu = g.gpu AND i.lo = g.lo
+),
+t AS (  -- the power-only labels on the 100 ms grid
+    SELECT g.gk, slot_100ms(t.ts) AS slot, t.power_w, t.energy_j, t.prompt_tokens, t.output_tokens, t.phase IS NOT NULL AS logged,
+           CASE t.power_phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 WHEN 'prefill' THEN 2 END AS ph
+    FROM phase_timeline AS t JOIN gpus AS g USING (endpoint, host, gpu)
+    WHERE t.date = getvariable('partition_date') AND t.power_phase IS NOT NULL
+),
+pow_seg AS (
+    SELECT gk, 1 AS src, ph, min(slot) * 100000000 AS lo, (max(slot) + 1) * 100000000 AS hi,
+           coalesce(xsum(energy_j), 0) AS energy_j, xsum(power_w) / count(power_w) AS mean_w, max(power_w) AS peak_w,
+           xsum(CASE WHEN logged THEN prompt_tokens END) AS prompt_tokens, xsum(CASE WHEN logged THEN output_tokens END) AS output_tokens
+    FROM (SELECT *, slot - row_number() OVER (PARTITION BY gk, ph ORDER BY slot) AS run FROM t)
+    GROUP BY gk, ph, run
 )
 SELECT
     getvariable('partition_date') AS date,
     g.endpoint,
     g.host,
     g.gpu,
-    slot_ts(r.first_slot) AS start_ts,
-    slot_ts(r.last_slot + 1) AS end_ts,
+    make_timestamptz(s.lo // 1000) AS start_ts,
+    make_timestamptz(s.hi // 1000) AS end_ts,
     l.phase,
-    CASE r.src WHEN 0 THEN 'requests' ELSE 'power' END AS source,
-    r.mean_w::FLOAT AS mean_w,
-    r.peak_w::FLOAT AS peak_w,
-    r.energy_j,
-    r.prompt_tokens,
-    r.output_tokens,
-    coalesce(r.peak_w > g.tdp_w, false) AS above_tdp
-FROM runs AS r JOIN gpus AS g USING (gk) JOIN labels AS l USING (ph)
-ORDER BY r.gk, r.src, r.first_slot
+    CASE s.src WHEN 0 THEN 'requests' ELSE 'power' END AS source,
+    s.mean_w::FLOAT AS mean_w,
+    s.peak_w::FLOAT AS peak_w,
+    s.energy_j,
+    s.prompt_tokens,
+    s.output_tokens,
+    coalesce(s.peak_w > g.tdp_w, false) AS above_tdp
+FROM (FROM req_seg UNION ALL FROM pow_seg) AS s
+JOIN gpus AS g USING (gk) JOIN labels AS l USING (ph)
+ORDER BY s.gk, s.src, s.lo

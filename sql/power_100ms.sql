@@ -1,8 +1,8 @@
 -- power_100ms: each GPU's trace on the 100 ms grid, from its best source per minute (as view
 -- power_day: nvml-buffer > nvml-field/simulated > nvidia-smi instant > any 1 s average).
 -- power_w is the mean of the best-source instantaneous samples whose ts falls in the slot
--- [ts, ts + 100 ms); power_avg_w the mean of the driver's 1 s average carried by the same rows
--- (null when the source has none); samples counts them; is_average marks a GPU whose best source
+-- [ts, ts + 100 ms); power_avg_w the mean of the driver's 1 s average carried by the same rows,
+-- or, where that source carries none, by the best source of the GPU that does (null when none does); samples counts them; is_average marks a GPU whose best source
 -- that minute is itself a 1 s average (power_w is then that average, not an instantaneous
 -- reading, and the swing analytics treat its instantaneous value as unknown). One row per slot that has a sample:
 -- empty slots are absent (consumers decide how far to carry a value forward).
@@ -26,6 +26,22 @@ WITH m AS (
 )
 SELECT *, dense_rank() OVER (ORDER BY host, gpu) AS gk, dense_rank() OVER (ORDER BY source)::INTEGER AS sk
 FROM m;
+
+-- The driver's 1 s average from another source where the best instant source carries none (the
+-- collector's nvml-buffer rows have no average; its nvml-field rows do): per slot, the mean
+-- power_avg_w of the best-ranked source that reports one in that GPU-minute.
+CREATE OR REPLACE TEMP TABLE _grid_avg AS
+WITH m AS (
+    SELECT host, gpu, minute_ns, min(source_rank) AS source_rank
+    FROM power_day_samples WHERE power_avg_w IS NOT NULL
+    GROUP BY ALL
+)
+SELECT k.gk * 1048576 + (s.t_ns // 100000000 - day_first_slot()) AS key, avg(s.power_avg_w)::FLOAT AS power_avg_w
+FROM power_day_samples AS s
+JOIN m ON s.host = m.host AND s.gpu = m.gpu AND s.minute_ns = m.minute_ns AND s.source_rank = m.source_rank
+JOIN _grid_keys AS k ON s.host = k.host AND s.gpu = k.gpu AND s.minute_ns = k.minute_ns
+WHERE s.power_avg_w IS NOT NULL AND s.source IS DISTINCT FROM k.source
+GROUP BY ALL;
 
 SET VARIABLE _grid_hosts = (SELECT coalesce(list(host ORDER BY gk), []) FROM (SELECT DISTINCT gk, host FROM _grid_keys));
 
@@ -57,11 +73,15 @@ SELECT
     power_avg_w,
     is_average
 FROM (
-    SELECT key, power_w, 1 AS samples, sk, power_avg_w, is_average
-    FROM s WHERE NOT shared
-    UNION ALL
-    SELECT key, avg(power_w)::FLOAT, count(*)::INTEGER, any_value(sk), avg(power_avg_w)::FLOAT, bool_or(is_average)
-    FROM s WHERE shared
-    GROUP BY key
-    ORDER BY key
+    SELECT g.key, g.power_w, g.samples, g.sk, coalesce(g.power_avg_w, a.power_avg_w) AS power_avg_w, g.is_average
+    FROM (
+        SELECT key, power_w, 1 AS samples, sk, power_avg_w, is_average
+        FROM s WHERE NOT shared
+        UNION ALL
+        SELECT key, avg(power_w)::FLOAT, count(*)::INTEGER, any_value(sk), avg(power_avg_w)::FLOAT, bool_or(is_average)
+        FROM s WHERE shared
+        GROUP BY key
+    ) AS g
+    LEFT JOIN _grid_avg AS a USING (key)
+    ORDER BY g.key
 )

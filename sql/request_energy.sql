@@ -1,49 +1,40 @@
 -- request_energy: per request that arrived on the partition day, the energy charged to its prefill
--- and decode (J) and per token (J/token). Attribution rule (docs/phases.md): each 100 ms slot's
--- energy (all GPUs of the endpoint) goes to the phase of the slot's label, and within it to the
--- requests active in that phase in proportion to the tokens each processes in the slot. With u(s) =
--- slot energy / slot tokens (J per token, per phase), a request's share is its token rate times
--- the integral of u over its interval: interior slots through a running sum of u, the two partial
--- edge slots directly. Idle slots are not charged (see energy_per_token.idle_j). Requests that
--- arrived the day before and ran past midnight are charged their share of this day but listed in
--- their arrival day's partition only (with this day's share missing there: documented).
-WITH ep AS (
-    SELECT endpoint, slot_100ms(ts) AS slot, any_value(phase) AS phase, coalesce(xsum(energy_j), 0) AS energy_j,
-           any_value(prompt_tokens) AS prompt_tokens, any_value(output_tokens) AS output_tokens
-    FROM phase_timeline
-    WHERE date = getvariable('partition_date') AND phase IN ('prefill', 'decode')
-    GROUP BY ALL
+-- and decode (J) and per token (J/token). Attribution rule (docs/phases.md), in event time: each
+-- elementary interval of phase_intervals (between consecutive request events; energy from the
+-- energy curve, all GPUs of the endpoint) goes to the phase of its label, and within it to the
+-- requests in that phase in proportion to the tokens each processes in it (its token rate). With
+-- u(k) = interval energy / the phase's token rate (J per token/s), a request's charge is its token
+-- rate times the sum of u over its interval's elementary intervals: a running sum of u read at the
+-- interval's two ends (both are events, so there are no partial edges). Idle intervals are not
+-- charged (energy_per_token.idle_j). Requests that arrived the day before and ran past midnight are
+-- charged their share of this day but listed in their arrival day's partition only (with this day's
+-- share missing there: documented).
+WITH span AS (
+    SELECT endpoint, min(start_ns) AS lo, max(end_ns) AS hi
+    FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL
 ),
 price AS (
-    SELECT endpoint, slot, u_pre, u_dec,
-           sum(u_pre) OVER w AS cu_pre, sum(u_dec) OVER w AS cu_dec
-    FROM (
-        SELECT endpoint, slot,
-               CASE WHEN phase = 'prefill' AND prompt_tokens > 0 THEN energy_j / prompt_tokens ELSE 0 END AS u_pre,
-               CASE WHEN phase = 'decode' AND output_tokens > 0 THEN energy_j / output_tokens ELSE 0 END AS u_dec
-        FROM ep
-    )
-    WINDOW w AS (PARTITION BY endpoint ORDER BY slot ROWS UNBOUNDED PRECEDING)
+    SELECT endpoint, end_ns,
+           sum(CASE WHEN phase = 'prefill' THEN energy_j / nullif(prompt_tokens_per_s, 0) ELSE 0 END) OVER w AS cu_pre,
+           sum(CASE WHEN phase = 'decode' THEN energy_j / nullif(output_tokens_per_s, 0) ELSE 0 END) OVER w AS cu_dec
+    FROM phase_intervals
+    WHERE date = getvariable('partition_date')
+    WINDOW w AS (PARTITION BY endpoint ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
+),
+iv AS (
+    SELECT iv.request_id, iv.endpoint, iv.phase, iv.rate * 1e9 AS rate_per_s,
+           greatest(iv.a_ns, s.lo) AS a_ns, least(iv.b_ns, s.hi) AS b_ns
+    FROM request_intervals AS iv JOIN span AS s USING (endpoint)
+    WHERE least(iv.b_ns, s.hi) > greatest(iv.a_ns, s.lo)
 ),
 charged AS (
     SELECT iv.request_id, iv.endpoint, iv.phase,
-           iv.rate * (
-               CASE WHEN a.slot = iv.sa THEN u_a ELSE 0 END * (least(iv.b_ns, (iv.sa + 1) * 100000000) - iv.a_ns)
-               + CASE WHEN iv.sb > iv.sa THEN
-                     CASE WHEN b.slot = iv.sb THEN u_b ELSE 0 END * (iv.b_ns - iv.sb * 100000000)
-                     + 100000000 * (coalesce(cu_b, 0) - CASE WHEN b.slot = iv.sb THEN u_b ELSE 0 END - coalesce(cu_a, 0))
-                 ELSE 0 END
-           ) AS energy_j
-    FROM request_intervals AS iv
-    ASOF LEFT JOIN (SELECT endpoint, slot, u_pre, u_dec, cu_pre, cu_dec FROM price) AS a
-        ON iv.endpoint = a.endpoint AND iv.sa >= a.slot
-    ASOF LEFT JOIN (SELECT endpoint, slot, u_pre, u_dec, cu_pre, cu_dec FROM price) AS b
-        ON iv.endpoint = b.endpoint AND iv.sb >= b.slot
-    CROSS JOIN LATERAL (SELECT
-        CASE WHEN iv.phase = 'prefill' THEN a.u_pre ELSE a.u_dec END AS u_a,
-        CASE WHEN iv.phase = 'prefill' THEN a.cu_pre ELSE a.cu_dec END AS cu_a,
-        CASE WHEN iv.phase = 'prefill' THEN b.u_pre ELSE b.u_dec END AS u_b,
-        CASE WHEN iv.phase = 'prefill' THEN b.cu_pre ELSE b.cu_dec END AS cu_b)
+           iv.rate_per_s * CASE WHEN iv.phase = 'prefill' THEN coalesce(b.cu_pre, 0) - coalesce(a.cu_pre, 0)
+                                ELSE coalesce(b.cu_dec, 0) - coalesce(a.cu_dec, 0) END AS energy_j
+    FROM iv
+    -- both ends are interval boundaries: the running sum up to the interval that ends there (none at the span's start)
+    LEFT JOIN price AS a ON iv.endpoint = a.endpoint AND iv.a_ns = a.end_ns
+    LEFT JOIN price AS b ON iv.endpoint = b.endpoint AND iv.b_ns = b.end_ns
 ),
 per_request AS (
     SELECT request_id, endpoint,

@@ -1,7 +1,8 @@
 -- swing_stats: per level (gpu, host, cluster, role, fleet), entity, window W ∈ {1, 2, 10, 60} s and
 -- series (instant = the 100 ms grid of instantaneous power; avg1s = the driver's 1 s average on
--- the same grid, where the source reports one): the largest max − min inside any W-long window
--- of the day (sliding at 100 ms, exact), the p50/p99 of the swing over the day's aligned
+-- the same grid, where any source of the GPU reports one): the largest max − min inside any W-long
+-- window of the day (GPUs: on their raw samples, sample_interval_ms says at what spacing; other
+-- levels: sliding at 100 ms on the grid, exact, grid_step_ms), the p50/p99 of the swing over the day's aligned
 -- W-long windows, the largest 100 ms ramp (W/s) and how many aligned windows swing more than
 -- 10% / 25% of the entity's provisioned power. Windows with an incomplete slot are excluded.
 --
@@ -10,6 +11,13 @@
 -- window that starts in aligned window w lies inside w and w + 1, so it can beat the best
 -- aligned window only if the pair's joint range does; only those few pairs are re-read at
 -- 100 ms and slid exactly.
+-- GPU rows take max_swing_w from the raw samples, exact over sample times: _native_swings, left by
+-- the asset's polars kernel (pipeline/kernels.py: DuckDB's RANGE windows cost ~200x more). Run
+-- alone in the CLI, the table is empty and every row uses the grid.
+CREATE TEMP TABLE IF NOT EXISTS _native_swings (
+    host VARCHAR, gpu BIGINT, series VARCHAR, window_s BIGINT, max_swing_w DOUBLE, sample_interval_ms DOUBLE
+);
+
 CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
 
 -- GPUs whose power comes from dcgm-exporter through Prometheus (source 'dcgm'): rows a sampling
@@ -165,8 +173,8 @@ SELECT
     n.entity_name AS entity,
     s.m AS window_s,
     n.series,
-    greatest(a.best, sl.best)::FLOAT AS max_swing_w,
-    (100 * greatest(a.best, sl.best) / n.provisioned_w)::FLOAT AS max_swing_pct,
+    coalesce(ns.max_swing_w, greatest(a.best, sl.best))::FLOAT AS max_swing_w,
+    (100 * coalesce(ns.max_swing_w, greatest(a.best, sl.best)) / n.provisioned_w)::FLOAT AS max_swing_pct,
     s.p50_swing_w::FLOAT AS p50_swing_w,
     s.p99_swing_w::FLOAT AS p99_swing_w,
     (r.best / 0.1)::FLOAT AS max_ramp_w_per_s,
@@ -174,12 +182,16 @@ SELECT
     s.windows_over_25pct,
     n.provisioned_w,
     s.windows_complete,
-    s.windows_incomplete
+    s.windows_incomplete,
+    100 AS grid_step_ms,
+    ns.sample_interval_ms::FLOAT AS sample_interval_ms
 FROM stats AS s
 JOIN named AS n USING (k)
 LEFT JOIN _aligned AS a USING (k, m)
 LEFT JOIN _sliding AS sl USING (k, m)
 LEFT JOIN ramps AS r USING (k)
 LEFT JOIN _coarse AS c ON n.level = 'gpu' AND c.entity = n.entity AND c.gpu = n.gpu
+LEFT JOIN _native_swings AS ns
+    ON n.level = 'gpu' AND ns.host = n.entity AND ns.gpu = n.gpu AND ns.series = n.series AND ns.window_s = s.m
 WHERE c.step_s IS NULL OR s.m >= 2 * c.step_s
 ORDER BY n.level, entity, window_s, n.series

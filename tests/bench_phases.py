@@ -72,7 +72,7 @@ def main() -> None:
         t = time.perf_counter()
         n = write_day(data_dir, hours)
         print(f"wrote {ENDPOINTS}x{GPUS} GPUs x {hours:g} h at 10 Hz, {n} requests in {time.perf_counter() - t:.1f} s", flush=True)
-    for asset in ("phase_timeline", "phase_segments", "request_energy", "energy_per_token"):
+    for asset in ("energy_curve", "phase_timeline", "phase_intervals", "phase_segments", "request_energy", "energy_per_token"):
         t, c = time.perf_counter(), time.process_time()
         outcome = run_day(data_dir, DAY.isoformat(), selection=[asset])
         print(f"{asset}: {time.perf_counter() - t:.1f} s wall, {time.process_time() - c:.1f} s CPU, ok={outcome.success} {outcome.error or ''} "

@@ -1,4 +1,8 @@
-"""Phase tables on a constructed endpoint: exact boundaries, energies and J/token."""
+"""Phase tables on a constructed endpoint: exact boundaries, energies and J/token.
+
+The 100 ms phase_timeline keeps its grid labels (any overlap); phase_segments (source requests),
+request_energy and energy_per_token work in event time on the energy curve and are checked against
+the independent reference of tests/phase_reference.py (piecewise-linear power between the samples)."""
 
 import duckdb
 import numpy as np
@@ -9,7 +13,8 @@ from collectors.parquet_sink import write_dataset
 
 from pipeline.runner import run_day
 from tests.builders import DAY, power_table
-from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, T0, endpoint_inventory, requests_table, write_known_endpoint
+from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, REQUESTS_S, SECONDS, T0, endpoint_inventory, requests_table, slot_labels, write_known_endpoint
+from tests.phase_reference import Request, attribute, interval_energy_j
 from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
@@ -54,18 +59,33 @@ def test_timeline_counts_and_labels(built):
     assert by_slot[308] == (0, 2, "decode", False)
 
 
+def _reference():
+    """The independent reference (tests/phase_reference.py) on the fixture: each GPU's samples are
+    mid-slot (x.x5 s), power piecewise linear between them."""
+    t = T0 + np.arange(SECONDS * 10, dtype=np.int64) * 100_000_000 + 50_000_000
+    power = write_known_power_levels()
+    reqs = [Request(rid, T0 + round((30.5 if rid == "E" else ps) * 1e9), T0 + round(ft * 1e9), T0 + round(end * 1e9), pt, ot)
+            for rid, (_, ps, ft, end, pt, ot) in REQUESTS_S.items()]
+    energy = lambda a, b: 2 * interval_energy_j(t, power, a, b)  # noqa: E731 (two identical GPUs)
+    charged, totals = attribute(reqs, energy, int(t[0]), int(t[-1]))
+    return t, power, energy, charged, totals
+
+
 def test_segments_exact_boundaries_and_power(built):
     con, _, _ = built
+    t, power, energy, _, _ = _reference()
     segs = con.execute(
-        """SELECT strftime(start_ts, '%S.%g'), strftime(end_ts, '%S.%g'), phase, mean_w, peak_w, energy_j, above_tdp
+        """SELECT epoch_ns(start_ts), epoch_ns(end_ts), phase, mean_w, peak_w, energy_j, above_tdp
            FROM phase_segments WHERE source = 'requests' AND gpu = 0 AND phase = 'prefill' ORDER BY start_ts"""
     ).fetchall()
-    assert segs == [
-        ("10.000", "10.500", "prefill", P_PRE, P_PRE, pytest.approx(P_PRE * 0.5), True),
-        ("12.000", "12.200", "prefill", P_PRE, P_PRE, pytest.approx(P_PRE * 0.2), True),
-        ("20.000", "20.400", "prefill", P_PRE, P_PRE, pytest.approx(P_PRE * 0.4), True),
-        ("30.000", "30.800", "prefill", P_PRE, P_PRE, pytest.approx(P_PRE * 0.8), True),
-    ]
+    # event time: the prefills' own boundaries (C's are off the 100 ms grid; D's and E's prefills touch: one run)
+    bounds = [(10.0, 10.5), (12.0, 12.2), (20.05, 20.35), (30.0, 30.8)]
+    assert [((a - T0) / 1e9, (b - T0) / 1e9) for a, b, *_ in segs] == [pytest.approx(x, abs=1e-9) for x in bounds]
+    for a, b, phase, mean_w, peak_w, e, above in segs:
+        ref = energy(a, b) / 2
+        assert (phase, peak_w, above) == ("prefill", P_PRE, True)
+        assert e == pytest.approx(ref, rel=1e-6)
+        assert mean_w == pytest.approx(ref / ((b - a) / 1e9), rel=1e-6)
     toks = con.execute(
         "SELECT sum(prompt_tokens), sum(output_tokens) FROM phase_segments WHERE source = 'requests' AND gpu = 0"
     ).fetchone()
@@ -74,39 +94,29 @@ def test_segments_exact_boundaries_and_power(built):
 
 def test_request_energy_exact(built):
     con, _, _ = built
+    *_, charged, _ = _reference()
     got = {r[0]: r[1:] for r in con.execute(
         "SELECT request_id, prefill_j, decode_j, total_j, j_per_prompt_token, j_per_output_token, prefill_start_estimated FROM request_energy"
     ).fetchall()}
-    g = 2 * 0.1  # two GPUs, 100 ms slots: joules per slot = g × W
-    shared = 10 * g * P_DEC2  # 12.2–13.2: A and B decode together, split 25 : 50 tokens/s
-    a_dec = 28 * g * P_DEC + shared / 3
-    b_dec = shared * 2 / 3
-    d_rate, e_rate = 20 / 0.5, 30 / 0.7  # 308, 309: D and E decode together
-    both = 2 * g * P_DEC2
-    d_dec = both * d_rate / (d_rate + e_rate)
-    e_dec = both - d_dec + 5 * g * P_DEC
-    expected = {
-        "A": (5 * g * P_PRE, a_dec, 500, 100, False),
-        "B": (2 * g * P_PRE, b_dec, 200, 50, False),
-        "C": (4 * g * P_PRE, 10 * g * P_DEC, 300, 10, False),
-        "D": (5 * g * P_PRE, d_dec, 100, 20, False),
-        "E": (3 * g * P_PRE, e_dec, 60, 30, True),
-    }
-    assert set(got) == set(expected)
-    for rid, (pre, dec, pt, ot, est) in expected.items():
+    tokens = {rid: (v[4], v[5]) for rid, v in REQUESTS_S.items()}
+    assert set(got) == set(charged)
+    for rid, (pre, dec) in charged.items():
+        pt, ot = tokens[rid]
         assert got[rid] == (
-            pytest.approx(pre, rel=1e-9), pytest.approx(dec, rel=1e-9), pytest.approx(pre + dec, rel=1e-9),
-            pytest.approx(pre / pt, rel=1e-9), pytest.approx(dec / ot, rel=1e-9), est,
+            pytest.approx(pre, rel=1e-6), pytest.approx(dec, rel=1e-6), pytest.approx(pre + dec, rel=1e-6),
+            pytest.approx(pre / pt, rel=1e-6), pytest.approx(dec / ot, rel=1e-6), rid == "E",
         ), rid
-    assert got["A"][3] == pytest.approx(1.6)  # 800 W × 2 GPUs × 0.5 s / 500 tokens
+    # A's prefill [10.0, 10.5) on both GPUs: 800 W between its samples (10.05 … 10.45 s), ramps from
+    # 450 W (half way from the idle 100 W at 9.95 s) and down to 550 W (half way to the decode 300 W at 10.55 s)
+    assert got["A"][0] == pytest.approx(2 * ((450 + 800) / 2 * 0.05 + 800 * 0.4 + (800 + 550) / 2 * 0.05))
 
 
 def test_conservation_and_checks(built):
-    con, outcome, power = built
-    measured = 2 * 0.1 * power.sum()
+    con, outcome, _ = built
+    t, power, energy, _, totals = _reference()
+    measured = energy(int(t[0]), int(t[-1]))
     attributed = con.execute("SELECT sum(total_j) FROM request_energy").fetchone()[0]
-    idle = 2 * 0.1 * P_IDLE * (power == P_IDLE).sum()
-    assert attributed + idle == pytest.approx(measured, rel=1e-9)
+    assert attributed + totals["idle"][1] == pytest.approx(measured, rel=1e-9)
     failed = {(c.asset, c.check) for c in outcome.failed_checks}
     assert ("request_energy", "energy_conservation") not in failed
     assert ("phase_timeline", "clock_skew") not in failed
@@ -122,27 +132,26 @@ def test_power_only_segmentation_matches_on_clean_signal(built):
 
 
 def test_energy_per_token_all_and_buckets(built):
-    con, _, power = built
+    con, _, _ = built
+    t, power, energy, charged, totals = _reference()
     row = con.execute(
         """SELECT j_per_prompt_token, j_per_output_token, j_per_request, prefill_mean_w, decode_mean_w,
                   prefill_time_share, prefill_energy_share, tdp_exceedances, requests, idle_j, energy_j
            FROM energy_per_token WHERE bucket_kind = 'all'"""
     ).fetchone()
-    g = 2 * 0.1
-    pre_slots = 5 + 2 + 4 + 5 + 3
-    dec = power[(power == P_DEC) | (power == P_DEC2)]
-    dec_j = g * dec.sum()
-    assert row[0] == pytest.approx(pre_slots * g * P_PRE / 1160)
-    assert row[1] == pytest.approx(dec_j / 210)
-    assert row[2] == pytest.approx((pre_slots * g * P_PRE + dec_j) / 5)
-    assert row[3:5] == (pytest.approx(P_PRE), pytest.approx(dec.mean()))
-    assert row[5] == pytest.approx(pre_slots / (pre_slots + len(dec)))
-    assert row[6] == pytest.approx(pre_slots * P_PRE / (pre_slots * P_PRE + dec.sum()))
-    # 4 prefill segments above the 700 W TDP on each of 2 GPUs, over 2 GPU × 60 s.
-    assert row[7] == pytest.approx(8 / (2 * 60 / 3600))
+    (pre_s, pre_j), (dec_s, dec_j), (_, idle_j) = totals["prefill"], totals["decode"], totals["idle"]
+    assert row[0] == pytest.approx(pre_j / 1160, rel=1e-6)
+    assert row[1] == pytest.approx(dec_j / 210, rel=1e-6)
+    assert row[2] == pytest.approx((pre_j + dec_j) / 5, rel=1e-6)
+    assert row[3:5] == (pytest.approx(pre_j / 2 / pre_s, rel=1e-6), pytest.approx(dec_j / 2 / dec_s, rel=1e-6))
+    assert pre_s == pytest.approx(0.5 + 0.2 + 0.3 + 0.8)
+    assert row[5] == pytest.approx(pre_s / (pre_s + dec_s), rel=1e-6)
+    assert row[6] == pytest.approx(pre_j / (pre_j + dec_j), rel=1e-6)
+    # 4 prefill segments above the 700 W TDP on each of 2 GPUs, over the 2 GPUs' span (0.05 s … 59.95 s).
+    assert row[7] == pytest.approx(8 / (2 * 59.9 / 3600), rel=1e-6)
     assert row[8] == 5
-    assert row[9] == pytest.approx(g * P_IDLE * (power == P_IDLE).sum())
-    assert row[10] == pytest.approx(g * power.sum())
+    assert row[9] == pytest.approx(idle_j, rel=1e-6)
+    assert row[10] == pytest.approx(energy(int(t[0]), int(t[-1])), rel=1e-9)
     kinds = dict(con.execute(
         "SELECT bucket_kind, sum(requests) FROM energy_per_token GROUP BY ALL"
     ).fetchall())
@@ -151,6 +160,11 @@ def test_energy_per_token_all_and_buckets(built):
     assert con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'gpu_model'").fetchall() == [("H200",)]
     # Slot-level batch buckets: slots with 1 request and with 2 (A+B, D+E) exist.
     assert {b for (b,) in con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'batch_size'").fetchall()} == {"1", "2"}
+
+
+def write_known_power_levels():
+    n_pre, n_dec = slot_labels()
+    return np.where(n_pre > 0, P_PRE, np.where(n_dec > 1, P_DEC2, np.where(n_dec > 0, P_DEC, P_IDLE)))
 
 
 def test_request_without_first_token_counts_as_prefill(tmp_path):
@@ -163,11 +177,13 @@ def test_request_without_first_token_counts_as_prefill(tmp_path):
     write_dataset(power_table("infer-0", 0, np.array(t), np.array(power)), d, "power", prefix="p")
     reqs = requests_table(rows)
     write_dataset(reqs, d, "requests", prefix="r")
-    outcome = run_day(d, DATE, selection=["power_1s", "power_100ms", "phase_timeline", "request_energy"])
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "request_energy"])
     assert outcome.success, outcome.error
     con = duckdb.connect()
     con.register("t", table(d, "phase_timeline"))
     con.register("r", table(d, "request_energy"))
     assert con.execute("SELECT count(*) FROM t WHERE phase = 'prefill'").fetchone()[0] == 10
-    assert con.execute("SELECT prefill_j, decode_j, j_per_output_token FROM r").fetchone() == (pytest.approx(10 * 0.1 * P_PRE), 0.0, None)
+    ref = interval_energy_j(np.array(t), np.array(power), T0 + 5 * 10**9, T0 + 6 * 10**9)  # 4.95 → 6.05 s ramps at both ends
+    assert ref == pytest.approx(0.9 * P_PRE + 2 * 0.05 * (P_PRE + (P_PRE + P_IDLE) / 2) / 2)  # 782.5 J
+    assert con.execute("SELECT prefill_j, decode_j, j_per_output_token FROM r").fetchone() == (pytest.approx(ref, rel=1e-9), 0.0, None)
 

@@ -13,7 +13,7 @@ from tests.phase_engine import engine_agreement
 from tests.phase_real import write_a100_smoke, write_engine_run, write_h200_capture
 from pipeline.warehouse import read_day
 
-ASSETS = ["power_1s", "power_100ms", "phase_timeline", "phase_segments", "request_energy"]
+ASSETS = ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "phase_segments", "request_energy"]
 
 
 def _run(data_dir, date, assets=ASSETS):
@@ -86,7 +86,7 @@ def test_a100_smoke_prefill_time_draws_more_than_decode(tmp_path, run):
 def test_power_only_segmentation_against_engine_counters(tmp_path, name, tdp_w, model, min_precision, min_token_recall):
     d = tmp_path / "data"
     date, engine = write_engine_run(d, name, tdp_w, model)
-    con, _ = _run(d, date, ["power_1s", "power_100ms", "phase_timeline", "phase_segments"])
+    con, _ = _run(d, date, ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "phase_segments"])
     timeline = con.sql("SELECT ts, power_phase FROM phase_timeline").pl()
     got = engine_agreement(timeline, engine)
     assert got["precision"] >= min_precision and got["token_recall"] >= min_token_recall, got

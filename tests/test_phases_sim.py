@@ -15,8 +15,8 @@ from pipeline.warehouse import read_day
 
 DAY = dt.date(2026, 11, 30)
 DATE = DAY.isoformat()
-PHASE_ASSETS = ["phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
-ASSETS = ["power_1s", "power_100ms", *PHASE_ASSETS]
+PHASE_ASSETS = ["phase_timeline", "phase_intervals", "phase_segments", "request_energy", "energy_per_token"]
+ASSETS = ["power_1s", "energy_curve", "power_100ms", *PHASE_ASSETS]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from tests.builders import DAY, power_table, square_wave, two_host_inventory
 from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
-ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats"]
+ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats"]
 
 
 def _con(data_dir, *tables):

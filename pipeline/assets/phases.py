@@ -1,10 +1,12 @@
-"""Inference phases on the 100 ms grid: `phase_timeline` (per endpoint GPU and slot) and
-`phase_segments` (runs of one label, from the request log and from power alone)."""
+"""Inference phases: `phase_intervals` (the exact timeline, in event time: intervals between
+consecutive request events), `phase_segments` (runs of one label, from the request log in event
+time and from power alone) and `phase_timeline` (the 100 ms grid: charts, the power-only labels,
+the clock-skew check)."""
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
-from pipeline.assetkit import statements
+from pipeline.assetkit import materialize, statements
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.phases import checks
 from pipeline.resources import WarehouseResource
@@ -57,9 +59,64 @@ def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource)
     )
 
 
+PREFILL_RESOLVABLE_MS = 100.0
+"""Power-only prefill detection needs samples at least this close: continuous-batching prefills
+last tens to hundreds of ms (h200-capture-4: median 90 ms)."""
+
+POWER_RESOLUTION_SQL = """
+SELECT g.endpoint, c.source, bool_or(c.is_average) AS is_average,
+       median(c.next_t_ns - c.t_ns) / 1e6 AS sample_interval_ms
+FROM energy_curve AS c JOIN inventory_gpus AS g USING (host, gpu)
+WHERE c.date = getvariable('partition_date') AND g.endpoint IS NOT NULL
+GROUP BY ALL ORDER BY 1, 2
+"""
+
+
+def power_resolution(con) -> dict:
+    """Per endpoint and power source: the samples' spacing and whether power alone can resolve
+    prefills there (a 1 s average cannot: say so rather than guess)."""
+    out: dict = {}
+    for endpoint, source, is_average, interval_ms in con.execute(POWER_RESOLUTION_SQL).fetchall():
+        if is_average:
+            verdict = "prefills cannot be resolved: the source is a 1 s average"
+        elif interval_ms is None or interval_ms > PREFILL_RESOLVABLE_MS:
+            verdict = f"prefills shorter than ~{interval_ms or 0:.0f} ms cannot be resolved"
+        else:
+            verdict = "resolves prefills of a few samples"
+        out.setdefault(endpoint, {})[source] = {"sample_interval_ms": None if interval_ms is None else round(interval_ms, 1), "power_only": verdict}
+    return out
+
+
 @asset(
     partitions_def=day_cluster_partitions,
-    deps=[phase_timeline],
+    deps=["energy_curve", "requests"],
+    group_name="phases",
+    kinds={"duckdb", "parquet"},
+)
+def phase_intervals(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
+    """Per logged endpoint: the elementary intervals between consecutive request events with their
+    label (prefill / decode / idle), requests and tokens in each, and their energy (J, all GPUs,
+    from energy_curve). The exact timeline request_energy and phase_segments use."""
+    return materialize(context, warehouse, "phase_intervals", headline=_intervals_headline)
+
+
+def _intervals_headline(con) -> dict:
+    n, share, prefill_j, busy_j = con.execute(
+        """SELECT count(*),
+                  sum(end_ns - start_ns) FILTER (WHERE phase = 'prefill') / nullif(sum(end_ns - start_ns) FILTER (WHERE phase <> 'idle'), 0),
+                  sum(energy_j) FILTER (WHERE phase = 'prefill'), sum(energy_j) FILTER (WHERE phase <> 'idle')
+           FROM phase_intervals WHERE date = getvariable('partition_date')"""
+    ).fetchone()
+    return {
+        "intervals": n,
+        "prefill_share_of_busy_time": round(float(share or 0.0), 4),
+        "prefill_share_of_busy_energy": round(float((prefill_j or 0.0) / busy_j), 4) if busy_j else 0.0,
+    }
+
+
+@asset(
+    partitions_def=day_cluster_partitions,
+    deps=[phase_timeline, phase_intervals, "energy_curve"],
     group_name="phases",
     kinds={"duckdb", "parquet"},
     check_specs=[c.spec("phase_segments") for c in checks.SEGMENT_CHECKS],
@@ -74,11 +131,13 @@ def phase_segments(context: AssetExecutionContext, warehouse: WarehouseResource)
             """SELECT source || ':' || phase, count(*), round(avg(mean_w), 1), count(*) FILTER (WHERE above_tdp)
                FROM phase_segments WHERE date = getvariable('partition_date') GROUP BY ALL ORDER BY 1"""
         ).fetchall()
+        resolution = power_resolution(con)
         results = [c.run(con) for c in checks.SEGMENT_CHECKS]
     return MaterializeResult(
         metadata={
             "dagster/row_count": rows,
             "segments": MetadataValue.json({k: {"n": n, "mean_w": w, "above_tdp": a} for k, n, w, a in stats}),
+            "power_resolution": MetadataValue.json(resolution),
         },
         check_results=results,
     )

@@ -3,7 +3,7 @@
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
-from pipeline.assets.phases import phase_segments, phase_timeline
+from pipeline.assets.phases import phase_intervals, phase_segments, phase_timeline
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.phases import checks
 from pipeline.resources import WarehouseResource
@@ -12,7 +12,7 @@ from pipeline.scope import Scope
 
 @asset(
     partitions_def=day_cluster_partitions,
-    deps=[phase_timeline],
+    deps=[phase_intervals],
     group_name="phases",
     kinds={"duckdb", "parquet"},
     check_specs=[c.spec("request_energy") for c in checks.ENERGY_CHECKS],
@@ -47,7 +47,7 @@ def request_energy(context: AssetExecutionContext, warehouse: WarehouseResource)
 
 @asset(
     partitions_def=day_cluster_partitions,
-    deps=[request_energy, phase_segments],
+    deps=[request_energy, phase_segments, phase_intervals, phase_timeline],
     group_name="phases",
     kinds={"duckdb", "parquet"},
 )

@@ -3,7 +3,7 @@
 - clock_skew (phase_timeline): request timestamps vs power timestamps, from how the request-based
   prefill indicator lines up with the power trace (cross-correlation over ±5 s).
 - power_segmentation_agreement (phase_segments): power-only vs request-based prefill time.
-- energy_conservation (request_energy): attributed + idle = measured grid energy within 0.5 %.
+- energy_conservation (request_energy): attributed + idle = measured energy (phase_intervals) within 0.5 %.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def conservation_rows(con) -> list[tuple]:
         WITH m AS (
             SELECT endpoint, coalesce(sum(energy_j), 0) AS measured_j,
                    coalesce(sum(energy_j) FILTER (WHERE phase = 'idle'), 0) AS idle_j
-            FROM phase_timeline WHERE date = getvariable('partition_date') AND phase IS NOT NULL GROUP BY ALL
+            FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL
         )
         SELECT m.endpoint, m.measured_j, coalesce(a.attributed_j, 0), m.idle_j
         FROM m LEFT JOIN (SELECT endpoint, sum(total_j) AS attributed_j FROM _charged GROUP BY ALL) AS a USING (endpoint)
@@ -188,5 +188,5 @@ SEGMENT_CHECKS = [
     Check("power_segmentation_agreement", "Power-only prefill detection agrees with the request log (precision ≥ 0.7 and recall ≥ 0.5 of prefill time; median boundary error and energy recall reported).", lambda con: power_segmentation_agreement(con)),
 ]
 ENERGY_CHECKS = [
-    Check("energy_conservation", "Energy charged to requests + idle energy = measured energy (grid) within 0.5 % per endpoint.", lambda con: energy_conservation(con)),
+    Check("energy_conservation", "Energy charged to requests + idle energy = measured energy (phase_intervals, from the energy curve) within 0.5 % per endpoint.", lambda con: energy_conservation(con)),
 ]

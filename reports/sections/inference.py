@@ -103,7 +103,9 @@ def segments(ctx: Ctx, endpoint: str, lo: int, hi: int) -> tuple[list[dict], str
               AND phase IN ('prefill', 'decode') AND {span} ORDER BY start_ts LIMIT 2000"""
     )
     where = f"{p['host']}/{p['gpu']}" if p["host"] is not None else "endpoint"
-    return rows, f"phases of {where} (source: {p['source']})"
+    # requests: boundaries at the logged events' own timestamps (phase_intervals, exact); power: the 100 ms grid
+    how = "exact, at the request events' own timestamps" if p["source"] == "requests" else "power-only, on the 100 ms grid"
+    return rows, f"phases of {where} (source: {p['source']}; {how})"
 
 
 def _bucket_order(bucket) -> float:

@@ -144,6 +144,24 @@ def build(ctx: Ctx) -> Section:
         )
     else:
         s.not_available(r.missing("swing_stats", SWING_COLS) + ": swing statistics of the instantaneous trace")
+    if r.has("swing_stats", (*SWING_COLS, "sample_interval_ms")):
+        gpus = r.rows(
+            f"""SELECT i.entity, i.max_swing_w, i.max_swing_pct, i.sample_interval_ms, a.max_swing_w AS avg1s_w
+                FROM {r.day_relation('swing_stats', ctx.date)} AS i
+                LEFT JOIN {r.day_relation('swing_stats', ctx.date)} AS a
+                  ON a.level = 'gpu' AND a.entity = i.entity AND a.window_s = 2 AND a.series = 'avg1s'
+                WHERE i.level = 'gpu' AND i.window_s = 2 AND i.series = 'instant' AND i.sample_interval_ms IS NOT NULL
+                ORDER BY i.max_swing_pct DESC NULLS LAST, i.entity LIMIT 10"""
+        )
+        if gpus:
+            s.add(
+                Table(
+                    ["GPU", "max 2 s swing (W)", "% of TDP", "sample spacing (ms)", "on the 1 s average (W)"],
+                    [[x["entity"], num(x["max_swing_w"], 0), num(x["max_swing_pct"]), num(x["sample_interval_ms"], 0), num(x["avg1s_w"], 0)] for x in gpus],
+                    "Top 10 GPUs by 2 s swing on their raw samples (swing_stats, level gpu: exact over sample times), beside the same "
+                    "window on the driver's 1 s average where a source reports one: what a 1 s average hides.",
+                )
+            )
     if have_1s:
         s.add(*_events_table(ctx, top_events(ctx, ("cluster", "role")), "Top 10 swing events of clusters and roles (one per entity and minute, largest 2 s change of the 1 s series, % of provisioned)"))
         s.add(*_events_table(ctx, top_events(ctx, ("host",)), "Top 10 swing events of hosts"))

@@ -1,0 +1,116 @@
+"""CPU seconds per GPU-day of the power, swing and phase assets on collector-shaped data: the
+h200-capture-4 collector output (nvml-buffer ~50 Hz + nvml-field 10 Hz with the 1 s average) and
+its 368 continuous-batching requests, replicated back to back over N GPUs and H hours (8 GPUs per
+host, two endpoints of 4 GPUs each), then `wattline run --select ...` timed as a child process
+(CPU of the whole tree, peak RSS), RUNS times; the median is reported.
+
+    python -m bench.event_time --gpus 8 --hours 3 --runs 3 [--before /tmp/old-checkout]
+
+``--before DIR``: also time the same assets with the code of another checkout (PYTHONPATH=DIR),
+e.g. ``git archive main | tar -x -C DIR``. The machine may be shared: CPU seconds, not wall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import yaml
+
+from bench.measure import run_measured
+from collectors.contract import POWER, REQUESTS
+from collectors.parquet_sink import write_dataset
+
+CAPTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "h200-capture-4"
+DATE = "2026-12-03"
+BEFORE_ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats",
+                 "phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
+AFTER_ASSETS = [*BEFORE_ASSETS, "energy_curve", "phase_intervals"]
+BIN = Path(sys.executable).parent
+
+
+def write_data(data_dir: Path, gpus: int, hours: float) -> int:
+    power = pl.read_parquet(str(CAPTURE / "power" / "**" / "*.parquet"), hive_partitioning=False)
+    req = pl.read_csv(CAPTURE / "requests.csv")
+    t0 = int(power["ts"].dt.epoch("ns").min())
+    span = int(power["ts"].dt.epoch("ns").max()) - t0 + 1_000_000_000
+    day0 = int(pl.Series([DATE]).str.to_datetime().dt.replace_time_zone("UTC").dt.epoch("ns")[0])
+    copies = max(1, int(hours * 3600e9 // span))
+    hosts = gpus // 8
+    inv = {"fleets": [{"name": "bench", "clusters": [{"name": "c0", "hosts": [
+        {"name": f"infer-{h}", "role": "inference", "gpus": [{"index": i, "tdp_w": 700, "model": "H200"} for i in range(8)],
+         "endpoints": [{"name": f"ep-{h}-a", "gpus": [0, 1, 2, 3]}, {"name": f"ep-{h}-b", "gpus": [4, 5, 6, 7]}]}
+        for h in range(hosts)]}]}]}
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "inventory.yaml").write_text(yaml.safe_dump(inv, sort_keys=False))
+    rows = 0
+    base = power.with_columns((pl.col("ts").dt.epoch("ns") - t0 + day0 + 3600 * 10**9).alias("t"))
+    for h in range(hosts):
+        for c in range(copies):
+            shifted = base.with_columns((pl.col("t") + c * span).alias("t"))
+            frames = [shifted.with_columns(pl.lit(g, pl.UInt8).alias("gpu"), pl.lit(f"infer-{h}").alias("host")) for g in range(8)]
+            df = pl.concat(frames).with_columns(pl.from_epoch("t", time_unit="ns").dt.replace_time_zone("UTC").alias("ts")).drop("t")
+            table = df.to_arrow()
+            table = pa.table({f.name: (table[f.name] if f.name in table.column_names else pa.nulls(len(table), f.type)) for f in POWER})
+            write_dataset(table.cast(POWER, safe=False), data_dir, "power", prefix=f"h{h}c{c}")
+            rows += len(table)
+        r = []
+        for c in range(copies):
+            off = day0 + 3600 * 10**9 - t0 + c * span
+            for ep in ("a", "b"):
+                r.append(req.select(
+                    (pl.lit(f"{h}{ep}{c}-") + pl.col("request_id").cast(pl.Utf8)).alias("request_id"),
+                    pl.lit(f"ep-{h}-{ep}").alias("endpoint"),
+                    *[(pl.col(f"{k}_ns") + off).alias(f"{k}_ts") for k in ("arrival", "prefill_start", "first_token", "end")],
+                    "prompt_tokens", "output_tokens"))
+        rq = pl.concat(r)
+        ts = pa.timestamp("ns", tz="UTC")
+        write_dataset(pa.table({
+            "request_id": rq["request_id"].to_arrow(), "endpoint": rq["endpoint"].to_arrow(),
+            **{f"{k}_ts": pa.array(rq[f"{k}_ts"].to_numpy()).cast(ts) for k in ("arrival", "prefill_start", "first_token", "end")},
+            "prompt_tokens": rq["prompt_tokens"].cast(pl.Int32).to_arrow(), "output_tokens": rq["output_tokens"].cast(pl.Int32).to_arrow(),
+            "status": pa.array(["ok"] * rq.height),
+        }).select(REQUESTS.names).cast(REQUESTS), data_dir, "requests", prefix=f"r{h}")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--hours", type=float, default=3.0)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/wattline-bench-event-time"))
+    ap.add_argument("--before", type=Path, default=None)
+    args = ap.parse_args()
+    data_dir = args.work / f"gpus-{args.gpus}-h{args.hours:g}"
+    if not (data_dir / "power").exists():
+        print(f"wrote {write_data(data_dir, args.gpus, args.hours)} power rows", flush=True)
+    gpu_days = args.gpus * args.hours / 24
+    out = {"gpus": args.gpus, "hours": args.hours, "gpu_days": gpu_days, "load_avg_start": os.getloadavg()}
+    contenders = [("after", AFTER_ASSETS, {})]
+    if args.before:
+        contenders.insert(0, ("before", BEFORE_ASSETS, {"PYTHONPATH": str(args.before)}))
+    for name, assets, env in contenders:
+        runs = []
+        for _ in range(args.runs):
+            m = run_measured(name, [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir), "--timings",
+                                    "--select", ",".join(assets)], env={"WATTLINE_DUCKDB_THREADS": "1", **env})
+            assert m.returncode == 0, m.stdout
+            runs.append(m)
+            print(name, f"cpu {m.cpu_s:.1f} s, wall {m.wall_s:.1f} s, rss {m.peak_rss_mb:.0f} MB", flush=True)
+            print(m.stdout, flush=True)
+        out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in runs), "cpu_s": [r.cpu_s for r in runs],
+                     "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in runs) / gpu_days,
+                     "peak_rss_mb": max(r.peak_rss_mb for r in runs), "last_stdout": runs[-1].stdout}
+    out["load_avg_end"] = os.getloadavg()
+    print(json.dumps({k: v for k, v in out.items()}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

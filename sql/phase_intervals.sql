@@ -1,0 +1,96 @@
+-- phase_intervals: the exact phase timeline of every endpoint with a request log, in event time.
+-- An endpoint's day is cut at every request event (prefill start, first token, end; and at each
+-- whole UTC hour, for the hour buckets) between the first and the last sample of its GPUs; each
+-- elementary interval [start, end) carries the requests in prefill / decode in it, its label by the
+-- rule of docs/phases.md (prefill if any request is in prefill, else decode if any is in decode,
+-- else idle), the endpoint's tokens processed in it (each request's tokens spread evenly over its
+-- phase interval) and its energy, summed over the endpoint's GPUs, from energy_curve (E(end) −
+-- E(start), exact for piecewise-linear power).
+-- The sweep is a running sum over the events (+1 / −1 and ± token rate at each interval's ends):
+-- linear in requests, no grid. Everything is in integer ns; *_ts columns are the same at µs.
+
+CREATE OR REPLACE TEMP TABLE _pi_gpus AS
+SELECT endpoint, host, gpu FROM inventory_gpus WHERE endpoint IS NOT NULL;
+
+-- each logged endpoint's span: first to last sample of its GPUs this day
+CREATE OR REPLACE TEMP TABLE _pi_span AS
+SELECT g.endpoint, min(c.t_ns) AS lo, max(c.t_ns) AS hi, count(DISTINCT (c.host, c.gpu)) AS gpus
+FROM energy_curve AS c JOIN _pi_gpus AS g USING (host, gpu)
+WHERE c.date = getvariable('partition_date')
+  AND g.endpoint IN (SELECT endpoint FROM request_phases)
+GROUP BY g.endpoint;
+
+-- the day's request phase intervals clipped to the span (a request of the day before still running
+-- at midnight keeps its rate, so it gets this day's share)
+CREATE OR REPLACE TEMP TABLE _pi_requests AS
+SELECT iv.request_id, iv.endpoint, iv.phase = 'prefill' AS pre, iv.rate, iv.estimated,
+       greatest(iv.a_ns, s.lo) AS a_ns, least(iv.b_ns, s.hi) AS b_ns
+FROM request_intervals AS iv JOIN _pi_span AS s USING (endpoint)
+WHERE least(iv.b_ns, s.hi) > greatest(iv.a_ns, s.lo);
+
+CREATE OR REPLACE TEMP TABLE _pi AS
+WITH ev AS (
+    SELECT endpoint, a_ns AS t, CASE WHEN pre THEN 1 ELSE 0 END AS dn_pre, CASE WHEN pre THEN 0 ELSE 1 END AS dn_dec,
+           estimated::INT AS dest, CASE WHEN pre THEN rate ELSE 0 END AS dr_pre, CASE WHEN pre THEN 0 ELSE rate END AS dr_dec
+    FROM _pi_requests
+    UNION ALL
+    SELECT endpoint, b_ns, CASE WHEN pre THEN -1 ELSE 0 END, CASE WHEN pre THEN 0 ELSE -1 END,
+           -estimated::INT, CASE WHEN pre THEN -rate ELSE 0 END, CASE WHEN pre THEN 0 ELSE -rate END
+    FROM _pi_requests
+    UNION ALL  -- the span's ends and the whole hours inside it
+    SELECT endpoint, unnest(list_distinct([lo, hi] || range((lo // 3600000000000 + 1) * 3600000000000, hi, 3600000000000))),
+           0, 0, 0, 0.0, 0.0
+    FROM _pi_span
+),
+at_t AS (
+    SELECT endpoint, t, sum(dn_pre) AS dn_pre, sum(dn_dec) AS dn_dec, sum(dest) AS dest,
+           sum(dr_pre) AS dr_pre, sum(dr_dec) AS dr_dec
+    FROM ev GROUP BY endpoint, t
+),
+state AS (
+    SELECT endpoint, t AS start_ns, lead(t) OVER w AS end_ns,
+           sum(dn_pre) OVER c AS n_prefill, sum(dn_dec) OVER c AS n_decode, sum(dest) OVER c AS n_estimated,
+           sum(dr_pre) OVER c AS rate_pre, sum(dr_dec) OVER c AS rate_dec
+    FROM at_t
+    WINDOW w AS (PARTITION BY endpoint ORDER BY t), c AS (w ROWS UNBOUNDED PRECEDING)
+)
+SELECT endpoint, start_ns, end_ns, n_prefill::INTEGER AS n_prefill, n_decode::INTEGER AS n_decode,
+       n_estimated > 0 AS prefill_estimated,
+       CASE WHEN n_prefill > 0 THEN rate_pre ELSE 0 END AS rate_pre,  -- token rates (tokens per ns); exact 0 when nobody is in the phase
+       CASE WHEN n_decode > 0 THEN rate_dec ELSE 0 END AS rate_dec,
+       CASE WHEN n_prefill > 0 THEN 'prefill' WHEN n_decode > 0 THEN 'decode' ELSE 'idle' END AS phase
+FROM state WHERE end_ns IS NOT NULL;
+
+-- the endpoint's cumulative energy (all its GPUs) at every interval boundary
+CREATE OR REPLACE TEMP TABLE _pi_energy AS
+WITH t AS (
+    SELECT DISTINCT p.endpoint, g.host, g.gpu, x.t
+    FROM _pi AS p JOIN _pi_gpus AS g USING (endpoint), LATERAL (SELECT unnest([p.start_ns, p.end_ns]) AS t) AS x
+)
+SELECT t.endpoint, t.t, sum(coalesce(curve_energy_at(c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w, t.t), 0)) AS e_j
+FROM t ASOF LEFT JOIN (SELECT * FROM energy_curve WHERE date = getvariable('partition_date')) AS c
+    ON c.host = t.host AND c.gpu = t.gpu AND c.t_ns <= t.t
+GROUP BY t.endpoint, t.t;
+
+SELECT
+    getvariable('partition_date') AS date,
+    p.endpoint,
+    make_timestamptz(p.start_ns // 1000) AS start_ts,
+    make_timestamptz(p.end_ns // 1000) AS end_ts,
+    p.start_ns,
+    p.end_ns,
+    p.phase,
+    p.n_prefill,
+    p.n_decode,
+    p.prefill_estimated,
+    p.rate_pre * (p.end_ns - p.start_ns) AS prompt_tokens,
+    p.rate_dec * (p.end_ns - p.start_ns) AS output_tokens,
+    b.e_j - a.e_j AS energy_j,
+    s.gpus,
+    p.rate_pre * 1e9 AS prompt_tokens_per_s,
+    p.rate_dec * 1e9 AS output_tokens_per_s
+FROM _pi AS p
+JOIN _pi_span AS s USING (endpoint)
+JOIN _pi_energy AS a ON a.endpoint = p.endpoint AND a.t = p.start_ns
+JOIN _pi_energy AS b ON b.endpoint = p.endpoint AND b.t = p.end_ns
+ORDER BY p.endpoint, p.start_ns
