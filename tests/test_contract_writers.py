@@ -214,3 +214,31 @@ def test_wattline_check_usage_errors(tmp_path):
     r = invoke("check", str(loose), "--dataset", "requests")
     assert r.exit_code == 1 and "missing column 'request_id'" in r.output
     assert invoke("check", str(loose), "--dataset", "bogus").exit_code == 2
+
+
+def test_on_an_s3_data_dir_the_converted_file_and_its_original_are_in_the_bucket(s3, tmp_path, monkeypatch):
+    """The rewrite is what every machine reads: the converted object replaces the file in the
+    bucket, the original is uploaded under quarantine/files/, the log row names both by URL."""
+    from collectors.storage import DataRoot
+
+    monkeypatch.setenv("WATTLINE_WORK_DIR", str(tmp_path / "work"))
+    monkeypatch.setenv("WATTLINE_DUCKDB_THREADS", "1")
+    local = tmp_path / "local"
+    two_host_inventory(local)
+    key = f"power/date={DATE}/host=infer-0/infer-0-0-pandas.parquet"
+    t_ns, p = square_wave(SECONDS, 4.0, 200.0, 200.0)
+    (local / key).parent.mkdir(parents=True)
+    write_pandas(local / key, "infer-0", 0, t_ns, p)
+    original = (local / key).read_bytes()
+    root = DataRoot.open(s3.url("data"))
+    root.upload(local / "inventory.yaml", "inventory.yaml")
+    root.upload(local / key, key)
+    outcome = run_day(root.url, DATE, selection=["power_1s"], workers=1, fleet_day=False)
+    assert outcome.success, outcome.error
+    [entry] = outcome.converted
+    assert entry["path"] == root.location(key) and entry["quarantined_path"] == root.location(f"quarantine/files/{key}")
+    assert s3.get(f"data/quarantine/files/{key}") == original
+    assert pq.read_table(pa.BufferReader(s3.get(f"data/{key}"))).schema.remove_metadata() == POWER.remove_metadata()
+    assert {c.check for c in outcome.failed_checks} >= {"naive_timestamps_read_as_utc", "files_accepted_with_casts"}
+    [part] = [k for k in s3.keys("data/derived/power_1s/") if k.endswith(".parquet")]
+    assert pq.read_table(pa.BufferReader(s3.get(part))).num_rows == SECONDS  # one GPU, every second
