@@ -159,43 +159,41 @@ def usable_files(data_dir: Path, dataset: str, date: str) -> list[Path]:
 
 
 def _convert(data_dir: Path, dataset: str, date: str, files: dict[Path, Conversion]) -> dict[Path, tuple[str, str]]:
-    """Rewrite each file in the contract's types, its original kept in quarantine and a
-    ``converted`` row logged; returns {path: (kind, reason)} of those that failed to convert.
+    """Rewrite each file in the contract's types (one at a time: a day may hold many), its
+    original kept in quarantine and a ``converted`` row logged; returns {path: (kind, reason)}
+    of those that failed to convert after all (values are checked by the verdict already).
 
     Order for a crash: log, keep a copy of the original, then rename the rewrite over the file;
-    a crash leaves the original in place (converted again next run, a second copy kept)."""
+    a crash leaves the original in place (converted again next run, a second copy kept). A
+    logged row whose original copy was never made is not listed (``entries`` lists present copies)."""
     from pipeline.remote import root_for
 
     root = root_for(data_dir)
-    failed, done = {}, {}
-    for path, verdict in sorted(files.items()):
+    now = dt.datetime.now(dt.timezone.utc)
+    keep = {path: _destination(data_dir, path, root) for path in sorted(files)}
+    name = (lambda p: root.location(_key(data_dir, p))) if root else str  # noqa: E731
+    rows = [
+        dict(dataset=dataset, date=date, path=name(p), quarantined_path=name(dest), kind="converted",
+             reason="accepted with casts: " + "; ".join(files[p].notes()), bytes=p.stat().st_size, at=now)
+        for p, dest in keep.items()
+    ]
+    log = write_parquet_atomic(pa.Table.from_pylist(rows, schema=LOG_SCHEMA), log_dir(data_dir) / f"{date}-{dataset}-{uuid.uuid4().hex[:12]}.parquet")
+    if root is not None:
+        root.upload(log, _key(data_dir, log))
+    failed = {}
+    for path, dest in keep.items():
         try:
             table, _ = read_converted(path, DATASETS[dataset].schema)
         except (SchemaError, OSError, pa.ArrowException) as exc:
             failed[path] = ("schema", " ".join(str(exc).removeprefix(f"{path}: ").split()))
             continue
-        done[path] = (table, "accepted with casts: " + "; ".join(verdict.notes()))
-    if not done:
-        return failed
-    now = dt.datetime.now(dt.timezone.utc)
-    keep = {path: _destination(data_dir, path, root) for path in done}
-    name = (lambda p: root.location(_key(data_dir, p))) if root else str  # noqa: E731
-    rows = [
-        dict(dataset=dataset, date=date, path=name(p), quarantined_path=name(keep[p]), kind="converted",
-             reason=reason, bytes=p.stat().st_size, at=now)
-        for p, (_, reason) in done.items()
-    ]
-    log = write_parquet_atomic(pa.Table.from_pylist(rows, schema=LOG_SCHEMA), log_dir(data_dir) / f"{date}-{dataset}-{uuid.uuid4().hex[:12]}.parquet")
-    if root is not None:
-        root.upload(log, _key(data_dir, log))
-    for path, (table, _) in done.items():
-        dest = keep[path]
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest)
         with open(dest, "rb") as fh:
             os.fsync(fh.fileno())
         fsync_dir(dest.parent)
         write_parquet_atomic(table, path)
+        del table
         if root is not None:
             root.upload(dest, _key(data_dir, dest))
             root.upload(path, _key(data_dir, path))
