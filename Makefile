@@ -4,6 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# Debian packages the tests need: Chromium drives the browser tests (Playwright never downloads
+# a browser), Prometheus is the real server the metrics tests scrape. `make test` installs them
+# when missing (.ci/system-deps); `make test-fast` installs nothing.
+TEST_PACKAGES := chromium prometheus
+
 .PHONY: demo test test-fast ui bench clean
 
 $(STAMP): pyproject.toml
@@ -16,6 +21,7 @@ demo: $(STAMP)
 	$(BIN)/wattline demo
 
 test: $(STAMP)
+	.ci/system-deps $(TEST_PACKAGES)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)

@@ -239,7 +239,8 @@ def main() -> None:
         print(json.dumps(res, indent=1))
         return
     if a.analyze:
-        edges = [(r["edge"], int(r["wall_ns"])) for r in csv.DictReader(open(a.analyze[1]))]
+        with open(a.analyze[1]) as fh:
+            edges = [(r["edge"], int(r["wall_ns"])) for r in csv.DictReader(fh)]
         print(json.dumps(analyze(Path(a.analyze[0]), edges, a.gpu), indent=1))
         return
 

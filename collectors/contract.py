@@ -1,16 +1,21 @@
 """The data contract: pyarrow schemas of the raw datasets, enforced wherever a file is written or read.
 
-Every writer (NVML collector, importers, simulator) goes through :func:`conform`, and the
-pipeline checks each file it reads with :func:`check_file_schema`, so a file that drifted
-from the contract is named and rejected instead of silently mis-read.
+Every writer of this project (NVML collector, importers, simulator) goes through :func:`conform`,
+which is strict. Files written by other tools are judged by :func:`inspect_file` (the pipeline's
+quarantine and ``wattline check`` share it): what converts without loss of meaning (another
+timestamp unit, a naive timestamp read as UTC, a wider number whose values all fit, an absent
+nullable column, an extra column) is accepted and converted by :func:`convert`; genuine drift is
+named and rejected instead of silently mis-read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from collectors.names import inside_key
@@ -125,7 +130,7 @@ def _same_type(actual: pa.DataType, expected: pa.DataType) -> bool:
         )
     if pa.types.is_timestamp(expected):
         # Any unit: conform() converts it, and readers (DuckDB) take ns and µs files side by side.
-        return pa.types.is_timestamp(actual) and actual.tz in ("UTC", "+00:00", "Etc/UTC")
+        return pa.types.is_timestamp(actual) and actual.tz in UTC_NAMES
     return actual == expected
 
 
@@ -177,6 +182,158 @@ def check_file_schema(path: Path | str, schema: pa.Schema) -> None:
     problems = schema_problems(actual, schema)
     if problems:
         raise SchemaError(f"{path}: " + "; ".join(problems))
+
+
+UTC_NAMES = ("UTC", "+00:00", "Etc/UTC")
+FLOAT32_EXACT_INT = 2**24
+"""Integers up to this magnitude are exact in float32 (a larger one would lose digits)."""
+
+
+@dataclass
+class Conversion:
+    """What reading one file under the contract takes: nothing (exact), lossless conversions
+    (each named), or the problems that keep it out (it would be quarantined)."""
+
+    problems: list[str] = field(default_factory=list)
+    unreadable: bool = False
+    casts: list[str] = field(default_factory=list)
+    naive: list[str] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def usable(self) -> bool:
+        return not self.problems
+
+    @property
+    def exact(self) -> bool:
+        return self.usable and not (self.casts or self.naive or self.absent or self.extra)
+
+    @property
+    def quiet(self) -> bool:
+        """Usable with at most absent nullable columns (a minimal exporter's file: nothing to warn
+        about, though the pipeline still rewrites it with those columns as NULL)."""
+        return self.usable and not (self.casts or self.naive or self.extra)
+
+    def notes(self) -> list[str]:
+        """One phrase per conversion, in the words the checks and ``wattline check`` print."""
+        out = [f"naive timestamps read as UTC: {', '.join(map(repr, self.naive))}"] if self.naive else []
+        out += self.casts
+        if self.absent:
+            out.append(f"absent nullable column(s) read as NULL: {', '.join(map(repr, self.absent))}")
+        if self.extra:
+            out.append(f"extra column(s) ignored: {', '.join(map(repr, self.extra))}")
+        return out
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+def plan_conversion(actual: pa.Schema, expected: pa.Schema) -> Conversion:
+    """Judge a file's schema against the contract (the footer alone; values are checked by
+    :func:`convert`). Accepted: any timestamp unit and zone (a naive one is read as UTC),
+    integers of another width or sign into an integer column, integers and floats into a float
+    column, an absent nullable column, extra columns. Anything else is a problem."""
+    plan = Conversion()
+    names = set(actual.names)
+    for f in expected:
+        if f.name not in names:
+            if f.nullable:
+                plan.absent.append(f.name)
+            else:
+                plan.problems.append(f"missing column {f.name!r} ({f.type})")
+            continue
+        got = actual.field(f.name).type
+        if _same_type(got, f.type):
+            continue
+        if pa.types.is_timestamp(f.type) and pa.types.is_timestamp(got):
+            if got.tz is None:
+                plan.naive.append(f.name)
+            else:  # a zoned timestamp is an instant: only its label changes
+                plan.casts.append(f"{f.name!r} {got} → {f.type} (same instant)")
+        elif _is_number(f.type) and _is_number(got) and not (pa.types.is_integer(f.type) and pa.types.is_floating(got)):
+            plan.casts.append(f"{f.name!r} {got} → {f.type}")
+        else:
+            plan.problems.append(f"column {f.name!r} is {got}, the contract says {f.type}")
+    plan.extra = sorted(names - set(expected.names) - {"date", "host"})
+    return plan
+
+
+def _cast_values(col: pa.ChunkedArray, to: pa.DataType, name: str) -> pa.ChunkedArray:
+    """Cast a numeric column if every value fits ``to`` exactly (floats: to float32's precision),
+    else raise :class:`SchemaError` naming the column and the offending range."""
+    if col.type == to:
+        return col
+    bounds = pc.min_max(col)
+    lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+    if lo is not None:
+        if pa.types.is_integer(to):
+            info = np.iinfo(to.to_pandas_dtype())
+            if lo < info.min or hi > info.max:
+                raise SchemaError(f"column {name!r} has values {lo}..{hi}, outside {to} ({info.min}..{info.max})")
+        elif to == pa.float32():
+            limit = FLOAT32_EXACT_INT if pa.types.is_integer(col.type) else float(np.finfo(np.float32).max)
+            finite = [v for v in (lo, hi) if np.isfinite(v)]
+            if any(abs(v) > limit for v in finite):
+                raise SchemaError(f"column {name!r} has values {lo}..{hi}, beyond what float32 holds exactly")
+    return col.cast(to, safe=False)
+
+
+def convert(table: pa.Table, schema: pa.Schema, where: str = "table") -> tuple[pa.Table, Conversion]:
+    """``table`` in the contract's exact columns and types, and what it took; raises
+    :class:`SchemaError` for genuine drift (see :func:`plan_conversion`), values that do not fit
+    or nulls in a required column. Timestamps to a coarser unit truncate (power keeps µs)."""
+    plan = plan_conversion(table.schema, schema)
+    if plan.problems:
+        raise SchemaError(f"{where}: " + "; ".join(plan.problems))
+    columns = []
+    for f in schema:
+        if f.name in plan.absent:
+            columns.append(pa.nulls(table.num_rows, f.type))
+            continue
+        col = table.column(f.name)
+        try:
+            if pa.types.is_timestamp(f.type):
+                if col.type.tz is None:  # the stored value is the UTC wall clock
+                    col = col.cast(pa.timestamp(col.type.unit, tz="UTC"))
+                col = col.cast(f.type, safe=False)
+            elif _is_number(f.type):
+                col = _cast_values(col, f.type, f.name)
+            elif col.type != f.type:
+                col = col.cast(f.type)
+        except SchemaError as exc:
+            raise SchemaError(f"{where}: {exc}") from exc
+        if not f.nullable and col.null_count:
+            raise SchemaError(f"{where}: column {f.name!r} has {col.null_count} null value(s)")
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema), plan
+
+
+def inspect_file(path: Path | str, schema: pa.Schema) -> Conversion:
+    """How ``path`` reads under the contract; never raises. Exact files cost a footer read;
+    the others are read in full (values must fit, required columns hold no null)."""
+    try:
+        actual = pq.read_schema(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt footer
+        return Conversion(problems=[f"not a readable Parquet file ({' '.join(str(exc).split())})"], unreadable=True)
+    plan = plan_conversion(actual, schema)
+    if plan.exact or not plan.usable:
+        return plan
+    try:
+        table = pq.read_table(path, columns=[f.name for f in schema if f.name not in plan.absent])
+    except Exception as exc:
+        return Conversion(problems=[f"not a readable Parquet file ({' '.join(str(exc).split())})"], unreadable=True)
+    try:
+        convert(table, schema)
+    except SchemaError as exc:
+        plan.problems.append(str(exc).removeprefix("table: "))
+    return plan
+
+
+def read_converted(path: Path | str, schema: pa.Schema) -> tuple[pa.Table, Conversion]:
+    """The file's rows in the contract's types (raises :class:`SchemaError` as :func:`convert`)."""
+    return convert(pq.read_table(path), schema, where=str(path))
 
 
 def epoch_ns(ts: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:

@@ -51,7 +51,7 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str):
     return con.execute(sql).fetchone()[0]
 
 
-def no_duplicate_samples(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+def no_duplicate_samples(con, *, rejected_files: dict[str, str], **_) -> AssetCheckResult:
     dup = _scalar(con, "SELECT coalesce(sum(duplicate_samples), 0) FROM power_1s WHERE date = getvariable('partition_date')")
     files = []
     if dup:  # name the files that repeat samples (re-imported or rewritten data), not just the count
@@ -71,7 +71,7 @@ def no_duplicate_samples(con, *, rejected_files: dict[str, str]) -> AssetCheckRe
     )
 
 
-def no_duplicate_files(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+def no_duplicate_files(con, *, rejected_files: dict[str, str], **_) -> AssetCheckResult:
     """Byte-identical copies are quarantined (nothing lost): WARN, so they get cleaned up."""
     rows = con.execute(
         """SELECT path, reason FROM quarantined_files
@@ -87,7 +87,7 @@ def no_duplicate_files(con, *, rejected_files: dict[str, str]) -> AssetCheckResu
     )
 
 
-def timestamps_inside_partition(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+def timestamps_inside_partition(con, *, rejected_files: dict[str, str], **_) -> AssetCheckResult:
     outside = _scalar(
         con,
         "SELECT count(*) FROM power WHERE date = getvariable('partition_date') AND (ts < day_start() OR ts >= day_end())",
@@ -100,7 +100,7 @@ def timestamps_inside_partition(con, *, rejected_files: dict[str, str]) -> Asset
     )
 
 
-def power_within_bounds(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+def power_within_bounds(con, *, rejected_files: dict[str, str], **_) -> AssetCheckResult:
     rows = con.execute(
         f"""
         SELECT p.host, p.gpu, min(p.min_w) AS min_w, max(p.max_w) AS max_w, any_value(i.tdp_w) AS tdp_w
@@ -114,7 +114,7 @@ def power_within_bounds(con, *, rejected_files: dict[str, str]) -> AssetCheckRes
     return violations("power_within_bounds", rows, AssetCheckSeverity.ERROR, f"power outside [0, {POWER_MAX_TDP_MULTIPLE:g} × TDP]", count_key="gpus_out_of_bounds")
 
 
-def gpu_coverage(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+def gpu_coverage(con, *, rejected_files: dict[str, str], **_) -> AssetCheckResult:
     rows = con.execute(
         """
         SELECT host || '/' || gpu AS gpu, count(*) / 86400.0 AS coverage
@@ -137,7 +137,7 @@ def gpu_coverage(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
     )
 
 
-def gpus_in_inventory(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+def gpus_in_inventory(con, *, rejected_files: dict[str, str], **_) -> AssetCheckResult:
     rows = con.execute(
         """
         SELECT DISTINCT p.host, p.gpu FROM power_1s p
@@ -148,7 +148,7 @@ def gpus_in_inventory(con, *, rejected_files: dict[str, str]) -> AssetCheckResul
     return violations("gpus_in_inventory", rows, AssetCheckSeverity.WARN, f"{len(rows)} GPU(s) report power but are not in inventory.yaml: left out of host/cluster sums", count_key="unknown_gpus", examples=10)
 
 
-def files_follow_contract(con, *, rejected_files: dict[str, str]) -> AssetCheckResult:
+def files_follow_contract(con, *, rejected_files: dict[str, str], **_) -> AssetCheckResult:
     """Unreadable or drifted files are quarantined; until they are fixed (or their quarantined
     copy deleted to accept the loss) the day misses their data: ERROR."""
     return AssetCheckResult(
@@ -160,8 +160,37 @@ def files_follow_contract(con, *, rejected_files: dict[str, str]) -> AssetCheckR
     )
 
 
+def _converted_check(name: str, files: dict[str, str], what: str) -> AssetCheckResult:
+    return AssetCheckResult(
+        check_name=name,
+        passed=not files,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"files": len(files), "conversions": str(dict(list(files.items())[:10]))},
+        description=(f"{len(files)} file(s) {what}: " + "; ".join(f"{p}: {why}" for p, why in list(files.items())[:3])) if files else None,
+    )
+
+
+def naive_timestamps_read_as_utc(con, *, converted_files: dict[str, str], **_) -> AssetCheckResult:
+    """A file whose timestamps carry no zone is read as UTC (what pandas, polars and DuckDB's
+    TIMESTAMP write): WARN naming it, so a log written in local time is noticed (convert those
+    with ``wattline import nvidia-smi --tz``, or write zoned timestamps)."""
+    naive = {p: why for p, why in converted_files.items() if "naive timestamps read as UTC" in why}
+    return _converted_check("naive_timestamps_read_as_utc", naive, "with naive timestamps, read as UTC (if they were local time, the day is shifted)")
+
+
+def files_accepted_with_casts(con, *, converted_files: dict[str, str], **_) -> AssetCheckResult:
+    """Files converted without loss (other types whose values fit, extra columns ignored) are
+    used; WARN naming each file and its conversions. A file that only lacks nullable columns
+    (a minimal exporter) is not named: reading those as NULL is the contract."""
+    absent_only = lambda why: all(part.startswith("absent nullable") for part in why.split("; "))  # noqa: E731
+    cast = {p: why for p, why in converted_files.items() if not absent_only(why)}
+    return _converted_check("files_accepted_with_casts", cast, "accepted with casts (rewritten in the contract's types, originals kept in quarantine/files/)")
+
+
 POWER_1S_CHECKS = [
     Check("files_follow_contract", "Every power file of the day reads and follows the data contract (bad files are quarantined and named).", files_follow_contract),
+    Check("naive_timestamps_read_as_utc", "No raw file of the day has timestamps without a zone (WARN: they are read as UTC; the files are named).", naive_timestamps_read_as_utc),
+    Check("files_accepted_with_casts", "No raw file of the day needed a lossless conversion to the contract (WARN: casts or extra columns, each file named).", files_accepted_with_casts),
     Check("no_duplicate_files", "No power file of the day is a byte-identical copy of another (copies are quarantined).", no_duplicate_files),
     Check("no_duplicate_samples", "No (host, gpu, source, ts) appears twice.", no_duplicate_samples),
     Check("timestamps_inside_partition", "Every sample's ts lies inside its date= partition (UTC).", timestamps_inside_partition),

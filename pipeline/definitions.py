@@ -68,7 +68,7 @@ def fleet_day_condition() -> AutomationCondition:
         AutomationCondition.eager()
         .replace("in_latest_time_window", AutomationCondition.in_latest_time_window(lookback_delta=dt.timedelta(days=FOLLOW_DAYS)))
         # the raw datasets are observable sources (never "materialized"): a day checks its files when it runs
-        .ignore(AssetSelection.keys(*DATASETS))
+        .ignore(AssetSelection.assets(*DATASETS))
     )
 
 

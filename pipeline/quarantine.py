@@ -12,7 +12,16 @@ silently cast and mixed in. A quarantined file is kept, never deleted:
 A day's checks fail while any of its files is still quarantined: fix the file and put it back
 (then re-run the day), or delete the quarantined copy to accept the loss. Kinds: ``unreadable``
 (truncated footer...), ``schema`` (drifted from the contract), ``duplicate`` (a byte-identical
-copy of another file of the day: nothing is lost by leaving it out).
+copy of another file of the day: nothing is lost by leaving it out), ``converted`` (not
+quarantined: see below).
+
+A file written by another tool that converts without loss (``collectors.contract.plan_conversion``:
+naive or other-unit timestamps, wider numbers whose values fit, an absent nullable column, an
+extra column) is used, not quarantined: it is rewritten in place in the contract's exact types,
+so every reader (the pipeline's views, the catalog's glob, ``wattline sql``) sees one schema,
+and the original is kept under ``quarantine/files/`` with a ``converted`` log row naming each
+conversion. The WARN checks ``naive_timestamps_read_as_utc`` and ``files_accepted_with_casts``
+name such files while their original copy is kept; delete it once the conversion is understood.
 
 On an ``s3://`` data dir (``data_dir`` is then its local work dir, pipeline/remote.py) the
 object is moved on S3 as well and the log row uploaded, both naming the files by URL, so the
@@ -26,6 +35,7 @@ import datetime as dt
 import fcntl
 import hashlib
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +43,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.contract import DATASETS, SchemaError, check_file_schema
+from collectors.contract import DATASETS, Conversion, SchemaError, inspect_file, read_converted
 from collectors.parquet_sink import fsync_dir, write_parquet_atomic
 from pipeline.constants import QUARANTINE_DIR
 from pipeline.sqltext import literal, path_literal, pattern_literal
@@ -41,7 +51,9 @@ from pipeline.warehouse import raw_files
 
 FILES_DIR = "files"
 LOG_DIR = "file_log"
-KINDS = ("unreadable", "schema", "duplicate")
+KINDS = ("unreadable", "schema", "duplicate", "converted")
+LOSSES = ("unreadable", "schema")
+"""Kinds whose file is left out of the day (a duplicate loses nothing, a converted file is used)."""
 
 LOG_SCHEMA = pa.schema(
     [
@@ -56,9 +68,9 @@ LOG_SCHEMA = pa.schema(
     ]
 )
 
-_verdicts: dict[tuple[str, int, int, str], tuple[str, str] | None] = {}
-"""Footer verdicts per (path, size, mtime, dataset): each asset of a run opens a connection, and
-a day can hold thousands of files; a file that changes gets a new key."""
+_verdicts: dict[tuple[str, int, int, str], Conversion] = {}
+"""Verdicts per (path, size, mtime, dataset): each asset of a run opens a connection, and a day
+can hold thousands of files; a file that changes gets a new key."""
 
 
 def files_dir(data_dir: Path) -> Path:
@@ -69,18 +81,18 @@ def log_dir(data_dir: Path) -> Path:
     return data_dir / QUARANTINE_DIR / LOG_DIR
 
 
-def _verdict(path: Path, dataset: str) -> tuple[str, str] | None:
-    """None if ``path`` follows the contract, else (kind, reason)."""
+def _verdict(path: Path, dataset: str) -> Conversion:
+    """How ``path`` reads under the contract (``collectors.contract.inspect_file``, cached)."""
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns, dataset)
     if key not in _verdicts:
-        try:
-            check_file_schema(path, DATASETS[dataset].schema)
-            _verdicts[key] = None
-        except SchemaError as exc:
-            reason = " ".join(str(exc).removeprefix(f"{path}: ").split())  # one line
-            _verdicts[key] = ("unreadable" if reason.startswith("not a readable Parquet file") else "schema", reason)
+        _verdicts[key] = inspect_file(path, DATASETS[dataset].schema)
     return _verdicts[key]
+
+
+def _problem(verdict: Conversion) -> tuple[str, str]:
+    """(kind, one-line reason) of a file that cannot be used."""
+    return ("unreadable" if verdict.unreadable else "schema", " ".join("; ".join(verdict.problems).split()))
 
 
 _hashes: dict[tuple[str, int, int], str] = {}
@@ -130,16 +142,63 @@ def _lock(data_dir: Path) -> Iterator[None]:
 
 
 def usable_files(data_dir: Path, dataset: str, date: str) -> list[Path]:
-    """The day's files of ``dataset`` that the pipeline may read; the others are quarantined."""
+    """The day's files of ``dataset`` that the pipeline may read (files that convert without
+    loss rewritten in the contract's types first); the others are quarantined."""
     with _lock(data_dir):
         files = raw_files(data_dir, dataset, date)
-        bad = {f: v for f in files if (v := _verdict(f, dataset))}
+        verdicts = {f: _verdict(f, dataset) for f in files}
+        bad = {f: _problem(v) for f, v in verdicts.items() if not v.usable}
+        convertible = {f: v for f, v in verdicts.items() if v.usable and not v.exact}
+        if convertible:
+            bad.update(_convert(data_dir, dataset, date, convertible))
         good = [f for f in files if f not in bad]
         for copy, original in _duplicates(good).items():
             bad[copy] = ("duplicate", f"byte-identical copy of {original}")
         if bad:
             _quarantine(data_dir, dataset, date, bad)
         return [f for f in good if f not in bad]
+
+
+def _convert(data_dir: Path, dataset: str, date: str, files: dict[Path, Conversion]) -> dict[Path, tuple[str, str]]:
+    """Rewrite each file in the contract's types (one at a time: a day may hold many), its
+    original kept in quarantine and a ``converted`` row logged; returns {path: (kind, reason)}
+    of those that failed to convert after all (values are checked by the verdict already).
+
+    Order for a crash: log, keep a copy of the original, then rename the rewrite over the file;
+    a crash leaves the original in place (converted again next run, a second copy kept). A
+    logged row whose original copy was never made is not listed (``entries`` lists present copies)."""
+    from pipeline.remote import root_for
+
+    root = root_for(data_dir)
+    now = dt.datetime.now(dt.timezone.utc)
+    keep = {path: _destination(data_dir, path, root) for path in sorted(files)}
+    name = (lambda p: root.location(_key(data_dir, p))) if root else str  # noqa: E731
+    rows = [
+        dict(dataset=dataset, date=date, path=name(p), quarantined_path=name(dest), kind="converted",
+             reason="accepted with casts: " + "; ".join(files[p].notes()), bytes=p.stat().st_size, at=now)
+        for p, dest in keep.items()
+    ]
+    log = write_parquet_atomic(pa.Table.from_pylist(rows, schema=LOG_SCHEMA), log_dir(data_dir) / f"{date}-{dataset}-{uuid.uuid4().hex[:12]}.parquet")
+    if root is not None:
+        root.upload(log, _key(data_dir, log))
+    failed = {}
+    for path, dest in keep.items():
+        try:
+            table, _ = read_converted(path, DATASETS[dataset].schema)
+        except (SchemaError, OSError, pa.ArrowException) as exc:
+            failed[path] = ("schema", " ".join(str(exc).removeprefix(f"{path}: ").split()))
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+        with open(dest, "rb") as fh:
+            os.fsync(fh.fileno())
+        fsync_dir(dest.parent)
+        write_parquet_atomic(table, path)
+        del table
+        if root is not None:
+            root.upload(dest, _key(data_dir, dest))
+            root.upload(path, _key(data_dir, path))
+    return failed
 
 
 def quarantine_damaged(data_dir: Path, dataset: str, date: str) -> int:

@@ -51,7 +51,17 @@ class WarehouseResource(ConfigurableResource):
         return {
             e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
             for e in quarantine.entries(self.path, scope.date, dataset)
-            if e["kind"] != "duplicate" and mine(warehouse.host_of(Path(e["path"])))
+            if e["kind"] in quarantine.LOSSES and mine(warehouse.host_of(Path(e["path"])))
+        }
+
+    def converted_files(self, date: Scope) -> dict[str, str]:
+        """{path: what was converted} of the day's files of every dataset accepted with lossless
+        casts whose original is still kept; for a cluster-day, only its hosts' power files."""
+        mine = self._cluster_hosts(date)
+        return {
+            e["path"]: e["reason"].removeprefix("accepted with casts: ")
+            for e in quarantine.entries(self.path, date.date)
+            if e["kind"] == "converted" and (e["dataset"] != "power" or mine(warehouse.host_of(Path(e["path"]))))
         }
 
     def scoped_files(self, date: str, scope: Scope | None) -> dict[str, list[Path]]:

@@ -48,6 +48,8 @@ class RunOutcome:
     fleet_day_ran: bool = False
     quarantined: list[dict] = field(default_factory=list)
     """The day's files still in quarantine (every dataset, including ones no check covers yet)."""
+    converted: list[dict] = field(default_factory=list)
+    """The day's files accepted with lossless casts (rewritten; their originals kept in quarantine)."""
 
     @property
     def error_checks(self) -> list[FailedCheck]:
@@ -151,7 +153,9 @@ def run_day(
             results.append(_run_part((url, date, None, selection, None)))
     for r in results:
         _merge(outcome, r)
-    outcome.quarantined = quarantine.entries(data_dir, date)
+    logged = quarantine.entries(data_dir, date)
+    outcome.quarantined = [e for e in logged if e["kind"] != "converted"]
+    outcome.converted = [e for e in logged if e["kind"] == "converted"]
     return outcome
 
 

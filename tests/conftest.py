@@ -1,9 +1,7 @@
 import os
-import warnings
 
 import pytest
 
-warnings.filterwarnings("ignore", module="dagster")
 os.environ.setdefault("WATTLINE_DUCKDB_THREADS", "2")
 # The daily report is part of every `run_day`: in tests it skips the PNGs (the report tests
 # turn them on) and writes under a temporary folder, never into the repo's reports/out.
@@ -26,3 +24,32 @@ def data_dir(tmp_path):
 
 # S3-compatible test server (moto, 127.0.0.1) and a fresh bucket per test: see tests/s3_server.py.
 from tests.s3_server import s3, s3_server  # noqa: E402,F401
+
+
+# CI (env CI set, as .ci/run does) must run the browser tests: a run in which a collected
+# `browser` test was skipped or deselected fails, so they can never pass silently.
+_browser = {"collected": 0, "ran": 0}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` / `-k` deselect anything
+def pytest_collection_modifyitems(config, items):
+    _browser["collected"] = sum(1 for item in items if item.get_closest_marker("browser") or "/tests/browser/" in item.path.as_posix())
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and "browser" in report.keywords:
+        _browser["ran"] += 1
+
+
+def browser_tests_missing() -> str | None:
+    """Why this CI run must fail for its browser tests, or None."""
+    if not os.environ.get("CI") or not _browser["collected"] or _browser["ran"] == _browser["collected"]:
+        return None
+    return f"CI: {_browser['collected'] - _browser['ran']} of {_browser['collected']} browser test(s) did not run (skipped or deselected); CI must run them all"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    why = browser_tests_missing()
+    if why:
+        session.config.get_terminal_writer().line(f"error: {why}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

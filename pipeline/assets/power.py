@@ -35,7 +35,8 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
         ).fetchone()
         rejected = warehouse.rejected_files("power", date)  # files with damaged data are found while writing
         files_used = con.execute("SELECT len(getvariable('files_power'))").fetchone()[0]
-        checks = [c.run(con, rejected_files=rejected) for c in POWER_1S_CHECKS]
+        converted = warehouse.converted_files(date)
+        checks = [c.run(con, rejected_files=rejected, converted_files=converted) for c in POWER_1S_CHECKS]
     return MaterializeResult(
         metadata={
             "rows": rows,
@@ -44,6 +45,7 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
             "sources": sources or "",
             "files_used": files_used,
             "files_rejected": len(rejected),
+            "files_converted": len(converted),
             "dagster/row_count": rows,
         },
         check_results=checks,

@@ -16,9 +16,9 @@ def main() -> None:
 
 def _register() -> None:
     # Each subcommand lives in its own module; adding one is one line here.
-    from pipeline.cli import alert_rules, collect, demo, import_, ingest, report, run, simulate, sql, ui
+    from pipeline.cli import alert_rules, check, collect, demo, import_, ingest, report, run, simulate, sql, ui
 
-    for module in (simulate, collect, alert_rules, import_, ingest, run, sql, ui, demo, report):
+    for module in (simulate, collect, alert_rules, import_, ingest, check, run, sql, ui, demo, report):
         main.add_command(module.command)
 
 

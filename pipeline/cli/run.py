@@ -52,6 +52,8 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
     seconds = time.monotonic() - started
     for entry in outcome.quarantined:
         click.echo(f"quarantined {entry['dataset']} file {entry['path']}: {entry['reason']} (now {entry['quarantined_path']})", err=True)
+    for entry in outcome.converted:
+        click.echo(f"converted {entry['dataset']} file {entry['path']}: {entry['reason']} (original kept as {entry['quarantined_path']})", err=True)
     for check in outcome.failed_checks:
         click.echo(f"check {check.severity}: {check.asset}.{check.check}: {check.description}".rstrip(": "), err=True)
     if not outcome.success:

@@ -109,7 +109,7 @@ def build(ctx: Ctx) -> Section:
         if files:
             s.add(Table(["dataset", "kind", "files", "still in quarantine", "example", "reason"],
                         [[f["dataset"], f["kind"], int(f["files"]), int(f["still"]), f["example"], (f["reason"] or "")[:160]] for f in files],
-                        f"Raw files of {ctx.date} set aside by the pipeline (unreadable, drifted from the contract, or duplicates); kept under {ctx.data_dir}/quarantine/files/."),
+                        f"Raw files of {ctx.date} set aside by the pipeline (unreadable, drifted from the contract, or duplicates; `converted` ones were used, rewritten in the contract's types); kept under {ctx.data_dir}/quarantine/files/."),
                   Code("every quarantined file of the day", f"SELECT * FROM quarantined_files WHERE date = '{ctx.date}' ORDER BY at"))
         else:
             s.add(Note(f"No raw file of {ctx.date} was quarantined.", "info"))

@@ -1,6 +1,6 @@
 """Browser tests: Playwright driving Debian's Chromium (``/usr/bin/chromium``), headless.
 
-No browser is ever downloaded: CI installs the ``chromium`` package with apt (see ``.ci/run``).
+No browser is ever downloaded: ``make test`` installs the ``chromium`` package with apt when missing (``.ci/system-deps``).
 Screenshots land in ``test-artifacts/`` at the repo root (gitignored). Skip these locally with
 ``-m 'not browser'``.
 """

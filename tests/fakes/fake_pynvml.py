@@ -62,7 +62,8 @@ _last_mj: dict = {}
 
 
 def _load():
-    rows = list(csv.DictReader(open(DATA / "h200_fields.csv")))
+    with open(DATA / "h200_fields.csv") as fh:
+        rows = list(csv.DictReader(fh))
     t0 = int(rows[0]["t_ns"])
     fields = {
         "t": [(int(r["t_ns"]) - t0) / 1e9 for r in rows],
@@ -74,7 +75,8 @@ def _load():
         "mem": [int(r["mem_used_mib"]) for r in rows],
         "temp": [int(r["temp_c"]) for r in rows],
     }
-    buf = list(csv.DictReader(open(DATA / "h200_buffer.csv")))
+    with open(DATA / "h200_buffer.csv") as fh:
+        buf = list(csv.DictReader(fh))
     buf_t = [(int(r["driver_ts_us"]) - t0 // 1000) for r in buf]
     buf_mw = [int(r["power_mw"]) for r in buf]
     span_s = 20.0

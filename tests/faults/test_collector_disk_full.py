@@ -33,9 +33,10 @@ ONE_FLUSH = GPUS * (119 + 2 * 10 * FLUSH_S)
 
 
 def _rss_kib(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
     return 0
 
 

@@ -3,7 +3,7 @@
 One faulted copy of a clean data dir goes through three real runs of the daily job:
 
 1. faulted: train-0/0's file has a truncated footer, infer-0/0's is rewritten with ``power_w``
-   as int32, infer-0/1's has an extra column, train-0/1's is present as a byte-identical copy
+   as strings, infer-0/1's has an extra column (accepted: the column is ignored and named), train-0/1's is present as a byte-identical copy
    and as the same rows rewritten with other bytes, extra-0 reports power but is not in the
    inventory, and extra-0/1's file has not arrived yet;
 2. late: extra-0/1's file lands after the day was built, nothing fixed;
@@ -95,7 +95,7 @@ def scenario(tmp_path_factory):
     inject.retype_column(steps_file, "tokens", pa.float64())
     corrupt = _file(d, "train-0", 0)
     s["corrupt_bytes"] = inject.truncate_footer(corrupt)
-    inject.retype_column(_file(d, "infer-0", 0), "power_w", pa.int32())
+    inject.retype_column(_file(d, "infer-0", 0), "power_w", pa.string())
     inject.add_column(_file(d, "infer-0", 1), "fan_pct", 40)
     copy = inject.copy_beside(_file(d, "train-0", 1), "train-0-1-copy.parquet")
     rewrite = inject.rewrite_same_rows(_file(d, "train-0", 1), "train-0-1-reimport.parquet")
@@ -109,6 +109,8 @@ def scenario(tmp_path_factory):
     s["faulted_log_rows"] = len(quarantine.entries(d, present_only=False))
     s["left_in_dataset"] = [e["path"] for e in s["faulted"].quarantined if Path(e["path"]).exists()]
     s["in_quarantine"] = {e["path"]: Path(e["quarantined_path"]).read_bytes() for e in s["faulted"].quarantined}
+    s["original_columns"] = {e["path"]: pq.read_schema(e["quarantined_path"]).names for e in s["faulted"].converted}
+    s["converted_columns"] = {e["path"]: pq.read_schema(e["path"]).names for e in s["faulted"].converted}
 
     # Late file: lands after the day was built; nothing else fixed.
     late.write_bytes(s["late_bytes"])
@@ -154,16 +156,33 @@ def test_truncated_footer_is_quarantined_and_the_rest_of_the_day_computed(scenar
     check = _failed(s["faulted"])["files_follow_contract"]
     assert check.severity == "ERROR" and str(s["corrupt"]) in check.description
     power_1s = s["faulted_tables"]["power_1s"]
-    assert _gpus(power_1s) == {("train-0", 1), ("extra-0", 0)}
+    assert _gpus(power_1s) == {("train-0", 1), ("extra-0", 0), ("infer-0", 1)}
     assert _rows_of(power_1s, "extra-0", 0).equals(_rows_of(s["clean"]["power_1s"], "extra-0", 0))
-    # Raw view over the whole dataset: train-0/1 (original + re-import) and extra-0/0, 10 Hz.
-    assert s["faulted_power_rows"] == 3 * SECONDS * 10
+    # Raw view over the whole dataset: train-0/1 (original + re-import), extra-0/0 and infer-0/1, 10 Hz.
+    assert s["faulted_power_rows"] == 4 * SECONDS * 10
+
+
+def test_extra_column_is_ignored_named_by_a_warn_check_and_the_original_kept(scenario):
+    """Input: a power file with one more column than the contract (a newer writer's field).
+    Must survive: its GPU's seconds (equal to the clean run's), a WARN naming the file and the
+    column, the original bytes (kept in quarantine/files/); no ERROR for it."""
+    s = scenario
+    path = next(p for p in s["good"] if p.parent.name == "host=infer-0" and p.name.startswith("infer-0-1-"))
+    [entry] = [e for e in s["faulted"].converted if e["path"] == str(path)]
+    assert "extra column(s) ignored: 'fan_pct'" in entry["reason"]
+    assert "fan_pct" in s["original_columns"][str(path)]
+    assert "fan_pct" not in s["converted_columns"][str(path)]  # rewritten in the contract's columns
+    check = _failed(s["faulted"])["files_accepted_with_casts"]
+    assert check.severity == "WARN" and str(path) in check.description and "'fan_pct'" in check.description
+    assert str(path) not in _failed(s["faulted"])["files_follow_contract"].description
+    got = _rows_of(s["faulted_tables"]["power_1s"], "infer-0", 1)
+    assert got.equals(_rows_of(s["clean"]["power_1s"], "infer-0", 1))
 
 
 @pytest.mark.parametrize(
     "host, gpu, fragment",
-    [("infer-0", 0, "column 'power_w' is int32, the contract says float"), ("infer-0", 1, "unexpected column(s) 'fan_pct'")],
-    ids=["int-instead-of-float", "extra-column"],
+    [("infer-0", 0, "column 'power_w' is string, the contract says float")],
+    ids=["string-instead-of-float"],
 )
 def test_drifted_schema_is_quarantined_with_the_column_named(scenario, host, gpu, fragment):
     """Fault: a file drifted from the contract (DuckDB alone would silently cast it into the
@@ -234,8 +253,8 @@ def test_late_file_for_a_built_day_is_included_on_rerun(scenario):
     assert ("extra-0", 1) not in _gpus(s["faulted_tables"]["power_1s"])
     late = _rows_of(s["late_tables"]["power_1s"], "extra-0", 1)
     assert late.equals(_rows_of(s["clean"]["power_1s"], "extra-0", 1))
-    assert s["late_log_rows"] == s["faulted_log_rows"] == 6
-    assert "files_follow_contract" in _failed(s["late"]) and len(s["late"].quarantined) == 6
+    assert s["late_log_rows"] == s["faulted_log_rows"] == 6  # 5 quarantined, 1 converted
+    assert "files_follow_contract" in _failed(s["late"]) and len(s["late"].quarantined) == 5
 
 
 def test_rerun_after_the_fix_equals_a_clean_run(scenario):
@@ -256,10 +275,12 @@ def test_quarantine_is_countable_in_sql(scenario):
     s = scenario
     q = "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1"
     assert s["quarantine_sql_faulted"] == [
-        {"kind": "duplicate", "n": 1, "still": 1}, {"kind": "schema", "n": 3, "still": 3}, {"kind": "unreadable", "n": 2, "still": 2}
+        {"kind": "converted", "n": 1, "still": 1}, {"kind": "duplicate", "n": 1, "still": 1},
+        {"kind": "schema", "n": 2, "still": 2}, {"kind": "unreadable", "n": 2, "still": 2},
     ]
     assert run_query(s["dir"], q).to_pylist() == [
-        {"kind": "duplicate", "n": 1, "still": 0}, {"kind": "schema", "n": 3, "still": 0}, {"kind": "unreadable", "n": 2, "still": 0}
+        {"kind": "converted", "n": 1, "still": 0}, {"kind": "duplicate", "n": 1, "still": 0},
+        {"kind": "schema", "n": 2, "still": 0}, {"kind": "unreadable", "n": 2, "still": 0},
     ]
 
 
