@@ -1,6 +1,6 @@
 """`simulate --shape collector`: the rows, files and statistics of what `wattline collect` writes.
 
-Compared with the real collector's files from capture 4 (tests/data/h200_capture_4_collector, SOURCE.md).
+Compared with the real collector's files from capture 4 (tests/data/h200_capture_4, SOURCE.md).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collectors.nvml.rows import BUFFER, FIELD
 from collectors.simulate import simulate
 from collectors.simulate.shape_stats import collector_stats
 
-REAL = Path(__file__).parent / "data" / "h200_capture_4_collector" / "collector_power.parquet"
+REAL = Path(__file__).parent / "data" / "h200_capture_4" / "collector_power.parquet"
 DAY = dt.date(2026, 12, 3)
 
 
@@ -103,7 +103,11 @@ def test_wattline_run_computes_the_collector_shape(sim):
 
     outcome = run_day(sim, DAY.isoformat())
     assert outcome.success, outcome.error
-    assert [c.check for c in outcome.failed_checks] == ["gpu_coverage"]  # 7 minutes of a day: WARN
+    # only warnings: 7 minutes of a day (gpu_coverage); power-only prefill detection may disagree with the
+    # request log on these calibrated, spiky traces as on the real capture (power_segmentation_agreement)
+    failed = {c.check: c.severity for c in outcome.failed_checks}
+    assert "gpu_coverage" in failed and set(failed) <= {"gpu_coverage", "power_segmentation_agreement"}, failed
+    assert all(str(v).endswith("WARN") for v in failed.values()), failed
 
 
 def test_cli_shape_flag(tmp_path):

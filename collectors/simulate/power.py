@@ -85,7 +85,9 @@ def _instant_w(rng: np.random.Generator, timeline: phases.Timeline, t_s: np.ndar
     prev = timeline.level_w[np.maximum(idx - 1, 0)]
     frac = np.minimum((t_s - timeline.start_s[idx]) / RAMP_S, 1.0).astype(np.float32)
     level = prev + (level - prev) * frac
-    p = level * gain * (1 + rng.standard_normal(n, dtype=np.float32) * phases.NOISE_SD[kind])
+    z = rng.standard_normal(n, dtype=np.float32)
+    noise = np.where(kind == phases.DECODE, np.exp(z * np.float32(calibration.DECODE_LOG_SD)), 1 + z * phases.NOISE_SD[kind])
+    p = level * gain * noise
     spike = rng.random(n, dtype=np.float32) < phases.SPIKE_P[kind]
     p = np.where(spike, p + (phases.PEAK_W - p) * rng.random(n, dtype=np.float32), p)
     p = np.clip(p, 60.0, phases.PEAK_W)
