@@ -101,7 +101,7 @@ def main() -> None:
     chart = alt.Chart(alt.Data(values=by_k)).mark_line(point=True).encode(
         x=alt.X("endpoints:Q", scale=alt.Scale(type="log", base=2), title="endpoints (8 GPUs each) summed"),
         y=alt.Y("max_2s_swing_pct:Q", title="largest 2 s swing, % of provisioned"),
-    ).properties(title=f"Inference: 2 s swing vs endpoints ({args.hours} h from 16:00 local, seed 0)", width=440, height=240)
+    ).properties(title=f"Inference: 2 s swing vs endpoints ({args.hours} h from 00:00 UTC = 16:00-19:00 local, seed 0)", width=440, height=240)
     rule = alt.Chart(alt.Data(values=[{"y": PUBLISHED["inference"]}])).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
     (args.out / "paper-inference-swing-vs-endpoints.png").write_bytes(vlc.vegalite_to_png((chart + rule).to_json(), scale=1.5))
     (args.out / "paper-swings.json").write_text(json.dumps(result, indent=1) + "\n")
