@@ -317,3 +317,27 @@ def test_cli_user_mistakes_exit_2_with_one_line(tmp_path, args):
     assert len(res.output.strip().splitlines()) == 1 and res.output.startswith("error:")
     assert "Traceback" not in res.output
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_paper_fleet_is_at_the_published_scale():
+    from collectors.simulate.fleets import resolve_fleet
+
+    inv = resolve_fleet("paper")
+    gpus: dict[str, int] = {}
+    for _, cluster, host in inv.iter_hosts():
+        gpus[cluster.name] = gpus.get(cluster.name, 0) + len(host.gpus)
+    assert gpus == {"infer-paper": 2048, "train-paper": 1024}
+    endpoints = {e.name for _, _, h in inv.iter_hosts() for e in h.endpoints}
+    jobs = {j.name for _, _, h in inv.iter_hosts() for j in h.jobs}
+    assert len(endpoints) == 256 and jobs == {"pretrain-paper"}
+
+
+def test_demo_fleet_follows_a_day():
+    """Six of the demo's eight endpoints in the US: the role's arrival rate peaks at ~3× its trough."""
+    from collectors.simulate.fleets import resolve_fleet
+
+    t = np.arange(0, 86_400, 10.0)
+    total = sum(diurnal_rate_rps(t, float(e.model_extra["peak_rps"]), e.tz_offset_h)
+                for _, _, h in resolve_fleet("demo").iter_hosts() for e in h.endpoints)
+    hourly = total.reshape(24, -1).mean(axis=1)
+    assert hourly.max() / hourly.min() == pytest.approx(3.05, abs=0.01)
