@@ -50,11 +50,13 @@ def pipeline_assets() -> list[str]:
     return [k for k in keys if k != "daily_report"]
 
 
-def bench_size(n_gpus: int, work: Path) -> dict:
-    data_dir = work / f"gpus-{n_gpus}"
+def bench_size(n_gpus: int, work: Path, shape: str = "simple") -> dict:
+    """``shape``: the simulator's ``--shape`` (``collector``: ~6× the rows, two sources per GPU)."""
+    data_dir = work / (f"gpus-{n_gpus}" if shape == "simple" else f"gpus-{n_gpus}-{shape}")
     if not (data_dir / "power").exists():
         fleet = write_fleet(n_gpus, work / f"fleet-{n_gpus}.yaml")
-        sim = run_measured("simulate", [str(BIN / "wattline"), "simulate", "--fleet", str(fleet), "--start", DATE, "--data-dir", str(data_dir)])
+        sim = run_measured("simulate", [str(BIN / "wattline"), "simulate", "--fleet", str(fleet), "--start", DATE,
+                                        "--shape", shape, "--data-dir", str(data_dir)])
         assert sim.returncode == 0, "simulation failed"
     rows = power_rows(data_dir)
     wattline = [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir), "--timings"]
@@ -67,6 +69,7 @@ def bench_size(n_gpus: int, work: Path) -> dict:
     steps = _steps(pipeline.stdout)
     result = {
         "gpu_days": n_gpus,
+        "shape": shape,
         "samples": rows,
         "pipeline": vars(pipeline) | {"stdout": None},
         "floor": vars(floor) | {"stdout": None},
@@ -107,8 +110,8 @@ def slopes(results: list[dict]) -> list[dict]:
     return out
 
 
-def main(sizes: list[int], work: Path) -> dict:
-    results = [bench_size(n, work) for n in sizes]
+def main(sizes: list[int], work: Path, shape: str = "simple") -> dict:
+    results = [bench_size(n, work, shape) for n in sizes]
     print(f"{'GPU-days':>8} {'samples':>12} {'contender':<26} {'wall s':>8} {'cpu s':>8} {'RSS MB':>7} {'÷ floor':>8} {'polars ÷':>8}")
     for r in results:
         floor_wall = r["floor"]["wall_s"]
@@ -140,5 +143,5 @@ def main(sizes: list[int], work: Path) -> dict:
     if 64 in by_n and 256 in by_n:
         slope = (by_n[256]["pipeline"]["wall_s"] - by_n[64]["pipeline"]["wall_s"]) / (256 - 64)
     payload = {"results": results, "slopes": slope_rows, "slope_s_per_gpu_day_64_256": slope}
-    print(f"written {save('throughput', payload)}")
+    print(f"written {save('throughput' if shape == 'simple' else f'throughput-{shape}', payload)}")
     return payload

@@ -30,7 +30,12 @@ def sim(tmp_path_factory):
 
 def test_checks_pass_on_the_simulated_fleet(sim):
     _, outcome = sim
-    assert [(c.asset, c.check) for c in outcome.failed_checks if c.asset in PHASE_ASSETS] == []
+    failed = [(c.asset, c.check, str(c.severity)) for c in outcome.failed_checks if c.asset in PHASE_ASSETS]
+    # Since the simulator is calibrated on h200-capture-4 (60–90 ms prefills whose power shows 60 ms
+    # after they start), power-only prefill detection at 100 ms disagrees with the request log: a WARN
+    # (see test_power_only_segmentation_finds_the_simulated_prefills). Every other check passes.
+    assert [(a, c) for a, c, _ in failed] in ([], [("phase_segments", "power_segmentation_agreement")]), failed
+    assert all(sev.endswith("WARN") for _, _, sev in failed), failed
 
 
 def test_prefill_draws_more_than_decode_more_than_idle(sim):
@@ -42,16 +47,23 @@ def test_prefill_draws_more_than_decode_more_than_idle(sim):
         ).fetchall()
         assert len(w) == 2
         for endpoint, pre, dec, idle in w:
-            assert pre > 550 and 200 < dec < 450 and idle < 160 and pre > dec > idle, endpoint
+            # Measured (calibrated on capture 4): chat-a 328 / 257 / 86 W, chat-b 286 / 233 / 87 W. A request's
+            # prefill interval includes the 60 ms before its power shows, so its mean sits far below the 788 W plateau.
+            assert pre > 250 and 150 < dec < 450 and idle < 160 and pre > dec > idle, endpoint
         # The simulated H200s peak above their 700 W TDP in prefill.
         assert con.execute("SELECT count(*) FROM phase_segments WHERE phase = 'prefill' AND above_tdp").fetchone()[0] > 0
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "calibrated simulator (h200-capture-4): prefills of 60-90 ms whose power shows 60 ms after they start are "
+    "mostly invisible on the 100 ms grid; measured precision / recall chat-a 0.56 / 0.22, chat-b 0.29 / 0.16 "
+    "(0.98 / 0.88 and 0.94 / 0.76 with the earlier hand-set 0.1-1.2 s prefills). Power-only detection needs "
+    "the 20 ms buffer (`simulate --shape collector`) or longer prefills."))
 def test_power_only_segmentation_finds_the_simulated_prefills(sim):
     d, _ = sim
     with warehouse.compute_connection(d, DATE) as con:
         for endpoint, precision, recall, err_ms in segmentation_agreement(con):
-            # Measured: chat-a 0.98 / 0.88, chat-b 0.94 / 0.76, boundary error 100 ms.
+            # Measured before the calibration: chat-a 0.98 / 0.88, chat-b 0.94 / 0.76, boundary error 100 ms.
             assert precision > 0.85 and recall > 0.65 and err_ms <= 200, endpoint
 
 

@@ -167,7 +167,7 @@ def _endpoint_phases(sim: Path, endpoint: str, ts: np.ndarray) -> tuple[np.ndarr
     req = _read(sim, "requests").filter(pc.equal(pc.field("endpoint"), endpoint))
     ps, ft, end = _ns(req, "prefill_start_ts"), _ns(req, "first_token_ts"), _ns(req, "end_ts")
     ramp = 60_000_000
-    prefill = _in_intervals(ts, ps + ramp, ft)
+    prefill = _in_intervals(ts, ps + 100_000_000, ft)  # after the 60 ms onset and the 40 ms ramp
     near_prefill = _in_intervals(ts, ps - ramp, ft + ramp)
     decode = _in_intervals(ts, ft + ramp, end) & ~near_prefill
     idle = ~_in_intervals(ts, ps - ramp, end + ramp)
@@ -183,26 +183,30 @@ def test_idle_gpu_without_a_model_reads_about_80_w(power):
 def test_inference_envelope_prefill_decode_and_loaded_idle(sim, power):
     r = power["inf-0", 0]
     prefill, decode, idle = _endpoint_phases(sim, "busy", r["ts"])
-    assert prefill.sum() > 200 and decode.sum() > 1000
+    assert prefill.sum() > 100 and decode.sum() > 1000  # prefills last ~60–200 ms: few samples past the onset
     p = r["power_w"]
-    assert 600 <= np.median(p[prefill]) <= 850
-    assert (p[prefill] > 700).mean() > 0.1
+    # levels fitted on h200-capture-4 (collectors/simulate/calibration.py): prefill plateau 788 W,
+    # decode 131 + 76.6 × (1 − e^(−running/6)) W with lognormal spread (capture: p10 ≈ 130, p90 ≈ 420 W)
+    assert 700 <= np.median(p[prefill]) <= 870
+    assert (p[prefill] > 700).mean() > 0.5
     assert p[prefill].max() <= 980
-    assert 130 <= np.percentile(p[decode], 5) and np.percentile(p[decode], 95) <= 480
-    assert 250 <= p[decode].mean() <= 400
+    assert 60 <= np.percentile(p[decode], 5) and np.percentile(p[decode], 95) <= 600
+    assert 130 <= np.median(p[decode]) <= 230
     s = power["inf-0", 2]
     _, sparse_decode, sparse_idle = _endpoint_phases(sim, "sparse", s["ts"])
     assert sparse_idle.mean() > 0.5
-    assert 110 <= np.median(s["power_w"][sparse_idle]) <= 135
-    assert 230 <= np.median(s["power_w"][sparse_decode]) <= 300
+    assert 78 <= np.median(s["power_w"][sparse_idle]) <= 92
+    assert 115 <= np.median(s["power_w"][sparse_decode]) <= 170
     assert np.nanmedian(s["gpu_util_pct"][sparse_idle]) == 0 and np.nanmedian(r["gpu_util_pct"][decode]) > 80
 
 
 def test_tensor_parallel_gpus_share_phases_with_independent_noise(power):
     a, b = power["inf-0", 0]["power_w"], power["inf-0", 1]["power_w"]
-    assert np.corrcoef(a, b)[0, 1] > 0.8
+    # same phases, so correlated; each GPU's decode samples spread independently (lognormal, sd 0.48 of
+    # log power: capture 4 measured one GPU, not whether tensor-parallel peers' excursions coincide)
+    assert np.corrcoef(a, b)[0, 1] > 0.4
     rel = np.abs(a - b) / np.maximum(a, b)
-    assert 0.02 < np.median(rel) < 0.15
+    assert 0.02 < np.median(rel) < 0.4
 
 
 def test_training_envelope_steps_comm_and_checkpoints(sim, power):
@@ -216,7 +220,7 @@ def test_training_envelope_steps_comm_and_checkpoints(sim, power):
 
     step, comm, ckpt = samples("step"), samples("comm_wait"), samples("checkpoint")
     assert len(ckpt) > 50, "45 minutes hold at least one checkpoint"
-    assert 680 <= np.median(step) <= 720
+    assert 675 <= np.median(step) <= 740  # per-step levels uniform in capture 4's p25–p75, 684.7–729.1 W
     assert 120 <= np.median(comm) <= 200
     assert 110 <= np.median(ckpt) <= 135
     assert (step > 700).mean() > 0.2
@@ -313,3 +317,27 @@ def test_cli_user_mistakes_exit_2_with_one_line(tmp_path, args):
     assert len(res.output.strip().splitlines()) == 1 and res.output.startswith("error:")
     assert "Traceback" not in res.output
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_paper_fleet_is_at_the_published_scale():
+    from collectors.simulate.fleets import resolve_fleet
+
+    inv = resolve_fleet("paper")
+    gpus: dict[str, int] = {}
+    for _, cluster, host in inv.iter_hosts():
+        gpus[cluster.name] = gpus.get(cluster.name, 0) + len(host.gpus)
+    assert gpus == {"infer-paper": 2048, "train-paper": 1024}
+    endpoints = {e.name for _, _, h in inv.iter_hosts() for e in h.endpoints}
+    jobs = {j.name for _, _, h in inv.iter_hosts() for j in h.jobs}
+    assert len(endpoints) == 256 and jobs == {"pretrain-paper"}
+
+
+def test_demo_fleet_follows_a_day():
+    """Six of the demo's eight endpoints in the US: the role's arrival rate peaks at ~3× its trough."""
+    from collectors.simulate.fleets import resolve_fleet
+
+    t = np.arange(0, 86_400, 10.0)
+    total = sum(diurnal_rate_rps(t, float(e.model_extra["peak_rps"]), e.tz_offset_h)
+                for _, _, h in resolve_fleet("demo").iter_hosts() for e in h.endpoints)
+    hourly = total.reshape(24, -1).mean(axis=1)
+    assert hourly.max() / hourly.min() == pytest.approx(3.05, abs=0.01)

@@ -35,6 +35,8 @@ def _inference_host(name: str, a: dict, b: dict) -> dict:
 
 
 def _demo() -> dict:
+    """Most endpoints serve one region (six in UTC−5…−8, two in UTC+1), so the inference role's sum
+    follows a day: its hourly arrival rate peaks/troughs at DEMO_ARRIVAL_PEAK_TROUGH (docs/simulator.md)."""
     chat = {"peak_rps": 2.2, "prompt_median": 1000, "output_median": 170}
     code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130}
     lo, hi = [0, 1, 2, 3], [4, 5, 6, 7]
@@ -66,8 +68,8 @@ def _demo() -> dict:
                         "name": "infer-c1",
                         "provisioned_w": 12500.0,
                         "hosts": [
-                            _inference_host("infer-2", _endpoint("chat-eu-0", lo, 1, **chat), _endpoint("chat-eu-1", hi, 2, **chat)),
-                            _inference_host("infer-3", _endpoint("chat-ap-0", lo, 9, **chat), _endpoint("code-ap-0", hi, 8, **code)),
+                            _inference_host("infer-2", _endpoint("chat-eu-0", lo, 1, **chat), _endpoint("chat-us-2", hi, -7, **chat)),
+                            _inference_host("infer-3", _endpoint("chat-us-3", lo, -5, **chat), _endpoint("code-us-1", hi, -8, **code)),
                         ],
                     },
                 ],
@@ -112,7 +114,41 @@ def _tiny() -> dict:
     }
 
 
-BUILTIN = {"demo": _demo, "tiny": _tiny}
+PAPER_TZ_H = (-8, -7, -6, -5)
+PAPER_PEAK_RPS = 4.0
+"""Per 8-GPU endpoint at its local peak: with the calibrated engine (capture 4) busy but not saturated."""
+
+
+def paper_fleet(inference_hosts: int = 256, training_hosts: int = 128) -> dict:
+    """A fleet at the scale of the published cluster measurements: an inference cluster of
+    ``inference_hosts`` × 8 GPUs, one 8-GPU endpoint per host (tensor parallel 8), all in one region
+    (UTC−5…−8), and a training cluster of ``training_hosts`` × 8 GPUs running one synchronous job.
+    The default is 2,048 inference and 1,024 training GPUs; ``bench/paper_swings.py`` scales it down."""
+
+    def host(name: str, role: str, **work) -> dict:
+        return {"name": name, "role": role, "provisioned_w": HOST_PROVISIONED_W, "gpus": _gpus(8), **work}
+
+    inference = [
+        host(f"inf-{i:04d}", "inference",
+             endpoints=[_endpoint(f"ep-{i:04d}", list(range(8)), PAPER_TZ_H[i % len(PAPER_TZ_H)], peak_rps=PAPER_PEAK_RPS)])
+        for i in range(inference_hosts)
+    ]
+    training = [host(f"trn-{i:04d}", "training", jobs=[{"name": "pretrain-paper", "gpus": list(range(8))}])
+                for i in range(training_hosts)]
+    return {
+        "fleets": [
+            {
+                "name": "paper",
+                "clusters": [
+                    {"name": "infer-paper", "provisioned_w": HOST_PROVISIONED_W * inference_hosts, "hosts": inference},
+                    {"name": "train-paper", "provisioned_w": HOST_PROVISIONED_W * training_hosts, "hosts": training},
+                ][: 2 if training_hosts else 1],
+            }
+        ]
+    }
+
+
+BUILTIN = {"demo": _demo, "tiny": _tiny, "paper": paper_fleet}
 
 
 def resolve_fleet(fleet: str | Path) -> Inventory:

@@ -14,17 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collectors.simulate import phases
+from collectors.simulate import calibration, phases
 from collectors.simulate.arrivals import Arrivals
 
 PREFILL_BUDGET_TOKENS = 16_384
 MAX_RUNNING = 128
-PREFILL_OVERHEAD_S = 0.03
-PREFILL_S_PER_TOKEN_GPU = 0.28e-3
-"""A 70B-class model: ~3.6 k prompt tokens/s per H200, so 1,000 tokens on 4 GPUs take ~0.1 s."""
-DECODE_STEP_S = 0.021
-DECODE_STEP_S_PER_SEQ = 0.00013
-"""Step time 21 ms at batch 1, ~30 ms at 64, ~38 ms at 128 running requests."""
+PREFILL_OVERHEAD_S = calibration.PREFILL_OVERHEAD_S
+PREFILL_S_PER_TOKEN_GPU = calibration.PREFILL_S_PER_TOKEN
+"""Per GPU (capture 4: an 8B model on one H200): 1,500 tokens take ~90 ms; n GPUs divide the per-token part."""
+DECODE_STEP_S = calibration.DECODE_STEP_S
+DECODE_STEP_S_PER_SEQ = calibration.DECODE_STEP_S_PER_SEQ
+"""Step time 52 ms at batch 1, ~57 ms at 32, ~72 ms at 128 running requests."""
 ERROR_SHARE = 0.006
 CANCEL_SHARE = 0.015
 
@@ -52,10 +52,14 @@ def _statuses(rng: np.random.Generator, output: np.ndarray) -> tuple[np.ndarray,
     return np.where(status > 0, np.minimum(cut, output), output).astype(np.int32), status
 
 
-def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int) -> EngineResult:
+def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors: bool = True) -> EngineResult:
+    """``errors=False``: every request completes its output (replaying a measured run)."""
     arr = np.asarray(arrivals.offset_s, dtype=np.float64)
     prompt = np.asarray(arrivals.prompt_tokens, dtype=np.int64)
-    output, status = _statuses(rng, np.asarray(arrivals.output_tokens, dtype=np.int32))
+    if errors:
+        output, status = _statuses(rng, np.asarray(arrivals.output_tokens, dtype=np.int32))
+    else:
+        output, status = np.asarray(arrivals.output_tokens, dtype=np.int32), np.zeros(len(arr), np.uint8)
     n = len(arr)
     s_per_token = PREFILL_S_PER_TOKEN_GPU / n_gpus
     pstart = [0.0] * n
@@ -91,10 +95,12 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int) -> Eng
                 waiting.popleft()
                 batch.append(j)
                 tokens += prompt_l[j]
-            segment(now, phases.PREFILL, float(tokens))
+            dur = PREFILL_OVERHEAD_S + s_per_token * tokens
+            segment(now, phases.PREFILL, -1.0)  # the onset: power still at the level before
+            segment(now + min(calibration.PREFILL_ONSET_S, dur), phases.PREFILL, float(tokens))
             for j in batch:
                 pstart[j] = now
-            now += PREFILL_OVERHEAD_S + s_per_token * tokens
+            now += dur
             for j in batch:
                 first[j] = now
                 if out_l[j] <= 1:
@@ -130,10 +136,11 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int) -> Eng
     level = np.full(len(seg_t_a), phases.LOADED_W, np.float64)
     is_pre = seg_k_a == phases.PREFILL
     is_dec = seg_k_a == phases.DECODE
-    level[is_pre] = phases.prefill_w(seg_x_a[is_pre], PREFILL_BUDGET_TOKENS)
-    level[is_pre] += rng.normal(0.0, 15.0, int(is_pre.sum()))
+    level[is_pre] = phases.prefill_w(rng, int(is_pre.sum()))
     level[is_dec] = phases.decode_w(seg_x_a[is_dec])
     level[is_dec] *= rng.normal(1.0, 0.03, int(is_dec.sum()))
+    onset = np.flatnonzero(is_pre & (seg_x_a < 0))
+    level[onset] = level[np.maximum(onset - 1, 0)]  # before the onset delay the board reads the previous level
     timeline = phases.Timeline(seg_t_a, seg_k_a, level.astype(np.float32))
     return EngineResult(
         np.arange(n),

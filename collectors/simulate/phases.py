@@ -1,4 +1,4 @@
-"""Phase codes and per-phase power levels of an H200 (700 W), calibrated on ``h200-capture-2``.
+"""Phase codes and per-phase power levels of an H200 (700 W); fitted levels come from :mod:`calibration`.
 
 A workload is a timeline of segments (start_s, kind, level_w); :mod:`power` samples it.
 """
@@ -9,42 +9,44 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collectors.simulate import calibration
+
 IDLE, LOADED, PREFILL, DECODE, STEP, COMM, CKPT, EVAL = range(8)
 NAMES = ("idle", "loaded", "prefill", "decode", "step", "comm_wait", "checkpoint", "eval")
 
-IDLE_W = 79.0
-"""Nothing loaded: the capture's idle phases read 78–80 W."""
-LOADED_W = 121.0
-"""Model resident, waiting: 120–126 W between requests and during checkpoints in the capture."""
-CKPT_W = 122.0
+IDLE_W = calibration.IDLE_W
+LOADED_W = calibration.LOADED_W
+CKPT_W = calibration.CKPT_W
 COMM_W = (130.0, 190.0)
-"""Blocked in a collective: the capture's comm_wait median 123 W; NCCL kernels on a real fabric add some."""
-STEP_W = (680.0, 720.0)
+"""Blocked in a collective: the captures' waits read 123–127 W (a sleep, or an input stall); NCCL kernels
+on a real fabric draw more. Not fitted."""
+STEP_W = calibration.STEP_W
 EVAL_W = (430.0, 520.0)
-PREFILL_W = (620.0, 820.0)
-"""Prefill level from a single small prompt to a full token budget (capture: median 717 W, p95 878 W)."""
-DECODE_BASE_W = 245.0
-DECODE_SPAN_W = 200.0
-DECODE_SCALE_SEQS = 48.0
+"""Not in the captures: forward passes only, between decode and a training step."""
+PREFILL_W = (600.0, 900.0)
+"""Bounds of a prefill batch's level, drawn around the capture's plateau (calibration.PREFILL_PLATEAU_W)."""
+DECODE_BASE_W = calibration.DECODE_BASE_W
+DECODE_SPAN_W = calibration.DECODE_SPAN_W
+DECODE_SCALE_SEQS = calibration.DECODE_SCALE_SEQS
 PEAK_W = 960.0
 """Highest instantaneous reading: compute-bound phases overshoot TDP for milliseconds (capture max 915 W)."""
 
-NOISE_SD = np.array([0.008, 0.02, 0.05, 0.08, 0.04, 0.08, 0.01, 0.05], dtype=np.float32)
-"""Per-sample relative noise of the instantaneous reading, by phase."""
-SPIKE_P = np.array([0, 0, 0.15, 0.01, 0.08, 0, 0, 0.03], dtype=np.float32)
+NOISE_SD = np.array([0.008, 0.02, 0.05, 0.0, 0.04, 0.08, 0.01, 0.05], dtype=np.float32)
+"""Per-sample relative noise of the instantaneous reading, by phase (decode: lognormal, calibration.DECODE_LOG_SD)."""
+SPIKE_P = np.array([0, 0, 0.15, 0.0, 0.08, 0, 0, 0.03], dtype=np.float32)
 """Chance that a sample catches a transient overshoot towards PEAK_W, by phase."""
 CLOCK_MHZ = np.array([345, 1980, 1755, 1980, 1710, 1980, 1980, 1830], dtype=np.float32)
 UTIL_PCT = np.array([0, 0, 100, 93, 100, 35, 3, 97], dtype=np.float32)
 
 
 def decode_w(running: np.ndarray | int) -> np.ndarray:
-    """Decode is memory-bound: ~250 W at batch 1, rising towards ~445 W as the batch fills."""
+    """Decode is memory-bound: ~141 W at batch 1, rising towards ~208 W as the batch fills (capture 4)."""
     return DECODE_BASE_W + DECODE_SPAN_W * (1 - np.exp(-np.asarray(running, dtype=np.float64) / DECODE_SCALE_SEQS))
 
 
-def prefill_w(tokens: np.ndarray | int, budget_tokens: int) -> np.ndarray:
-    share = np.minimum(np.asarray(tokens, dtype=np.float64) / budget_tokens, 1.0)
-    return PREFILL_W[0] + (PREFILL_W[1] - PREFILL_W[0]) * np.sqrt(share)
+def prefill_w(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Levels of ``n`` prefill batches: around the capture's plateau, hardly depending on the tokens."""
+    return np.clip(rng.normal(calibration.PREFILL_PLATEAU_W, calibration.PREFILL_PLATEAU_SD_W, n), *PREFILL_W)
 
 
 @dataclass

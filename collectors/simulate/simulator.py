@@ -27,6 +27,7 @@ DEFAULT_PEAK_RPS = 2.0
 DEFAULT_PROMPT_MEDIAN = 1000
 DEFAULT_OUTPUT_MEDIAN = 160
 STATUS_NAMES = np.array(["ok", "error", "cancelled"])
+SHAPES = ("simple", "collector")
 
 
 @dataclass
@@ -113,7 +114,7 @@ class _HostPlan:
 
 def _host_power(args: tuple) -> tuple[list[Path | str], int]:
     """All windows of one host, in order, carrying energy counters and temperatures across them."""
-    plan, seed, epoch_ns, windows, data_dir = args
+    plan, seed, epoch_ns, windows, data_dir, shape = args
     paths: list[Path | str] = []
     rows = 0
     state = {}
@@ -121,6 +122,8 @@ def _host_power(args: tuple) -> tuple[list[Path | str], int]:
         r = _rng(seed, "gpu", plan.name, g)
         state[g] = dict(energy_j=round(float(r.uniform(1e5, 5e8)), 3), gain=float(r.normal(1.0, 0.02)),
                         temp_off=float(r.uniform(-2.5, 2.5)), ema_w=None, end_s=None)
+    if shape == "collector":
+        return _host_power_collector(plan, seed, epoch_ns, windows, data_dir, state)
     for d, window in enumerate(windows):
         for g in plan.gpus:
             st = state[g]
@@ -135,6 +138,39 @@ def _host_power(args: tuple) -> tuple[list[Path | str], int]:
             table = writer.power_table(plan.name, g, gpu_uuid(seed, plan.name, g), rec)
             rows += table.num_rows
             paths += writer.write(table, data_dir, "power", prefix=f"{writer.PREFIX}-gpu{g:03d}")
+    return paths, rows
+
+
+def _hours(window: tuple[float, float]) -> list[tuple[float, float]]:
+    """A window cut at UTC hour boundaries: the collector's files hold one hour each."""
+    lo, hi = window
+    cuts = [lo] + [h * 3600.0 for h in range(int(lo // 3600) + 1, int(-(-hi // 3600)))] + [hi]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _host_power_collector(plan: _HostPlan, seed: int, epoch_ns: int, windows, data_dir, state) -> tuple[list[Path | str], int]:
+    """``--shape collector``: per host and UTC hour one file like a compacted collector hour
+    (``nvml-YYYYMMDDTHH-compacted-….parquet``, rows sorted by gpu, source, ts)."""
+    paths: list[Path | str] = []
+    rows = 0
+    for d, window in enumerate(windows):
+        for hour in _hours(window):
+            gpus = []
+            for g in plan.gpus:
+                st = state[g]
+                if st["end_s"] is not None and hour[0] > st["end_s"]:
+                    st["energy_j"] += st["ema_w"] * (hour[0] - st["end_s"])
+                buf, fld, st["energy_j"], st["ema_w"] = power.sample_gpu_collector(
+                    _rng(seed, "power", plan.name, g, d, hour[0]), plan.timelines[g], hour, epoch_ns,
+                    st["energy_j"], plan.mem_mib[g], st["gain"], st["temp_off"], st["ema_w"],
+                )
+                st["end_s"] = hour[1]
+                gpus.append((g, gpu_uuid(seed, plan.name, g), buf, fld))
+            table = writer.collector_table(plan.name, gpus)
+            rows += table.num_rows
+            key = dt.datetime.fromtimestamp(epoch_ns / 1e9 + hour[0], dt.timezone.utc).strftime("%Y%m%dT%H")
+            tag = hashlib.sha256(f"{seed}/{plan.name}/{key}".encode()).hexdigest()[:6]
+            paths += writer.write(table, data_dir, "power", prefix=f"nvml-{key}-compacted-{tag}")
     return paths, rows
 
 
@@ -164,14 +200,19 @@ def simulate(
     fleet: str | Path = "demo",
     hours: float | None = None,
     arrivals: dict[str, Arrivals] | None = None,
+    shape: str = "simple",
 ) -> SimulationSummary:
     """Simulate ``days`` days from 00:00 UTC of ``start`` (only the first ``hours`` of each when given).
 
     Writes ``inventory.yaml`` and the power, requests and job_events datasets under ``data_dir``
     (a local folder or an ``s3://bucket/prefix`` URL); the same arguments always give
     byte-identical files. ``arrivals`` replays a trace per endpoint
-    name instead of the diurnal Poisson process.
+    name instead of the diurnal Poisson process. ``shape``: ``simple`` writes one 10 Hz series per
+    GPU (``source`` = simulated); ``collector`` writes what ``wattline collect`` writes (the driver's
+    ~20 ms buffer rows and 100 ms field rows, one file per host and hour).
     """
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)} (got {shape!r})")
     if days < 1:
         raise ValueError(f"days must be at least 1 (got {days})")
     if hours is not None and not 0 < hours <= 24:
@@ -218,7 +259,7 @@ def simulate(
 
     files: list[Path | str] = []
     power_rows = 0
-    for paths, rows in _map(_host_power, [(p, seed, epoch_ns, windows, data_dir) for p in plans], workers):
+    for paths, rows in _map(_host_power, [(p, seed, epoch_ns, windows, data_dir, shape) for p in plans], workers):
         files += paths
         power_rows += rows
 

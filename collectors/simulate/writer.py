@@ -11,14 +11,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from collectors.contract import JOB_EVENTS, REQUESTS, TS
+from collectors.contract import JOB_EVENTS, POWER_TS, REQUESTS, TS
+from collectors.nvml.rows import BUFFER, FIELD, sort_power
 from collectors.parquet_sink import write_dataset
-from collectors.simulate.power import GpuReadings
+from collectors.simulate import calibration
+from collectors.simulate.power import BufferReadings, GpuReadings
 
 PREFIX = "sim"
 POWER_LIMIT_W = 700.0
-SLOW_FIELDS_EVERY_NS = 1_000_000_000
-ENERGY_EVERY_NS = 30_000_000_000
+SLOW_FIELDS_EVERY_NS = calibration.SLOW_FIELDS_EVERY_NS
+ENERGY_EVERY_NS = calibration.ENERGY_EVERY_NS
 """The NVML collector's default cadences: slow fields once a second, the energy counter every 30 s
 (it costs ~4 ms of CPU per read). The simulator writes the same sparsity so its files look like
 the collector's and compress alike."""
@@ -58,6 +60,36 @@ def power_table(host: str, gpu: int, gpu_uuid: str, r: GpuReadings) -> pa.Table:
         "source": _repeat_str("simulated", n),
     }
     return pa.table(columns)
+
+
+def collector_table(host: str, gpus: list[tuple[int, str, BufferReadings, GpuReadings]]) -> pa.Table:
+    """One host's rows as ``wattline collect`` writes them (``--shape collector``): per GPU the driver
+    buffer's rows (``nvml-buffer``: power only) and the 100 ms field rows (``nvml-field``: instant and
+    1 s average power, the energy counter every 30 s, the slow fields once a second), sorted by
+    (gpu, source, ts) like a compacted hour (:func:`collectors.nvml.rows.sort_power`)."""
+    parts = []
+    for gpu, uuid, buf, fld in gpus:
+        nb, nf = len(buf.ts_ns), len(fld.ts_ns)
+        slow = _first_of_period(fld.ts_ns, calibration.SLOW_FIELDS_EVERY_NS)
+        energy = _first_of_period(fld.ts_ns, calibration.ENERGY_EVERY_NS)
+        null = lambda t, n: pa.nulls(n, t)  # noqa: E731
+        parts.append(pa.table({
+            "ts": pa.array(np.concatenate([buf.ts_ns, fld.ts_ns]), pa.int64()).cast(TS).cast(POWER_TS),
+            "host": pa.array([host], pa.string()).take(np.zeros(nb + nf, np.int32)),
+            "gpu": np.full(nb + nf, gpu, np.uint8),
+            "gpu_uuid": pa.array([uuid], pa.string()).take(np.zeros(nb + nf, np.int32)),
+            "power_w": np.concatenate([buf.power_w, fld.power_w]).astype(np.float32),
+            "power_avg_w": pa.concat_arrays([null(pa.float32(), nb), pa.array(fld.power_avg_w, pa.float32())]),
+            "energy_j": pa.concat_arrays([null(pa.float64(), nb), _sparse(fld.energy_j, energy)]),
+            "sm_clock_mhz": pa.concat_arrays([null(pa.uint16(), nb), _sparse(fld.sm_clock_mhz, slow)]),
+            "gpu_util_pct": pa.concat_arrays([null(pa.uint8(), nb), _sparse(fld.gpu_util_pct, slow)]),
+            "mem_used_mib": pa.concat_arrays([null(pa.uint32(), nb), _sparse(fld.mem_used_mib, slow)]),
+            "temp_c": pa.concat_arrays([null(pa.uint8(), nb), _sparse(fld.temp_c, slow)]),
+            "power_limit_w": pa.concat_arrays([null(pa.float32(), nb), _sparse(np.full(nf, POWER_LIMIT_W, np.float32), slow)]),
+            "source": pa.DictionaryArray.from_arrays(
+                pa.array(np.repeat(np.array([0, 1], np.int32), [nb, nf])), pa.array([BUFFER, FIELD])),
+        }))
+    return sort_power(pa.concat_tables(parts))
 
 
 def _ts(epoch_ns: int, s: np.ndarray) -> pa.Array:

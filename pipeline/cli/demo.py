@@ -24,8 +24,10 @@ EXAMPLE_QUERIES = (
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--fleet", default="demo", show_default=True, help="demo, tiny, or an inventory YAML.")
 @click.option("--hours", type=float, default=None, help="Simulate only the first H hours of the day.")
+@click.option("--shape", type=click.Choice(["simple", "collector"]), default="simple", show_default=True,
+              help="Power rows as `wattline simulate --shape` writes them.")
 @data_dir_option
-def command(date: str | None, seed: int, fleet: str, hours: float | None, data_dir) -> None:
+def command(date: str | None, seed: int, fleet: str, hours: float | None, shape: str, data_dir) -> None:
     """Simulate one day of a mixed GPU fleet, materialize every asset, write the report."""
     from collectors.simulate import simulate
     from pipeline.runner import run_day
@@ -35,7 +37,7 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, data_d
     if run_day_problem(day):
         raise UserError(run_day_problem(day))
     t0 = time.monotonic()
-    summary = simulate(data_dir, start=dt.date.fromisoformat(day), days=1, seed=seed, fleet=fleet, hours=hours)
+    summary = simulate(data_dir, start=dt.date.fromisoformat(day), days=1, seed=seed, fleet=fleet, hours=hours, shape=shape)
     click.echo(f"simulated {day}: {summary.line()} in {time.monotonic() - t0:.0f} s")
     t1 = time.monotonic()
     outcome = run_day(data_dir, day)  # cluster-days in parallel worker processes, then the fleet-day

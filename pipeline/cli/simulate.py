@@ -21,10 +21,12 @@ def _yesterday_utc() -> str:
 @click.option("--start", metavar="YYYY-MM-DD", default=None, help="First day (UTC)  [default: yesterday]")
 @click.option("--fleet", default="demo", show_default=True, metavar="demo|tiny|FILE", help="Built-in fleet or an inventory YAML.")
 @click.option("--hours", type=float, default=None, help="Simulate only the first H hours of each day.")
+@click.option("--shape", type=click.Choice(["simple", "collector"]), default="simple", show_default=True,
+              help="simple: one 10 Hz series per GPU; collector: what `wattline collect` writes (~50 Hz driver buffer + 10 Hz fields, ~6x the rows).")
 @replay_arrivals_option
 @data_dir_option
-def command(days: int, seed: int, start: str | None, fleet: str, hours: float | None, replay_arrivals, data_dir) -> None:
-    """Simulate a GPU fleet (training and inference) at 10 Hz, no GPU needed."""
+def command(days: int, seed: int, start: str | None, fleet: str, hours: float | None, shape: str, replay_arrivals, data_dir) -> None:
+    """Simulate a GPU fleet (training and inference), no GPU needed."""
     from collectors.inventory import InventoryError
     from collectors.simulate import simulate
     from collectors.simulate.fleets import resolve_fleet
@@ -40,7 +42,7 @@ def command(days: int, seed: int, start: str | None, fleet: str, hours: float | 
         if replay_arrivals:
             endpoints = [e.name for _, _, host in resolve_fleet(fleet).iter_hosts() for e in host.endpoints]
             arrivals = load_replay_arrivals(*replay_arrivals, sorted(set(endpoints)))
-        summary = simulate(data_dir, start=first, days=days, seed=seed, fleet=fleet, hours=hours, arrivals=arrivals)
+        summary = simulate(data_dir, start=first, days=days, seed=seed, fleet=fleet, hours=hours, arrivals=arrivals, shape=shape)
     except InventoryError as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:  # the data dir became unwritable or full midway

@@ -64,6 +64,15 @@ def cluster_roles(ctx: Ctx) -> dict[str, str]:
     return {row["cluster"]: row["roles"] for row in rows}
 
 
+def entity_gpus(ctx: Ctx) -> dict[tuple[str, str], int]:
+    """GPUs per (level, entity) for the role and cluster rows: the published swings are for thousands."""
+    if not ctx.reader.has("inventory_gpus", ("cluster", "role")):
+        return {}
+    rows = ctx.reader.rows("SELECT 'cluster' AS level, cluster AS entity, count(*) AS n FROM inventory_gpus GROUP BY ALL "
+                           "UNION ALL SELECT 'role', role, count(*) FROM inventory_gpus GROUP BY ALL")
+    return {(row["level"], row["entity"]): row["n"] for row in rows}
+
+
 def build(ctx: Ctx) -> Section:
     s = Section("headline", TITLE)
     r = ctx.reader
@@ -98,18 +107,21 @@ def build(ctx: Ctx) -> Section:
                 ORDER BY level DESC, entity"""
         )
         roles_of = cluster_roles(ctx)
+        gpus_of = entity_gpus(ctx)
         table = []
         for row in swing:
             role = row["entity"] if row["level"] == "role" else roles_of.get(row["entity"], "?")
             ref = REFERENCE_2S_SWING_PCT.get(role)
-            table.append([row["level"], row["entity"], role, f"up to {ref:g}%" if ref else "–", num(row["max_swing_pct"]), num(row["max_swing_w"], 0), num(row["p99_swing_w"], 0), num(row["provisioned_w"], 0)])
+            table.append([row["level"], row["entity"], role, gpus_of.get((row["level"], row["entity"]), "?"), f"up to {ref:g}%" if ref else "–",
+                          num(row["max_swing_pct"]), num(row["max_swing_w"], 0), num(row["p99_swing_w"], 0), num(row["provisioned_w"], 0)])
         s.headline["max_2s_swing_pct"] = {f"{row['level']}:{row['entity']}": num(row["max_swing_pct"], 2) for row in swing}
         s.headline["reference_2s_swing_pct"] = REFERENCE_2S_SWING_PCT
         s.add(
             Table(
-                ["level", "entity", "role", "published (max 2 s swing, % prov.)", "this fleet: max 2 s swing (% prov.)", "max 2 s swing (W)", "p99 2 s swing (W)", "provisioned (W)"],
+                ["level", "entity", "role", "GPUs", "published (max 2 s swing, % prov.)", "this fleet: max 2 s swing (% prov.)", "max 2 s swing (W)", "p99 2 s swing (W)", "provisioned (W)"],
                 table,
-                "Training vs inference: largest power change within any 2 s window of the instantaneous trace (swing_stats), beside the published cluster-level reference points (training up to 37.5%, inference up to 9% of provisioned within 2 s).",
+                "Training vs inference: largest power change within any 2 s window of the instantaneous trace (swing_stats), beside the published cluster-level reference points (training up to 37.5%, inference up to 9% of provisioned within 2 s), "
+                "which were measured on clusters of thousands of GPUs: fewer GPUs smooth less (docs/simulator.md, 'Paper scale', shows the simulator's swing against the number of endpoints).",
             )
         )
     else:

@@ -1,0 +1,256 @@
+"""Fit the simulator's per-GPU engine and power parameters on one real H200 capture, validate on another.
+
+    python bench/calibrate_simulator.py [--data ../shared/data] [--out docs/img]
+
+Fit on ``h200-capture-4`` (continuous batching, the policy the simulator's engine models: 368 requests,
+each prefilled alone with a device synchronize on both sides, so prefill duration vs tokens is clean;
+capture 2 has only 8 prefills, static batches padded to their longest prompt). Validate on
+``h200-capture-2``, not used for fitting: its logged workload (prefills, decodes, training steps,
+waits and checkpoints) is turned into a phase timeline with the fitted levels and sampled by the
+simulator's power model at the driver buffer's timestamps; its 8 padded prefill batches are timed by
+the fitted prefill model. Also an in-sample check: capture 4's arrivals replayed through the engine.
+
+Prints the fitted values (compare with ``collectors/simulate/calibration.py``, which holds them), the
+two-sample Kolmogorov–Smirnov statistic of each comparison, and writes the PNGs for docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+from collectors.simulate import calibration, phases, power  # noqa: E402
+from collectors.simulate.arrivals import Arrivals  # noqa: E402
+from collectors.simulate.inference import run_engine  # noqa: E402
+
+RAMP_NS = 80_000_000
+"""Samples this long after a phase starts are left out of level fits (the onset delay and ramp)."""
+
+
+def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov–Smirnov statistic: the largest gap between the two empirical CDFs."""
+    a, b = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
+    x = np.concatenate([a, b])
+    return float(np.max(np.abs(np.searchsorted(a, x, side="right") / len(a) - np.searchsorted(b, x, side="right") / len(b))))
+
+
+def _csv(path: Path) -> dict[str, np.ndarray]:
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh))
+    return {k: np.array([r[k] for r in rows]) for k in rows[0]}
+
+
+class Capture:
+    def __init__(self, root: Path):
+        self.name = root.name
+        self.marks = {ln.split()[0]: int(ln.split()[1]) for ln in (root / "phases.txt").read_text().splitlines()
+                      if len(ln.split()) == 2 and ln.split()[1].isdigit()}
+        r = _csv(root / "requests.csv")
+        self.arrival, self.ps, self.ft, self.end = (r[c].astype(np.int64) for c in ("arrival_ns", "prefill_start_ns", "first_token_ns", "end_ns"))
+        self.prompt, self.output = r["prompt_tokens"].astype(np.int64), r["output_tokens"].astype(np.int64)
+        self.batch_size = r["batch_size"].astype(np.int64)
+        s = _csv(root / "train_steps.csv")
+        self.st, self.se, self.kind = s["start_ns"].astype(np.int64), s["end_ns"].astype(np.int64), s["kind"]
+        b = np.loadtxt(root / "driver_buffer.csv", delimiter=",", skiprows=1)
+        self.bt, self.bw = b[:, 1].astype(np.int64) * 1000, b[:, 2] / 1000.0
+
+    def prefills(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start, end, tokens) of each prefill pass; a static batch is padded to its longest prompt."""
+        starts, idx = np.unique(self.ps, return_inverse=True)
+        ends = np.array([self.ft[idx == i][0] for i in range(len(starts))])
+        tokens = np.array([len(self.prompt[idx == i]) * self.prompt[idx == i].max() for i in range(len(starts))])
+        return starts, ends, tokens
+
+    def running(self, t: np.ndarray) -> np.ndarray:
+        return ((self.ft[None, :] <= t[:, None]) & (self.end[None, :] > t[:, None])).sum(axis=1)
+
+    def inside(self, t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        order = np.argsort(start)
+        s, e = start[order], np.maximum.accumulate(end[order])
+        i = np.searchsorted(s, t, side="right") - 1
+        return (i >= 0) & (t < e[np.maximum(i, 0)])
+
+    def serving(self) -> np.ndarray:
+        return (self.bt > self.marks["infer"]) & (self.bt < self.marks["idle1"])
+
+
+def fit(cap: Capture) -> dict[str, float]:
+    out: dict[str, float] = {}
+    t, w = cap.bt, cap.bw
+    out["idle_w"] = float(np.median(w[t < cap.marks["infer"]]))
+    ps, pe, tokens = cap.prefills()
+    d = (pe - ps) / 1e9
+    a = np.vstack([np.ones(len(tokens)), tokens]).T
+    coef = np.linalg.lstsq(a, d, rcond=None)[0]
+    out["prefill_overhead_s"], out["prefill_s_per_token"] = float(coef[0]), float(coef[1])
+    out["prefill_duration_sd_rel"] = float(np.std(d / (a @ coef)))
+    # onset: event-triggered median of long prefills, first 20 ms step where power is past half-way
+    long = (pe - ps) > 150_000_000
+    grid = np.arange(0, 200, 10) * 1_000_000
+    trace = np.array([np.median(np.interp(ps[long] + g, t, w)) for g in grid])
+    half = trace[0] + 0.5 * (np.max(trace) - trace[0])
+    out["prefill_onset_s"] = float(grid[np.argmax(trace > half)] / 1e9)
+    plateau = [np.median(w[(t >= s + RAMP_NS) & (t < e)]) for s, e in zip(ps, pe) if ((t >= s + RAMP_NS) & (t < e)).sum() >= 2]
+    out["prefill_plateau_w"] = float(np.median(plateau))
+    out["prefill_plateau_sd_w"] = float((np.percentile(plateau, 90) - np.percentile(plateau, 10)) / 2.563)
+    serving = cap.serving()
+    busy = cap.inside(t, ps - 20_000_000, pe + RAMP_NS)
+    run = cap.running(t)
+    out["loaded_w"] = float(np.median(w[serving & ~busy & (run == 0)]))
+    dec = serving & ~busy & (run > 0)
+    # decode level: base + span × (1 − exp(−running / scale)), least squares on per-running medians
+    rs = np.unique(run[dec])
+    med = np.array([np.median(w[dec & (run == r)]) for r in rs])
+    n = np.array([(dec & (run == r)).sum() for r in rs])
+    best = None
+    for scale in np.arange(1.0, 60.0, 0.5):
+        x = 1 - np.exp(-rs / scale)
+        a = np.vstack([np.ones(len(rs)), x]).T * np.sqrt(n)[:, None]
+        c, *_ = np.linalg.lstsq(a, med * np.sqrt(n), rcond=None)
+        err = float(np.sum(n * (med - c[0] - c[1] * x) ** 2))
+        if best is None or err < best[0]:
+            best = (err, float(c[0]), float(c[1]), float(scale))
+    out["decode_base_w"], out["decode_span_w"], out["decode_scale_seqs"] = best[1:]
+    rel = w[dec] / (best[1] + best[2] * (1 - np.exp(-run[dec] / best[3])))
+    q25, q75 = np.percentile(np.log(rel), [25, 75])
+    out["decode_log_sd"] = float((q75 - q25) / 1.349)  # right-skewed: lognormal around the level
+    # decode step time vs running, prefill time inside each request's decode taken out
+    k = cap.output > 8
+    pre_s = np.array([np.sum(np.clip(np.minimum(pe, b) - np.maximum(ps, a), 0, None)) / 1e9 for a, b in zip(cap.ft, cap.end)])
+    step = ((cap.end - cap.ft) / 1e9 - pre_s) / np.maximum(cap.output - 1, 1)
+    mean_run = np.array([np.mean(cap.running(np.linspace(a, b, 16).astype(np.int64))) for a, b in zip(cap.ft, cap.end)])
+    a = np.vstack([np.ones(k.sum()), mean_run[k]]).T
+    c = np.linalg.lstsq(a, step[k], rcond=None)[0]
+    out["decode_step_s"], out["decode_step_s_per_seq"] = float(c[0]), float(max(c[1], 0.0))
+    for kind in np.unique(cap.kind):
+        m = cap.kind == kind
+        inner = cap.inside(t, cap.st[m] + RAMP_NS, cap.se[m] - 10_000_000)
+        out[f"train_{kind}_w"] = float(np.median(w[inner]))
+        if kind == "step":
+            per = [np.median(w[(t >= s + RAMP_NS) & (t < e - 10_000_000)]) for s, e in zip(cap.st[m], cap.se[m])
+                   if ((t >= s + RAMP_NS) & (t < e - 10_000_000)).sum() >= 2]
+            out["train_step_w_p25"], out["train_step_w_p75"] = (float(x) for x in np.percentile(per, [25, 75]))
+    return out
+
+
+def logged_timeline(cap: Capture, t0: int) -> phases.Timeline:
+    """The capture's own logged workload as a phase timeline with the simulator's (fitted) levels."""
+    c = calibration
+    ps, pe, tokens = cap.prefills()
+    edges = np.unique(np.concatenate([ps, pe, cap.ft, cap.end, cap.st, cap.se, list(cap.marks.values())]))
+    mid = (edges[:-1] + edges[1:]) // 2
+    kind = np.full(len(mid), phases.IDLE, np.uint8)
+    level = np.full(len(mid), c.IDLE_W, np.float32)
+    serving = (mid > cap.marks["infer"]) & (mid < cap.marks["idle1"])
+    kind[serving], level[serving] = phases.LOADED, c.LOADED_W
+    run = cap.running(mid)
+    m = serving & (run > 0)
+    kind[m], level[m] = phases.DECODE, phases.decode_w(run[m])
+    m = cap.inside(mid, ps, pe)
+    kind[m], level[m] = phases.PREFILL, c.PREFILL_PLATEAU_W
+    for name, k, lv in (("step", phases.STEP, np.mean(c.STEP_W)), ("comm_wait", phases.COMM, c.STALL_W),
+                        ("data_wait", phases.COMM, c.STALL_W), ("checkpoint", phases.CKPT, c.CKPT_W)):
+        sel = cap.kind == name
+        if sel.any():
+            m = cap.inside(mid, cap.st[sel], cap.se[sel])
+            kind[m], level[m] = k, lv
+    start = (edges[:-1] - t0) / 1e9
+    # the power of a prefill shows after its onset delay: shift prefill segments' starts
+    start = np.where(kind == phases.PREFILL, start + c.PREFILL_ONSET_S, start)
+    order = np.argsort(start, kind="stable")
+    return phases.Timeline(np.concatenate([[-1e9], start[order]]), np.concatenate([[phases.IDLE], kind[order]]).astype(np.uint8),
+                           np.concatenate([[c.IDLE_W], level[order]]).astype(np.float32))
+
+
+def sampled_at_buffer(cap: Capture, tl: phases.Timeline, t0: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    _, w = power._instant_w(rng, tl, (cap.bt - t0) / 1e9, 1.0, calibration.POWER_QUANTUM_W)
+    return w
+
+
+def engine_replay(cap: Capture, seed: int = 0):
+    """Capture 4's arrivals and token counts through the engine on one GPU (in arrival order)."""
+    t0 = int(cap.arrival.min())
+    o = np.argsort(cap.arrival, kind="stable")
+    arr = Arrivals((cap.arrival[o] - t0) / 1e9, cap.prompt[o].astype(np.int32), cap.output[o].astype(np.int32))
+    res = run_engine(np.random.default_rng(seed), arr, 1, errors=False)
+    return res, t0
+
+
+def _hist_png(path: Path, title: str, series: dict[str, np.ndarray], unit: str, bins: np.ndarray) -> None:
+    import altair as alt
+    import vl_convert as vlc
+
+    rows = []
+    for name, x in series.items():
+        h, e = np.histogram(x, bins=bins)
+        rows += [{"x": float((e[i] + e[i + 1]) / 2), "share": float(h[i] / max(len(x), 1)), "series": name} for i in range(len(h))]
+    chart = alt.Chart(alt.Data(values=rows)).mark_line(interpolate="step").encode(
+        x=alt.X("x:Q", title=unit), y=alt.Y("share:Q", title="share of samples"), color=alt.Color("series:N", title=None),
+    ).properties(title=title, width=460, height=220)
+    path.write_bytes(vlc.vegalite_to_png(chart.to_json(), scale=1.5))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    near = [d / "shared" / "data" for d in (REPO.parent, REPO.parent.parent)]  # a clone, or a worktree of one
+    ap.add_argument("--data", type=Path, default=next((d for d in near if d.is_dir()), near[0]))
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "img")
+    args = ap.parse_args()
+    fit_cap, val_cap = Capture(args.data / "h200-capture-4"), Capture(args.data / "h200-capture-2")
+    fitted = fit(fit_cap)
+    print("fitted on", fit_cap.name)
+    print(json.dumps({k: round(v, 6) for k, v in fitted.items()}, indent=1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = {}
+
+    # 1. power, out of sample: capture 2's logged workload through the fitted power model
+    t0 = val_cap.marks["infer"] - 8_000_000_000
+    sim_w = sampled_at_buffer(val_cap, logged_timeline(val_cap, t0), t0)
+    for name, sel in (("inference", val_cap.serving()),
+                      ("training", (val_cap.bt > val_cap.marks["train"]) & (val_cap.bt < val_cap.marks["idle2"]))):
+        ks = ks_statistic(val_cap.bw[sel], sim_w[sel])
+        results[f"power_{name}_capture2_ks"] = ks
+        _hist_png(args.out / f"calib-power-{name}-capture2.png",
+                  f"{name} power, capture 2 (validation) vs simulator: KS {ks:.2f}",
+                  {"capture 2 driver buffer": val_cap.bw[sel], "simulator on capture 2's logged workload": sim_w[sel]},
+                  "W", np.arange(60, 960, 20))
+
+    # 2. prefill durations, out of sample: capture 2's padded batches vs the fitted model
+    ps, pe, tokens = val_cap.prefills()
+    real_d = (pe - ps) / 1e9
+    model_d = calibration.PREFILL_OVERHEAD_S + calibration.PREFILL_S_PER_TOKEN * tokens
+    results["prefill_duration_capture2_ks"] = ks_statistic(real_d, model_d)
+    results["prefill_duration_capture2_ratio_median"] = float(np.median(model_d / real_d))
+
+    # 3. in sample: capture 4's arrivals through the engine (1 GPU) and the power model
+    res, t0 = engine_replay(fit_cap)
+    sim_d = res.first_token_s - res.prefill_start_s
+    real_d4 = (fit_cap.ft - fit_cap.ps) / 1e9
+    ks = ks_statistic(real_d4, sim_d)
+    results["prefill_duration_capture4_engine_ks"] = ks
+    _hist_png(args.out / "calib-prefill-duration.png", f"prefill duration: capture 4 vs engine replay (KS {ks:.2f}); "
+              f"capture 2 batches vs model (KS {results['prefill_duration_capture2_ks']:.2f})",
+              {"capture 4 (fit)": real_d4, "engine replaying capture 4's arrivals": sim_d,
+               "capture 2 padded batches (validation)": real_d, "model for capture 2's batches": model_d},
+              "s", np.arange(0.0, 1.0, 0.02))
+    sel = fit_cap.serving()
+    sim_w4 = sampled_at_buffer(fit_cap, res.timeline, t0)
+    ks = ks_statistic(fit_cap.bw[sel], sim_w4[sel])
+    results["power_inference_capture4_engine_ks"] = ks
+    _hist_png(args.out / "calib-power-inference-capture4.png", f"inference power, capture 4 vs engine replay (in sample): KS {ks:.2f}",
+              {"capture 4 driver buffer": fit_cap.bw[sel], "engine replaying capture 4's arrivals": sim_w4[sel]},
+              "W", np.arange(60, 960, 20))
+    print(json.dumps({k: round(v, 3) for k, v in results.items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

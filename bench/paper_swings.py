@@ -1,0 +1,113 @@
+"""Cluster-level 2 s power swings of the ``paper`` fleet, next to the published 37.5 % (training) and 9 % (inference).
+
+    python bench/paper_swings.py [--scale 1.0] [--hours 0.5] [--workdir bench/work/paper] [--out docs/img]
+
+Simulates the fleet (``collectors.simulate.fleets.paper_fleet``: 2,048 inference GPUs as 256 endpoints of
+8, a 1,024-GPU synchronous training job; ``--scale`` shrinks both) at 10 Hz for ``--hours`` from 00:00 UTC
+(16:00–19:00 in the endpoints' UTC−5…−8: near their daily peak), then computes from the raw power files,
+independently of the pipeline, what ``swing_stats`` defines: on the 100 ms grid of summed instantaneous
+power, the largest max − min inside any 2 s window (sliding at 100 ms), as a share of the cluster's
+provisioned power (6,500 W per 8-GPU host). Nothing is tuned to the published figures. Also the
+inference swing of the first k endpoints for k = 1, 2, 4, … (same run), plotted against k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import yaml  # noqa: E402
+
+from collectors.contract import epoch_ns  # noqa: E402
+from collectors.simulate import simulate  # noqa: E402
+from collectors.simulate.fleets import HOST_PROVISIONED_W, paper_fleet  # noqa: E402
+
+PUBLISHED = {"training": 37.5, "inference": 9.0}
+WINDOW_SLOTS = 20
+"""2 s at 100 ms."""
+
+
+def max_swing_w(total_w: np.ndarray, slots: int = WINDOW_SLOTS) -> float:
+    """Largest max − min of ``total_w`` inside any ``slots``-long window (sliding by one slot)."""
+    win = np.lib.stride_tricks.sliding_window_view(total_w, slots)
+    return float(np.max(win.max(axis=1) - win.min(axis=1)))
+
+
+def host_slots(path: Path, epoch: int, n_slots: int) -> np.ndarray:
+    """One host's summed power on the 100 ms grid (the simple shape has one sample per GPU and slot)."""
+    t = pq.read_table(path, columns=["ts", "power_w"])
+    slot = (epoch_ns(t["ts"]).to_numpy() - epoch) // 100_000_000
+    out = np.zeros(n_slots)
+    np.add.at(out, np.clip(slot, 0, n_slots - 1), t["power_w"].to_numpy().astype(np.float64))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the 256 inference and 128 training hosts")
+    ap.add_argument("--hours", type=float, default=0.5)
+    ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "work" / "paper")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "img")
+    ap.add_argument("--keep", action="store_true", help="keep the simulated data dir")
+    args = ap.parse_args()
+    n_inf, n_trn = max(1, round(256 * args.scale)), max(1, round(128 * args.scale))
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    args.workdir.mkdir(parents=True)
+    fleet = args.workdir / "paper.yaml"
+    fleet.write_text(yaml.safe_dump(paper_fleet(n_inf, n_trn)))
+    day = dt.date(2026, 12, 1)
+    t0 = time.monotonic()
+    summary = simulate(args.workdir / "data", start=day, seed=0, fleet=fleet, hours=args.hours)
+    sim_s = time.monotonic() - t0
+    epoch = int(dt.datetime.combine(day, dt.time(), tzinfo=dt.timezone.utc).timestamp()) * 10**9
+    n_slots = int(args.hours * 36_000)
+    per_host = {}
+    for f in sorted((args.workdir / "data" / "power").rglob("*.parquet")):
+        host = f.parent.name.removeprefix("host=")
+        per_host[host] = per_host.get(host, 0) + host_slots(f, epoch, n_slots)
+    cut = slice(WINDOW_SLOTS, n_slots - WINDOW_SLOTS)  # edges: samples of the first/last slot may be partial
+    rows = {}
+    for role, prefix, n in (("inference", "inf-", n_inf), ("training", "trn-", n_trn)):
+        hosts = sorted(h for h in per_host if h.startswith(prefix))
+        total = np.sum([per_host[h] for h in hosts], axis=0)[cut]
+        prov = HOST_PROVISIONED_W * len(hosts)
+        sw = max_swing_w(total)
+        rows[role] = {"gpus": 8 * len(hosts), "provisioned_w": prov, "mean_w": float(total.mean()),
+                      "max_2s_swing_w": sw, "max_2s_swing_pct": 100 * sw / prov, "published_pct": PUBLISHED[role]}
+    hosts = sorted(h for h in per_host if h.startswith("inf-"))
+    by_k = []
+    k = 1
+    while k <= len(hosts):
+        total = np.sum([per_host[h] for h in hosts[:k]], axis=0)[cut]
+        by_k.append({"endpoints": k, "gpus": 8 * k, "max_2s_swing_pct": 100 * max_swing_w(total) / (HOST_PROVISIONED_W * k)})
+        k *= 2
+    result = {"hours": args.hours, "scale": args.scale, "gpus": summary.gpus, "power_rows": summary.power_rows,
+              "requests": summary.requests, "simulate_s": round(sim_s, 1), "clusters": rows, "inference_by_endpoints": by_k}
+    print(json.dumps(result, indent=1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    import altair as alt
+    import vl_convert as vlc
+
+    chart = alt.Chart(alt.Data(values=by_k)).mark_line(point=True).encode(
+        x=alt.X("endpoints:Q", scale=alt.Scale(type="log", base=2), title="endpoints (8 GPUs each) summed"),
+        y=alt.Y("max_2s_swing_pct:Q", title="largest 2 s swing, % of provisioned"),
+    ).properties(title=f"Inference: 2 s swing vs endpoints ({args.hours} h from 00:00 UTC = 16:00-19:00 local, seed 0)", width=440, height=240)
+    rule = alt.Chart(alt.Data(values=[{"y": PUBLISHED["inference"]}])).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
+    (args.out / "paper-inference-swing-vs-endpoints.png").write_bytes(vlc.vegalite_to_png((chart + rule).to_json(), scale=1.5))
+    (args.out / "paper-swings.json").write_text(json.dumps(result, indent=1) + "\n")
+    if not args.keep:
+        shutil.rmtree(args.workdir / "data", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

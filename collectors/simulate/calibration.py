@@ -1,0 +1,86 @@
+"""Every parameter the simulator fitted on a real capture, in one place, with the capture it came from.
+
+``bench/calibrate_simulator.py`` re-derives the fitted values from ``../shared/data`` and compares
+the simulator with a capture that was not used for fitting (docs/simulator.md, "Calibration").
+Captures: ``h200-capture-4`` (one H200, 700 W, driver 580.159.04, 2026-12-03: continuous batching
+of an 8B decoder, a ~3B training job, and the project's own collector beside the raw sampler);
+``h200-capture-2`` (the same GPU, 2026-12-02: static batching, a 1.5B training job).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# --- collector shape (h200-capture-4/collector: what `wattline collect` wrote, 374 s) -------------
+
+BUFFER_SPACING_MS_QUANTILES = np.array(
+    [0.3, 11.0, 12.8, 17.2, 18.3, 18.9, 19.4, 19.8, 19.9, 20.0, 20.0,
+     20.0, 20.1, 20.1, 20.3, 21.3, 22.8, 25.6, 29.0, 30.0, 49.2]
+)
+"""Spacing of the driver's power buffer (``nvmlDeviceGetSamples``), at quantiles 0, 5, …, 100 %:
+median 20.0 ms, p90 29.0 ms, mean 20.4 ms (48.9 rows/s). The driver stamps each sample late by a
+varying few ms; the simulator draws spacings from this table (inverse CDF, linear between quantiles)."""
+
+FIELD_PERIOD_NS = 100_000_000
+FIELD_TICK_OFFSET_NS = 4_850_000
+FIELD_TICK_JITTER_NS = 50_000
+"""Field rows: the collector's 100 ms tick; its NVML calls return 4.81–5.05 ms after the tick (p1–p99)."""
+
+INSTANT_AGE_NS = (6_000_000, 10_000_000)
+"""A field row's ``power_w`` (field 186) is a driver sample 6–10 ms old (p5–p95 age of the newest buffer
+sample at the row's ts; 95 % of field values appear verbatim in the buffer)."""
+
+AVG_WINDOW_NS = 1_000_000_000
+AVG_LAG_NS = 60_000_000
+"""``power_avg_w`` (``nvmlDeviceGetPowerUsage`` on Hopper) is the mean of the buffer samples in the 1 s
+ending 60 ms before the row (best fit over windows 0.5–1.5 s and lags 0–1.2 s: median |error| 2.6 W)."""
+
+SLOW_FIELDS_EVERY_NS = 1_000_000_000
+ENERGY_EVERY_NS = 30_000_000_000
+"""The collector's default cadences: clocks, utilisation, memory, temperature and the power limit on one
+field row a second, the energy counter (≈ 4 ms of CPU per read) every 30 s."""
+
+POWER_QUANTUM_W = 0.3235
+"""The driver reports milliwatts, but its readings sit on a lattice ~0.32 W apart (capture 4's buffer:
+3,014 distinct values in 18,444 samples, median step between neighbouring values 0.324 W at p75):
+few distinct floats, so Parquet dictionary-encodes them (~1.8 B a row instead of ~3)."""
+
+# --- per-GPU engine and power (fitted on h200-capture-4 by bench/calibrate_simulator.py) -------
+# An 8B decoder on one H200 (700 W). Prefill and decode times are per GPU: an endpoint of n GPUs
+# (one tensor-parallel group) divides the per-token prefill time by n.
+
+IDLE_W = 81.6
+"""Nothing loaded: median of capture 4's first 8 s (capture 2: 78.1 W)."""
+LOADED_W = 84.2
+"""Model resident, no request running and no prefill within −20/+80 ms (capture 2's server: 120.1 W —
+its clocks stayed up between static batches)."""
+PREFILL_OVERHEAD_S = 0.0584
+PREFILL_S_PER_TOKEN = 21.0e-6
+"""Prefill duration = 58.4 ms + 21 µs × prompt tokens (least squares over capture 4's 368 single-request
+prefills, residual sd 26 %; capture 2's padded batches give 72.5 ms + 24 µs)."""
+PREFILL_ONSET_S = 0.06
+"""The board's power shows a prefill 60 ms after the engine starts it (median of the prefills longer than
+150 ms crosses half-way at +60 ms; capture 2: +90 ms) and drops within 20 ms of its end."""
+PREFILL_PLATEAU_W = 788.0
+PREFILL_PLATEAU_SD_W = 76.0
+"""Per-prefill median power after the onset: median 788 W, p10–p90 668–862 W (sd ≈ (p90 − p10) / 2.56);
+hardly depends on tokens (capture 2's batches: 734 W)."""
+DECODE_BASE_W = 131.0
+DECODE_SPAN_W = 76.6
+DECODE_SCALE_SEQS = 6.0
+"""Decode level = 131 + 76.6 × (1 − e^(−running / 6)) W: 141 W at 1 running, ~208 W from ~20 running
+(weighted least squares over per-running medians, samples outside prefills)."""
+DECODE_LOG_SD = 0.48
+"""Decode samples are right-skewed (a floor near 125 W, excursions to 400–900 W): lognormal around the
+level with this sd of log(power / level) (IQR / 1.349)."""
+DECODE_STEP_S = 0.0516
+DECODE_STEP_S_PER_SEQ = 0.000161
+"""Decode step = 51.6 ms + 0.161 ms × running (per request: decode time minus the prefills inside it,
+over its output tokens, against its mean running count; capture 4 ran 30–38 requests most of the time)."""
+STEP_W = (684.7, 729.1)
+"""Training step level, per step uniform in the p25–p75 of capture 4's per-step medians (a ~3B model;
+capture 2's 1.5B: 741.5 W)."""
+STALL_W = 126.9
+"""Input-pipeline stall (``data_wait``) between steps: 126.9 W (capture 2's blocking wait: 122.8 W)."""
+CKPT_W = 125.6
+"""Checkpoint write: 125.6 W (capture 2: 122.1 W)."""
