@@ -218,9 +218,9 @@ def test_kill_9_loses_at_most_one_flush_interval_and_a_resend_adds_no_repeat(tmp
             acked.append((rid, float(t)))
     os.kill(proc.pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    proc.wait(10)
+    proc.communicate(timeout=10)  # reaps it and closes its pipes
     sender.kill()
-    sender.wait(10)
+    sender.communicate(timeout=10)
     assert len(acked) > 30
     rows = stored(data)
     sent = {rid for rid, _ in acked}
@@ -300,7 +300,7 @@ def test_a_received_day_gets_request_energy(receiver):
     t = T0 + np.arange(400, dtype=np.int64) * 100_000_000 + 50_000_000  # 40 s at 10 Hz
     write_dataset(power_table("infer-0", 0, t, np.full(400, 300.0)), data, "power", prefix="p")
     date = DAY.isoformat()
-    outcome = run_day(data, date, selection=["power_1s", "power_100ms", "phase_timeline", "request_energy"])
+    outcome = run_day(data, date, selection=["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "request_energy"])
     assert outcome.success, outcome.error
     energy = read_day(data, "request_energy", date).select(["request_id", "total_j"]).to_pylist()
     assert sorted(r["request_id"] for r in energy) == sorted(r.request_id for r in reqs)

@@ -74,7 +74,10 @@ def test_joules_per_token_are_plausible(sim):
             "SELECT endpoint, j_per_prompt_token, j_per_output_token, prefill_energy_share FROM energy_per_token WHERE bucket_kind = 'all'"
         ).fetchall()
         for endpoint, jp, jo, share in rows:
-            assert 0.05 < jp < 1.0 and 0.1 < jo < 10 and 0 < share < 1, endpoint
+            # Lower bound from the real H200 (8B model, continuous batching): h200-capture-4 measures
+            # 0.021 J per prompt token against the buffer samples (tests/test_phases_event_time_real.py);
+            # the simulator is calibrated on that capture.
+            assert 0.01 < jp < 1.0 and 0.1 < jo < 10 and 0 < share < 1, endpoint
 
 
 def test_two_second_request_clock_offset_is_reported(sim, tmp_path):

@@ -116,10 +116,11 @@ def prometheus(tmp_path_factory):
         "scrape_configs:\n  - job_name: dcgm\n    honor_timestamps: true\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{exp_port}']\n"
     )
+    log = open(tmp / "prometheus.log", "w")
     proc = subprocess.Popen(
         [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w"),
+        stdout=subprocess.DEVNULL, stderr=log,
     )
     url = f"http://127.0.0.1:{prom_port}"
     try:
@@ -133,6 +134,7 @@ def prometheus(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(20)
+        log.close()
         server.shutdown()
         shutil.rmtree(tmp / "tsdb", ignore_errors=True)
 
