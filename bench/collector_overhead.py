@@ -69,8 +69,8 @@ def collector_cmd(data_dir: Path, extra: list[str], python: str = sys.executable
     return [python, "-m", "collectors.nvml", "--data-dir", str(data_dir), "--host", "bench", *extra]
 
 
-def run_replicated(copies: int, data_dir: Path, gpu: int = 0) -> int:
-    """Child mode: the real collector at its defaults, with ``copies`` samplers all reading GPU ``gpu``
+def replicated_collector(copies: int, data_dir: Path, gpu: int = 0):
+    """The real collector at its defaults, opened, with ``copies`` samplers all reading GPU ``gpu``
     through the real NVML and writing as GPUs 0..copies-1. A one-GPU host then shows the CPU cost of
     sampling ``copies`` GPUs: every NVML call and every row is real, only the board is shared."""
     sys.path.insert(0, str(REPO))
@@ -82,13 +82,19 @@ def run_replicated(copies: int, data_dir: Path, gpu: int = 0) -> int:
     c = Collector(CollectorConfig(data_dir=data_dir, host="replicated", gpus=[gpu]))
     signal.signal(signal.SIGTERM, lambda *_: c.stop.set())
     c.open()
+    c.samplers[0].gpu = 0  # rows as GPUs 0..copies-1, whichever board is read
     for k in range(1, copies):
         r = GpuReader(c.nvml, gpu)
         r.reopen()
         s = GpuSampler(r, c.cfg.sampling, c.rows, c.counters)
         s.gpu = k
         c.samplers.append(s)
-    return c.run()
+    return c
+
+
+def run_replicated(copies: int, data_dir: Path, gpu: int = 0) -> int:
+    """Child mode: :func:`replicated_collector`, run until SIGTERM."""
+    return replicated_collector(copies, data_dir, gpu).run()
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collector_overhead import ProcessMeter  # noqa: E402
+from collector_overhead import ProcessMeter, replicated_collector  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 WINDOWS = (2, 10, 60)
@@ -119,22 +119,7 @@ def free_port() -> int:
 
 # -- child: N samplers on one GPU, with or without metrics+alerts ------------------------------------
 def run_replicated_live(copies: int, data_dir: Path, gpu: int, listen: str | None, rules: str | None) -> int:
-    sys.path.insert(0, str(REPO))
-    from collectors.nvml.daemon import Collector, CollectorConfig, _lean_memory
-    from collectors.nvml.gpu_sampler import GpuSampler
-    from collectors.nvml.nvml_source import GpuReader
-
-    _lean_memory()
-    c = Collector(CollectorConfig(data_dir=data_dir, host="replicated", gpus=[gpu]))
-    signal.signal(signal.SIGTERM, lambda *_: c.stop.set())
-    c.open()
-    c.samplers[0].gpu = 0
-    for k in range(1, copies):
-        r = GpuReader(c.nvml, gpu)
-        r.reopen()
-        s = GpuSampler(r, c.cfg.sampling, c.rows, c.counters)
-        s.gpu = k
-        c.samplers.append(s)
+    c = replicated_collector(copies, data_dir, gpu)
     if listen or rules:
         from collectors.nvml.cli import load_live_config, parse_listen
 
