@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from collectors.names import PATH_NAME_RULE, path_name_problem
 
+INVENTORY_FILE = "inventory.yaml"
+"""The inventory's name at the root of a data dir."""
+
 
 class InventoryError(ValueError):
     """The inventory file is missing or does not follow the documented shape."""

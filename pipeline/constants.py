@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from collectors.days import FIRST_DAY
+from collectors.inventory import INVENTORY_FILE  # noqa: F401 (re-exported: one name for the file)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SQL_DIR = REPO_ROOT / "sql"
@@ -15,7 +16,6 @@ DATA_DIR_ENV = "WATTLINE_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
 
 WAREHOUSE_FILE = "warehouse.duckdb"
-INVENTORY_FILE = "inventory.yaml"
 DERIVED_DIR = "derived"
 QUARANTINE_DIR = "quarantine"
 DAGSTER_HOME_DIR = ".dagster"

@@ -25,10 +25,8 @@ from collectors.requests.quarantine import OUT_OF_RANGE, Reject, write_quarantin
 from collectors.requests.store import RequestStore, empty_frame, writer_lock
 from collectors.requests.timestamps import utc_day
 from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
-from collectors.inventory import parse_inventory
+from collectors.inventory import INVENTORY_FILE, parse_inventory
 from collectors.storage import DataRoot
-
-INVENTORY_FILE = "inventory.yaml"
 
 FORMATS = ("jsonl", "azure", "vllm-bench", "otlp")
 PATTERNS = {"jsonl": ("*.jsonl", "*.jsonl.*", "*.ndjson"), "azure": ("*.csv",), "vllm-bench": ("*.json",),

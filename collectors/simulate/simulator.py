@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from collectors.days import write_day_problem
-from collectors.inventory import Inventory, inventory_yaml
+from collectors.inventory import INVENTORY_FILE, Inventory, inventory_yaml
 from collectors.simulate import phases, power, writer
 from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within, token_lengths
 from collectors.simulate.fleets import resolve_fleet
@@ -22,7 +22,6 @@ from collectors.simulate.training import KIND_NAMES, HostEvents, run_job
 from collectors.storage import DataRoot
 
 DAY_S = 86_400
-INVENTORY_FILE = "inventory.yaml"
 DEFAULT_PEAK_RPS = 2.0
 DEFAULT_PROMPT_MEDIAN = 1000
 DEFAULT_OUTPUT_MEDIAN = 160
