@@ -2,7 +2,8 @@
 
 Endpoints may carry optional simulator keys (the inventory allows extra keys):
 ``peak_rps`` (arrival rate at the local-time peak), ``prompt_median`` and ``output_median``
-(token medians). Hosts' GPUs have no other simulator-specific settings.
+(token medians), ``traffic`` (``conv`` or ``code``: whose Azure 2023 length distributions and
+burstiness the endpoint follows, :mod:`collectors.simulate.traffic`). Hosts' GPUs have no other simulator-specific settings.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _demo() -> dict:
     """Most endpoints serve one region (six in UTC−5…−8, two in UTC+1), so the inference role's sum
     follows a day: its hourly arrival rate peaks/troughs at DEMO_ARRIVAL_PEAK_TROUGH (docs/simulator.md)."""
     chat = {"peak_rps": 2.2, "prompt_median": 1000, "output_median": 170}
-    code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130}
+    code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130, "traffic": "code"}
     lo, hi = [0, 1, 2, 3], [4, 5, 6, 7]
     training = [
         {

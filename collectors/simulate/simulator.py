@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from collectors.days import write_day_problem
-from collectors.inventory import INVENTORY_FILE, Inventory, inventory_yaml
-from collectors.simulate import phases, power, writer
-from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within, token_lengths
+from collectors.inventory import INVENTORY_FILE, Inventory, InventoryError, inventory_yaml
+from collectors.simulate import phases, power, traffic, writer
+from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within
 from collectors.simulate.fleets import resolve_fleet
 from collectors.simulate.inference import EngineResult, run_engine
 from collectors.simulate.training import KIND_NAMES, HostEvents, run_job
@@ -63,6 +63,7 @@ class _Endpoint:
     peak_rps: float
     prompt_median: float
     output_median: float
+    traffic: traffic.TrafficProfile
     members: list[tuple[str, list[int]]] = field(default_factory=list)
 
     @property
@@ -77,6 +78,9 @@ def _workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tup
     for _, _, host in inv.iter_hosts():
         for e in host.endpoints:
             extra = e.model_extra or {}
+            profile = str(extra.get("traffic", "conv"))
+            if profile not in traffic.PROFILES:
+                raise InventoryError(f"endpoint {e.name!r}: traffic must be one of {', '.join(traffic.PROFILES)} (got {profile!r})")
             ep = endpoints.setdefault(
                 e.name,
                 _Endpoint(
@@ -85,6 +89,7 @@ def _workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tup
                     float(extra.get("peak_rps", DEFAULT_PEAK_RPS)),
                     float(extra.get("prompt_median", DEFAULT_PROMPT_MEDIAN)),
                     float(extra.get("output_median", DEFAULT_OUTPUT_MEDIAN)),
+                    traffic.PROFILES[profile],
                 ),
             )
             ep.members.append((host.name, list(e.gpus)))
@@ -98,8 +103,8 @@ def _engine(seed: int, ep: _Endpoint, windows: list[tuple[float, float]], replay
     if replay is not None:
         arr = replay_within(replay, windows)
     else:
-        t = poisson_arrivals_s(rng, windows, ep.peak_rps, ep.tz_offset_h)
-        arr = Arrivals(t, *token_lengths(rng, len(t), ep.prompt_median, ep.output_median))
+        t = poisson_arrivals_s(rng, windows, ep.peak_rps, ep.tz_offset_h, ep.traffic.rate_sd)
+        arr = Arrivals(t, *traffic.token_lengths(rng, ep.traffic, len(t), ep.prompt_median, ep.output_median))
     return run_engine(rng, arr, max(1, ep.n_gpus))
 
 
