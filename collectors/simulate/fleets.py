@@ -17,6 +17,13 @@ HOST_PROVISIONED_W = 6500.0
 """8 × 700 W GPUs plus ~900 W of CPUs, fans, NICs and drives."""
 
 
+DEMO_ARRIVAL_PEAK_TROUGH = 3.05
+"""The demo's inference role: its summed arrival rate (hourly means of the endpoints' diurnal curves) peaks
+at 21:00 UTC at 3.05 × its 09:00 UTC trough. An assumption of this project (each endpoint's own
+peak/trough is ``1 / arrivals.TROUGH_SHARE`` = 8.3, not a cited figure), stated in docs/simulator.md; the
+realised hourly request counts of the demo day (seed 0, with the minute-scale bursts) give 3.11."""
+
+
 def _gpus(n: int) -> list[dict]:
     return [{"index": i, "tdp_w": H200_TDP_W, "model": "H200"} for i in range(n)]
 

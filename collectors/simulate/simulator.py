@@ -71,7 +71,7 @@ class _Endpoint:
         return sum(len(g) for _, g in self.members)
 
 
-def _workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tuple[str, list[int]]]]]:
+def workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tuple[str, list[int]]]]]:
     """Endpoints and jobs by name: one name spread over several hosts is one engine or one job."""
     endpoints: dict[str, _Endpoint] = {}
     jobs: dict[str, list[tuple[str, list[int]]]] = {}
@@ -98,13 +98,19 @@ def _workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tup
     return endpoints, jobs
 
 
-def _engine(seed: int, ep: _Endpoint, windows: list[tuple[float, float]], replay: Arrivals | None) -> EngineResult:
+def endpoint_arrivals(seed: int, ep: _Endpoint, windows: list[tuple[float, float]]) -> tuple[Arrivals, np.random.Generator]:
+    """The endpoint's simulated arrivals and the stream its engine continues with."""
     rng = _rng(seed, "endpoint", ep.name)
+    t = poisson_arrivals_s(rng, windows, ep.peak_rps, ep.tz_offset_h, ep.traffic.rate_sd)
+    return Arrivals(t, *traffic.token_lengths(rng, ep.traffic, len(t), ep.prompt_median, ep.output_median)), rng
+
+
+def _engine(seed: int, ep: _Endpoint, windows: list[tuple[float, float]], replay: Arrivals | None) -> EngineResult:
     if replay is not None:
+        rng = _rng(seed, "endpoint", ep.name)
         arr = replay_within(replay, windows)
     else:
-        t = poisson_arrivals_s(rng, windows, ep.peak_rps, ep.tz_offset_h, ep.traffic.rate_sd)
-        arr = Arrivals(t, *traffic.token_lengths(rng, ep.traffic, len(t), ep.prompt_median, ep.output_median))
+        arr, rng = endpoint_arrivals(seed, ep, windows)
     return run_engine(rng, arr, max(1, ep.n_gpus))
 
 
@@ -224,7 +230,7 @@ def simulate(
     if seed < 0:
         raise ValueError(f"seed must be non-negative (got {seed})")
     inv = resolve_fleet(fleet)
-    endpoints, jobs = _workloads(inv)
+    endpoints, jobs = workloads(inv)
     unknown = sorted(set(arrivals or {}) - set(endpoints))
     if unknown:
         raise ValueError(f"arrivals for unknown endpoint(s) {', '.join(unknown)}; the fleet serves {', '.join(sorted(endpoints))}")
