@@ -11,7 +11,8 @@ from collectors.simulate import traffic
 TROUGH_HOUR = 4.0
 """Local hour of the lowest load; the peak is 12 h later (16:00, mid-afternoon)."""
 TROUGH_SHARE = 0.12
-"""Rate at the trough as a share of the peak rate (public traces show a ~5–10× day/night swing)."""
+"""Rate at the trough as a share of the peak rate: a per-endpoint peak/trough of 8.3. Assumed, not cited:
+no published characterization found states the ratio as a number (docs/simulator.md, "Arrivals")."""
 
 
 
