@@ -7,7 +7,8 @@
 --   endpoint's tokens processed in the run.
 -- source 'power': runs of the power-only label on the GPU's own samples (pipeline/phases/power_detect.py,
 --   temp table _power_runs left by the asset; none where the source cannot resolve prefills: a 1 s
---   average or samples > 50 ms apart); start_ts / end_ts are sample instants (µs), energy_j =
+--   average or samples > 300 ms apart); start_ts / end_ts are sample instants (trailing-average sources:
+--   the driver buffer) or midpoints between two samples (instant readings), energy_j =
 --   E(end) − E(start) of the same energy curve, mean_w = energy_j / duration, peak_w the highest
 --   sample in the run (and the one at its start); tokens NULL (they belong to the request log).
 -- above_tdp: peak_w exceeded the GPU's TDP.
@@ -65,17 +66,22 @@ req_seg AS (
     JOIN ends AS b ON b.host = g.host AND b.gpu = g.gpu AND b.lo = g.lo AND b.t = g.hi
     LEFT JOIN inside AS i ON i.host = g.host AND i.gpu = g.gpu AND i.lo = g.lo
 ),
+pow_ends AS (  -- each GPU's energy at both ends of each power-only run (sample instants or midpoints between two)
+    SELECT x.gk, x.lo, x.t,
+           coalesce(curve_energy_at(c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w, x.t), 0) AS e_j
+    FROM (SELECT r.gk, g.host, g.gpu, r.lo, unnest([r.lo, r.hi]) AS t FROM _power_runs AS r JOIN gpus AS g USING (gk)) AS x
+    ASOF LEFT JOIN curve AS c ON c.host = x.host AND c.gpu = x.gpu AND c.t_ns <= x.t
+),
 pow_seg AS (  -- the power-only runs at the samples' own instants (temp table _power_runs, left by the asset:
-              -- pipeline/phases/power_detect.py); both ends are sample instants, so E there is the curve's own value
+              -- pipeline/phases/power_detect.py)
     SELECT r.gk, 1 AS src, r.ph, r.lo, r.hi,
-           b.energy_j - a.energy_j AS energy_j,
-           (b.energy_j - a.energy_j) / ((r.hi - r.lo) / 1e9) AS mean_w,
+           b.e_j - a.e_j AS energy_j,
+           (b.e_j - a.e_j) / ((r.hi - r.lo) / 1e9) AS mean_w,
            r.peak_w,
            NULL::DOUBLE AS prompt_tokens, NULL::DOUBLE AS output_tokens
     FROM _power_runs AS r
-    JOIN gpus AS g USING (gk)
-    JOIN curve AS a ON a.host = g.host AND a.gpu = g.gpu AND a.t_ns = r.lo
-    JOIN curve AS b ON b.host = g.host AND b.gpu = g.gpu AND b.t_ns = r.hi
+    JOIN pow_ends AS a ON a.gk = r.gk AND a.lo = r.lo AND a.t = r.lo
+    JOIN pow_ends AS b ON b.gk = r.gk AND b.lo = r.lo AND b.t = r.hi
 )
 SELECT
     getvariable('partition_date') AS date,

@@ -142,7 +142,7 @@ def test_power_resolution_is_reported(cap4):
     _, _, ref = cap4
     with compute_connection(ref["data_dir"], ref["date"]) as con:
         got = power_resolution(con)
-    assert got == {"llm-8b-cb-0": {"nvml-buffer": {"sample_interval_ms": 20.0, "power_only": "resolves prefills of a few samples"}}}
+    assert got == {"llm-8b-cb-0": {"nvml-buffer": {"sample_interval_ms": 20.0, "power_only": "resolves prefills of a few samples, continuous batching's included"}}}
 
 
 # Power-only prefill detection at native resolution (issue 15, item 3). The reference is the logged

@@ -32,6 +32,13 @@ def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource)
     date = Scope.of(context)
     with warehouse.connection(date) as con:
         prepare, query = statements("phase_timeline")
+        present = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        if "phase_segments" not in present:
+            # not built for any day yet (a selection without it): no power-only labels (power_phase NULL)
+            con.execute(
+                "CREATE OR REPLACE TEMP VIEW phase_segments AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::VARCHAR AS host, "
+                "NULL::UTINYINT AS gpu, NULL::VARCHAR AS phase, NULL::VARCHAR AS source, NULL::TIMESTAMPTZ AS start_ts, NULL::TIMESTAMPTZ AS end_ts WHERE false"
+            )
         n_endpoints = con.execute("SELECT count(DISTINCT endpoint) FROM inventory_gpus").fetchone()[0]
         chunks = max(1, -(-n_endpoints // ENDPOINTS_PER_CHUNK))
         con.execute("SET VARIABLE phase_chunks = ?", [chunks])
@@ -103,7 +110,7 @@ def power_runs(con) -> None:
     frames = []
     for gk, source in con.execute("SELECT gk, source FROM _power_gpus WHERE resolvable ORDER BY gk").fetchall():
         samples = pl.from_arrow(con.sql(POWER_SAMPLES_SQL, params={"gk": gk}).to_arrow_table())
-        frames.append(power_detect.detect(samples, power_detect.ONSET_LEAD_NS.get(source, 0)))
+        frames.append(power_detect.detect(samples, power_detect.ONSET_LEAD_NS.get(source, 0), source in power_detect.TRAILING_SOURCES))
     runs = pl.concat(frames) if frames else pl.DataFrame(schema=power_detect.RUN_SCHEMA)
     con.register("_power_runs_arrow", runs.to_arrow())
     try:
@@ -112,9 +119,14 @@ def power_runs(con) -> None:
         con.unregister("_power_runs_arrow")
 
 
+CONTINUOUS_BATCHING_MS = 45.0
+"""Half of h200-capture-4's median prefill (90 ms, continuous batching): samples at most this far
+apart resolve such prefills (pipeline/phases/power_detect.py: PREFILL_RESOLVABLE_MS)."""
+
+
 def power_resolution(con, build: bool = True) -> dict:
     """Per endpoint and power source (`_power_gpus`, built unless ``build`` is false): the samples'
-    spacing and whether power alone can resolve prefills there (a 1 s average or samples over 50 ms
+    spacing and whether power alone can resolve prefills there (a 1 s average or samples over 300 ms
     apart cannot: say so rather than guess)."""
     if build:
         power_gpus(con)
@@ -123,12 +135,14 @@ def power_resolution(con, build: bool = True) -> dict:
         "SELECT endpoint, source, bool_or(is_average), median(sample_interval_ms), bool_and(resolvable) FROM _power_gpus GROUP BY ALL ORDER BY 1, 2"
     ).fetchall()
     for endpoint, source, is_average, interval_ms, resolvable in rows:
-        if resolvable:
-            verdict = "resolves prefills of a few samples"
-        elif is_average:
+        if is_average:
             verdict = f"prefills cannot be resolved at {interval_ms:.0f} ms: the source is a 1 s average"
+        elif not resolvable:
+            verdict = f"prefills cannot be resolved at {interval_ms:.0f} ms"
+        elif interval_ms <= CONTINUOUS_BATCHING_MS:
+            verdict = "resolves prefills of a few samples, continuous batching's included"
         else:
-            verdict = f"prefills cannot be resolved at {interval_ms:.0f} ms (power-only needs samples <= {power_detect.PREFILL_RESOLVABLE_MS:.0f} ms apart)"
+            verdict = f"resolves prefills longer than ~{2 * interval_ms:.0f} ms only (static batching), not continuous batching's"
         out.setdefault(endpoint, {})[source] = {"sample_interval_ms": None if interval_ms is None else round(interval_ms, 1), "power_only": verdict}
     return out
 
