@@ -9,7 +9,8 @@ Per GPU (one day of its best source, sorted by time), every sample gets a label:
   100 ms means from chopping a prefill, but on the ~20 ms samples it glued decode steps (300–430 W
   spikes every ~50 ms under continuous batching) to prefills and was the main reason the
   sample-level prototype reached IoU 0.31 on capture 4; a plain threshold at the 50 % point with the
-  onset lead below reaches 0.62.
+  onset lead below reaches 0.63. (Requiring two high samples in a row, to drop lone decode spikes,
+  lowers capture 4 to 0.50: its prefills often show as one or two samples.)
 - **decode** when at or above the middle of idle (5th percentile, capped at TDP/4) and decode level,
 - **idle** otherwise.
 
