@@ -155,7 +155,8 @@ POWER_IOU_MIN = {"cap2": 0.85, "cap4": 0.6}
 
 @pytest.mark.parametrize("name", ["cap2", "cap4"])
 def test_power_only_prefills_match_the_logged_prefills(request, name):
-    con, _, ref = request.getfixturevalue(name)
+    con, outcome, ref = request.getfixturevalue(name)
+    assert "power_segmentation_agreement" not in {c.check for c in outcome.failed_checks}
     logged = [(r.prefill_start_ns, r.first_token_ns) for r in ref["requests"]]
     lo = min(r.prefill_start_ns for r in ref["requests"])
     hi = max(r.end_ns for r in ref["requests"])
