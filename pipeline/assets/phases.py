@@ -1,7 +1,8 @@
 """Inference phases: `phase_intervals` (the exact timeline, in event time: intervals between
 consecutive request events), `phase_segments` (runs of one label, from the request log in event
-time and from power alone) and `phase_timeline` (the 100 ms grid: charts, the power-only labels,
-the clock-skew check)."""
+time and from power alone: the detector of pipeline/phases/power_detect.py on each GPU's own
+samples) and `phase_timeline` (the 100 ms grid, derived: charts, the power-only label per slot, the
+clock-skew check)."""
 
 import polars as pl
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
@@ -28,7 +29,8 @@ endpoints needs more than 1.1 GiB in one sweep, a chunk of 4 a quarter of that."
 )
 def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     """Per endpoint GPU and 100 ms slot: power, requests in prefill/decode, the request-based
-    phase label and the power-only label (`power_phase`). See docs/phases.md."""
+    phase label and the power-only label (`power_phase`, from phase_segments' native power runs).
+    See docs/phases.md."""
     date = Scope.of(context)
     with warehouse.connection(date) as con:
         prepare, query = statements("phase_timeline")
@@ -182,8 +184,9 @@ def _intervals_headline(con) -> dict:
     check_specs=[c.spec("phase_segments") for c in checks.SEGMENT_CHECKS],
 )
 def phase_segments(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
-    """Maximal runs of one phase per endpoint GPU, `source` = requests or power, with mean/peak
-    W, energy J, tokens and whether the peak exceeded TDP."""
+    """Maximal runs of one phase per endpoint GPU, `source` = requests (event time) or power (the
+    native power-only detector), with mean/peak W, energy J, tokens, whether the peak exceeded TDP
+    and the power samples' interval."""
     date = Scope.of(context)
     with warehouse.connection(date) as con:
         power_runs(con)
