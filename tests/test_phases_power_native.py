@@ -86,3 +86,36 @@ def test_a_gap_ends_a_run():
     runs = detect(s.sort("t_ns"), trailing=True)
     assert _prefills(runs) == [(200 * MS, 240 * MS), (600 * MS, 620 * MS), (3000 * MS, 3140 * MS)]
     assert not runs.filter((pl.col("lo") < 2700 * MS) & (pl.col("hi") > 620 * MS)).height  # nothing across the gap
+
+
+def test_a_1s_average_source_gets_no_power_segments(tmp_path):
+    """A GPU whose only source is a 1 s average (rows with power_avg_w and no power_w): no power-only
+    segments, power_phase NULL, and the resolution says why; its energy still comes from the curve."""
+    import pyarrow as pa
+
+    from collectors.parquet_sink import write_dataset
+    from pipeline.assets.phases import power_resolution
+    from pipeline.runner import run_day
+    from pipeline.warehouse import compute_connection, read_day
+    from tests.builders import DAY, day_start_ns, power_table
+    from tests.phase_fixtures import endpoint_inventory
+
+    d = tmp_path / "data"
+    endpoint_inventory(d, endpoint="ep-avg", gpus=1)
+    t = day_start_ns(DAY) + 3600 * 10**9 + np.arange(600, dtype=np.int64) * 10**9
+    p = np.where((np.arange(600) % 10) < 2, PREFILL_W, DECODE_W)
+    table = power_table("infer-0", 0, t, p, source="dcgm")
+    avg = table.column("power_w")
+    table = table.set_column(table.schema.get_field_index("power_w"), "power_w", pa.nulls(len(t), avg.type))
+    table = table.set_column(table.schema.get_field_index("power_avg_w"), "power_avg_w", avg.cast(table.schema.field("power_avg_w").type))
+    write_dataset(table, d, "power", prefix="avg")
+    date = DAY.isoformat()
+    outcome = run_day(d, date, selection=["power_1s", "energy_curve", "power_100ms", "phase_intervals", "phase_segments", "phase_timeline"])
+    assert outcome.success, outcome.error
+    segs = pl.from_arrow(read_day(d, "phase_segments", date))
+    assert segs.height == 0
+    timeline = pl.from_arrow(read_day(d, "phase_timeline", date))
+    assert timeline.height > 0 and timeline["power_phase"].null_count() == timeline.height
+    with compute_connection(d, date) as con:
+        assert power_resolution(con) == {"ep-avg": {"dcgm": {
+            "sample_interval_ms": 1000.0, "power_only": "prefills cannot be resolved at 1000 ms: the source is a 1 s average"}}}
