@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 
+from collectors.parquet_sink import write_dataset
+from pipeline.assets.phases import power_resolution
 from pipeline.phases.power_detect import detect
+from pipeline.runner import run_day
+from pipeline.warehouse import compute_connection, read_day
+from tests.builders import DAY, day_start_ns, power_table
+from tests.phase_fixtures import endpoint_inventory
 from tests.phase_reference import iou
 
 MS = 1_000_000
@@ -91,15 +98,6 @@ def test_a_gap_ends_a_run():
 def test_a_1s_average_source_gets_no_power_segments(tmp_path):
     """A GPU whose only source is a 1 s average (rows with power_avg_w and no power_w): no power-only
     segments, power_phase NULL, and the resolution says why; its energy still comes from the curve."""
-    import pyarrow as pa
-
-    from collectors.parquet_sink import write_dataset
-    from pipeline.assets.phases import power_resolution
-    from pipeline.runner import run_day
-    from pipeline.warehouse import compute_connection, read_day
-    from tests.builders import DAY, day_start_ns, power_table
-    from tests.phase_fixtures import endpoint_inventory
-
     d = tmp_path / "data"
     endpoint_inventory(d, endpoint="ep-avg", gpus=1)
     t = day_start_ns(DAY) + 3600 * 10**9 + np.arange(600, dtype=np.int64) * 10**9
