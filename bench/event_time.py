@@ -4,10 +4,13 @@ its 368 continuous-batching requests, replicated back to back over N GPUs and H 
 host, two endpoints of 4 GPUs each), then `wattline run --select ...` timed as a child process
 (CPU of the whole tree, peak RSS), RUNS times; the median is reported.
 
-    python -m bench.event_time --gpus 8 --hours 3 --runs 3 [--before /tmp/old-checkout]
+    python -m bench.event_time --gpus 8 --hours 24 --runs 3 [--before /tmp/old-checkout] [--threads 1]
 
 ``--before DIR``: also time the same assets with the code of another checkout (PYTHONPATH=DIR),
-e.g. ``git archive main | tar -x -C DIR``. The machine may be shared: CPU seconds, not wall.
+e.g. ``git archive 6094b1d | tar -x -C DIR``. The machine may be shared: CPU seconds, not wall.
+DuckDB's thread count is left to the pipeline's default unless ``--threads`` sets
+WATTLINE_DUCKDB_THREADS. Per-asset wall seconds come from ``wattline run --timings`` (the last
+run's); the result is printed and written as JSON to bench/results/event-time/ (``--out``).
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -33,6 +38,13 @@ BEFORE_ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms
                  "phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
 AFTER_ASSETS = [*BEFORE_ASSETS, "energy_curve", "phase_intervals"]
 BIN = Path(sys.executable).parent
+RESULTS = Path(__file__).resolve().parent / "results" / "event-time"
+_TIMING = re.compile(r"^\s+(\S+)\s+([0-9.]+) s$", re.M)
+
+
+def asset_times(stdout: str) -> dict[str, float]:
+    """``wattline run --timings``' per-asset wall seconds, by asset."""
+    return {name: float(s) for name, s in _TIMING.findall(stdout)}
 
 
 def write_data(data_dir: Path, gpus: int, hours: float) -> int:
@@ -87,29 +99,41 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/tmp/wattline-bench-event-time"))
     ap.add_argument("--before", type=Path, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="WATTLINE_DUCKDB_THREADS (default: unset)")
+    ap.add_argument("--only", choices=("before", "after"), default=None, help="time only one side")
+    ap.add_argument("--out", type=Path, default=None, help="JSON result (default: bench/results/event-time/gpus-G-hH.json)")
     args = ap.parse_args()
     data_dir = args.work / f"gpus-{args.gpus}-h{args.hours:g}"
     if not (data_dir / "power").exists():
         print(f"wrote {write_data(data_dir, args.gpus, args.hours)} power rows", flush=True)
     gpu_days = args.gpus * args.hours / 24
-    out = {"gpus": args.gpus, "hours": args.hours, "gpu_days": gpu_days, "load_avg_start": os.getloadavg()}
-    contenders = [("after", AFTER_ASSETS, {})]
-    if args.before:
-        contenders.insert(0, ("before", BEFORE_ASSETS, {"PYTHONPATH": str(args.before)}))
+    out = {"gpus": args.gpus, "hours": args.hours, "gpu_days": gpu_days, "threads": args.threads,
+           "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_start": os.getloadavg()}
+    threads = {"WATTLINE_DUCKDB_THREADS": str(args.threads)} if args.threads else {}
+    if not args.threads:
+        os.environ.pop("WATTLINE_DUCKDB_THREADS", None)
+    contenders = [] if args.only == "before" else [("after", AFTER_ASSETS, dict(threads))]
+    if args.before and args.only != "after":
+        contenders.insert(0, ("before", BEFORE_ASSETS, {"PYTHONPATH": str(args.before), **threads}))
     for name, assets, env in contenders:
         runs = []
         for _ in range(args.runs):
             m = run_measured(name, [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir), "--timings",
-                                    "--select", ",".join(assets)], env={"WATTLINE_DUCKDB_THREADS": "1", **env})
+                                    "--select", ",".join(assets)], env=env)
             assert m.returncode == 0, m.stdout
             runs.append(m)
             print(name, f"cpu {m.cpu_s:.1f} s, wall {m.wall_s:.1f} s, rss {m.peak_rss_mb:.0f} MB", flush=True)
             print(m.stdout, flush=True)
         out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in runs), "cpu_s": [r.cpu_s for r in runs],
                      "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in runs) / gpu_days,
-                     "peak_rss_mb": max(r.peak_rss_mb for r in runs), "last_stdout": runs[-1].stdout}
+                     "peak_rss_mb": max(r.peak_rss_mb for r in runs), "wall_s": [r.wall_s for r in runs],
+                     "asset_wall_s": asset_times(runs[-1].stdout)}
     out["load_avg_end"] = os.getloadavg()
-    print(json.dumps({k: v for k, v in out.items()}, indent=1, default=str))
+    text = json.dumps(out, indent=1, default=str)
+    print(text)
+    path = args.out or RESULTS / f"gpus-{args.gpus}-h{args.hours:g}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
 
 
 if __name__ == "__main__":
