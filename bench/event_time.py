@@ -62,7 +62,8 @@ def write_data(data_dir: Path, gpus: int, hours: float) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "inventory.yaml").write_text(yaml.safe_dump(inv, sort_keys=False))
     rows = 0
-    base = power.with_columns((pl.col("ts").dt.epoch("ns") - t0 + day0 + 3600 * 10**9).alias("t"))
+    start = min(3600, max(0, int(24 * 3600 - copies * span / 1e9))) * 10**9  # 01:00, earlier when the copies would pass midnight
+    base = power.with_columns((pl.col("ts").dt.epoch("ns") - t0 + day0 + start).alias("t"))
     for h in range(hosts):
         for c in range(copies):
             shifted = base.with_columns((pl.col("t") + c * span).alias("t"))
@@ -74,7 +75,7 @@ def write_data(data_dir: Path, gpus: int, hours: float) -> int:
             rows += len(table)
         r = []
         for c in range(copies):
-            off = day0 + 3600 * 10**9 - t0 + c * span
+            off = day0 + start - t0 + c * span
             for ep in ("a", "b"):
                 r.append(req.select(
                     (pl.lit(f"{h}{ep}{c}-") + pl.col("request_id").cast(pl.Utf8)).alias("request_id"),
