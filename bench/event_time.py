@@ -116,25 +116,25 @@ def main() -> None:
     contenders = [] if args.only == "before" else [("after", AFTER_ASSETS, dict(threads))]
     if args.before and args.only != "after":
         contenders.insert(0, ("before", BEFORE_ASSETS, {"PYTHONPATH": str(args.before), **threads}))
-    for name, assets, env in contenders:
-        runs = []
-        for _ in range(args.runs):
+    path = args.out or RESULTS / f"gpus-{args.gpus}-h{args.hours:g}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list] = {name: [] for name, _, _ in contenders}
+    for _ in range(args.runs):  # before and after alternate, so a change in the machine's load hits both
+        for name, assets, env in contenders:
             m = run_measured(name, [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir), "--timings",
                                     "--select", ",".join(assets)], env=env)
             assert m.returncode == 0, m.stdout
-            runs.append(m)
+            runs[name].append(m)
             print(name, f"cpu {m.cpu_s:.1f} s, wall {m.wall_s:.1f} s, rss {m.peak_rss_mb:.0f} MB", flush=True)
             print(m.stdout, flush=True)
-        out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in runs), "cpu_s": [r.cpu_s for r in runs],
-                     "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in runs) / gpu_days,
-                     "peak_rss_mb": max(r.peak_rss_mb for r in runs), "wall_s": [r.wall_s for r in runs],
-                     "asset_wall_s": asset_times(runs[-1].stdout)}
-    out["load_avg_end"] = os.getloadavg()
-    text = json.dumps(out, indent=1, default=str)
-    print(text)
-    path = args.out or RESULTS / f"gpus-{args.gpus}-h{args.hours:g}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
+            done = runs[name]
+            out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in done), "cpu_s": [r.cpu_s for r in done],
+                         "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in done) / gpu_days,
+                         "peak_rss_mb": max(r.peak_rss_mb for r in done), "wall_s": [r.wall_s for r in done],
+                         "asset_wall_s": asset_times(done[-1].stdout)}
+            out["load_avg_end"] = os.getloadavg()
+            path.write_text(json.dumps(out, indent=1, default=str) + "\n")  # kept after every run
+    print(json.dumps(out, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -61,9 +61,10 @@ def energy_curve(samples: pl.DataFrame) -> pl.DataFrame:
     Returns gpu, t_ns, power_w, energy_j, next_t_ns, next_w, source, is_average, samples, sorted by
     gpu and t_ns. Measured on 8 GPUs x 2 h of the collector's 50 Hz buffer (3.4 M samples, one
     thread): the same curve as one DuckDB query (GROUP BY t_ns, lead() and a running sum over
-    (host, gpu) partitions) took 5.2 s in the asset, this kernel ~1 s (a sort, shifts and cum_sum).
+    (host, gpu) partitions) took 4.3 s CPU, the kernel with its reads and the write 2.6 s, of
+    which the kernel itself ~0.3 s (a sort on one integer key, shifts and cum_sum).
     """
-    df = samples.sort("gpu", "t_ns")
+    df = _sort_by_gpu_time(samples)
     same = (pl.col("gpu") == pl.col("gpu").shift(1)) & (pl.col("t_ns") == pl.col("t_ns").shift(1))
     if df.select(same.any()).item():
         df = df.group_by("gpu", "t_ns", maintain_order=True).agg(
@@ -80,3 +81,14 @@ def energy_curve(samples: pl.DataFrame) -> pl.DataFrame:
     # energy at a sample = the segments before it on its GPU (an exclusive running sum)
     df = df.with_columns(pl.col("_seg_j").shift(1, fill_value=0.0).cum_sum().over("gpu").alias("energy_j"))
     return df.select("gpu", "t_ns", pl.col("p").alias("power_w"), "energy_j", "next_t_ns", "next_w", "source", "is_average", "samples")
+
+
+def _sort_by_gpu_time(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` sorted by gpu, t_ns. On one Int64 key (gpu << 47 | t_ns − min: 47 bits hold 39 h of
+    ns) when it fits: measured 0.2 s against 0.64 s for the two-key sort of 2.8 M samples."""
+    if df.is_empty():
+        return df
+    t0, t1, g1 = df["t_ns"].min(), df["t_ns"].max(), df["gpu"].max()
+    if t1 - t0 < (1 << 47) and 0 <= df["gpu"].min() and g1 < (1 << 15):
+        return df.sort(pl.col("gpu").cast(pl.Int64) * (1 << 47) + (pl.col("t_ns") - t0))
+    return df.sort("gpu", "t_ns")

@@ -141,3 +141,6 @@ def curve_samples(con) -> None:
                           "next_w": pa.array([], pa.float64()), "source": pa.array([], pa.string()), "is_average": pa.array([], pa.bool_()),
                           "samples": pa.array([], pa.int32())})
     con.register("_energy_curve", table)
+    # compute connections let DuckDB reorder rows (memory); this COPY must keep the kernel's order
+    # (an ORDER BY would sort again) or parts differ between runs. The connection is this asset's.
+    con.execute("SET preserve_insertion_order = true")
