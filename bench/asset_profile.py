@@ -82,9 +82,9 @@ def profile_asset(resource, table: str, date, profile: Path | None, top: int) ->
     from pipeline.assetkit import statements
     from pipeline.phases import checks as phase_checks
 
-    from pipeline.assets import power, swings
+    from pipeline.assets import swings
 
-    kernel = {"energy_curve": power.curve_samples, "swing_stats": swings.native_swings}.get(table)
+    kernel = {"swing_stats": swings.native_swings}.get(table)
     with resource.connection(date) as con:
         w0, c0 = time.perf_counter(), time.process_time()
         if kernel is not None:  # the asset's polars kernel (materialize's before=), timed with the write

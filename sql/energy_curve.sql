@@ -9,23 +9,35 @@
 -- The energy of any interval [a, b] is E(b) − E(a), with E(t) = energy_j + the trapezoid from the
 -- sample at or before t to t, the power linear between the sample and the next one (macros
 -- energy_at / energy_between in sql/views/energy.sql): exact for piecewise-linear power.
---
--- The curve itself is computed by a polars kernel (pipeline/kernels.py: energy_curve, measured
--- faster than the same as DuckDB windows) into the temp table _energy_curve, per GPU sorted by
--- time; its SQL equivalent, for reading:
---   WITH s AS (SELECT host, gpu, t_ns, avg(power_w) AS power_w FROM power_day GROUP BY ALL)
---   SELECT *, lead(t_ns) OVER w AS next_t_ns, sum(trapezoid to the next sample) OVER (w ROWS
---          BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS energy_j
---   FROM s WINDOW w AS (PARTITION BY host, gpu ORDER BY t_ns)
+WITH s AS (
+    SELECT host, gpu, t_ns, avg(power_w) AS power_w, any_value(source) AS source, bool_or(is_average) AS is_average
+    FROM power_day
+    GROUP BY host, gpu, t_ns
+),
+seg AS (
+    SELECT *,
+           lead(t_ns) OVER w AS nt,
+           lead(power_w) OVER w AS nw
+    FROM s
+    WINDOW w AS (PARTITION BY host, gpu ORDER BY t_ns)
+),
+linked AS (
+    SELECT host, gpu, t_ns, power_w, source, is_average,
+           CASE WHEN nt - t_ns <= 2000000000 THEN nt END AS next_t_ns,
+           CASE WHEN nt - t_ns <= 2000000000 THEN nw END AS next_w
+    FROM seg
+)
 SELECT
     getvariable('partition_date') AS date,
     host,
     gpu,
     t_ns,
     power_w::FLOAT AS power_w,
-    energy_j,
+    coalesce(sum(CASE WHEN next_t_ns IS NOT NULL THEN (power_w + next_w) / 2 * (next_t_ns - t_ns) / 1e9 END)
+             OVER (PARTITION BY host, gpu ORDER BY t_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS energy_j,
     next_t_ns,
     next_w::FLOAT AS next_w,
     source,
     is_average
-FROM _energy_curve
+FROM linked
+ORDER BY host, gpu, t_ns

@@ -69,32 +69,3 @@ def test_curve_total_matches_power_1s(curve):
         assert c == pytest.approx(s, rel=1e-9)
     assert rows[0][1] == pytest.approx(500.0 * 60, rel=1e-9)
     assert rows[1][1] == pytest.approx(100 * 60 + 5 * 3600 + 200 * 10, rel=1e-9)
-
-
-def test_kernel_against_numpy_trapezoid():
-    """pipeline.kernels.energy_curve on two GPUs in shuffled order, with a repeated timestamp (one
-    sample: the mean) and a 3 s gap (not integrated), against a plain numpy trapezoid."""
-    import polars as pl
-
-    from pipeline.kernels import energy_curve
-
-    rng = np.random.default_rng(7)
-    t = np.cumsum(rng.integers(5, 40, 400)) * 1_000_000
-    t[200:] += 3 * S  # a gap between samples 199 and 200
-    p = rng.uniform(80, 700, 400)
-    rows = [(g, int(ti), float(pi + g)) for g in (0, 1) for ti, pi in zip(t, p)] + [(1, int(t[50]), float(p[50] + 1 + 10.0))]
-    df = pl.DataFrame(rows, schema={"gpu": pl.UInt8, "t_ns": pl.Int64, "p": pl.Float64}, orient="row").sample(fraction=1.0, shuffle=True, seed=1)
-    df = df.with_columns(pl.lit("nvml-buffer").alias("source"), pl.lit(False).alias("is_average"))
-    out = energy_curve(df)
-    assert out.height == 800 and out["t_ns"].is_sorted() is False  # sorted per GPU, two GPUs
-    for g in (0, 1):
-        c = out.filter(pl.col("gpu") == g)
-        pw = p + g
-        if g == 1:
-            pw = pw.copy()
-            pw[50] += 5.0  # mean of the two rows at t[50]
-            assert c["samples"][50] == 2
-        seg = (pw[1:] + pw[:-1]) / 2 * np.diff(t) / 1e9
-        seg[np.diff(t) > 2 * S] = 0.0
-        assert np.allclose(c["energy_j"].to_numpy(), np.concatenate([[0.0], np.cumsum(seg)]), rtol=1e-12, atol=1e-9)
-        assert c["next_t_ns"][199] is None and c["next_t_ns"][198] == t[199] and c["next_t_ns"][399] is None

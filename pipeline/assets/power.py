@@ -3,10 +3,7 @@
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
-import polars as pl
-import pyarrow as pa
-
-from pipeline import kernels, sqlfiles
+from pipeline import sqlfiles
 from pipeline.assetkit import materialize
 from pipeline.checks import POWER_1S_CHECKS, Check, violations
 from pipeline.partitions import daily_partitions, day_cluster_partitions
@@ -118,29 +115,4 @@ def _curve_headline(con) -> dict:
 def energy_curve(context: AssetExecutionContext, warehouse: WarehouseResource):
     """Per GPU and best-source sample: cumulative energy (J) since the day's first sample, with the
     next sample (time, W) so the energy of any interval is E(b) − E(a) (macro energy_between)."""
-    return materialize(context, warehouse, "energy_curve", CURVE_CHECKS, _curve_headline, before=curve_samples)
-
-
-def curve_samples(con) -> None:
-    """View ``_energy_curve``: the curve of every GPU of the day (pipeline/kernels.py: energy_curve),
-    computed one host at a time, hosts in order, so the rows are already sorted (no ORDER BY).
-    The hosts' Arrow tables are concatenated without a copy and COPY reads them directly (an
-    INSERT into a temp table cost 0.4 s CPU per 3.4 M samples more)."""
-    hosts = [h for (h,) in con.execute("SELECT DISTINCT host FROM power_day ORDER BY 1").fetchall()]
-    parts = []
-    for host in hosts:
-        samples = pl.from_arrow(con.sql(
-            "SELECT gpu, t_ns, power_w::DOUBLE AS p, source, is_average FROM power_day WHERE host = $host", params={"host": host},
-        ).to_arrow_table())
-        parts.append(kernels.energy_curve(samples).with_columns(pl.lit(host).alias("host")).to_arrow())
-    if parts:
-        table = pa.concat_tables(parts, promote_options="permissive")
-    else:
-        table = pa.table({"host": pa.array([], pa.string()), "gpu": pa.array([], pa.uint8()), "t_ns": pa.array([], pa.int64()),
-                          "power_w": pa.array([], pa.float64()), "energy_j": pa.array([], pa.float64()), "next_t_ns": pa.array([], pa.int64()),
-                          "next_w": pa.array([], pa.float64()), "source": pa.array([], pa.string()), "is_average": pa.array([], pa.bool_()),
-                          "samples": pa.array([], pa.int32())})
-    con.register("_energy_curve", table)
-    # compute connections let DuckDB reorder rows (memory); this COPY must keep the kernel's order
-    # (an ORDER BY would sort again) or parts differ between runs. The connection is this asset's.
-    con.execute("SET preserve_insertion_order = true")
+    return materialize(context, warehouse, "energy_curve", CURVE_CHECKS, _curve_headline)
