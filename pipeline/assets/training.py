@@ -59,7 +59,7 @@ def _headline(con) -> dict:
 
 @asset(
     partitions_def=day_cluster_partitions,
-    deps=["power_100ms", "job_events"],
+    deps=["power_100ms", "energy_curve", "job_events"],
     group_name="power",
     kinds={"duckdb", "parquet"},
     check_specs=[c.spec("training_energy") for c in CHECKS],
@@ -67,5 +67,7 @@ def _headline(con) -> dict:
 def training_energy(context: AssetExecutionContext, warehouse: WarehouseResource):
     """Per training job and day, one row per gap kind: steps, median iteration time, J per step
     and per token, mean power per GPU in steps vs gaps, gap energy/time shares, and the power
-    drop each kind of boundary causes (median, max W over the job's GPUs)."""
+    drop each kind of boundary causes (median, max W over the job's GPUs). Event energies are
+    E(end) − E(start) on energy_curve, exact at the events' own timestamps; the boundary drops
+    and the power-only labelling use the 100 ms grid."""
     return materialize(context, warehouse, "training_energy", CHECKS, _headline)
