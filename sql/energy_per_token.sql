@@ -46,9 +46,9 @@ slot_buckets AS (
 ),
 power_metrics AS (
     SELECT endpoint, kind, bucket, any_value(source) AS source,
-           xsum(CASE WHEN label = 'prefill' THEN sum_w END) / nullif(xsum(n) FILTER (WHERE label = 'prefill'), 0) AS prefill_mean_w,
-           xsum(CASE WHEN label = 'decode' THEN sum_w END) / nullif(xsum(n) FILTER (WHERE label = 'decode'), 0) AS decode_mean_w,
-           xsum(n) FILTER (WHERE label = 'prefill') / nullif(xsum(n) FILTER (WHERE label IN ('prefill', 'decode')), 0) AS prefill_time_share,
+           xsum(CASE WHEN label = 'prefill' THEN sum_w END) / nullif(xsum(CASE WHEN label = 'prefill' THEN n END), 0) AS prefill_mean_w,
+           xsum(CASE WHEN label = 'decode' THEN sum_w END) / nullif(xsum(CASE WHEN label = 'decode' THEN n END), 0) AS decode_mean_w,
+           xsum(CASE WHEN label = 'prefill' THEN n END) / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN n END), 0) AS prefill_time_share,
            xsum(CASE WHEN label = 'prefill' THEN energy_j END) / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN energy_j END), 0) AS prefill_energy_share,
            coalesce(xsum(CASE WHEN label = 'idle' THEN energy_j END), 0) AS idle_j,
            xsum(energy_j) AS energy_j,
