@@ -22,21 +22,23 @@ from pathlib import Path
 warnings.filterwarnings("ignore")
 
 DATE = "2026-11-30"
-WHOLE_FILE = {"power_1s", "phase_segments", "energy_per_token"}
-"""Assets that run their SQL file as one query (the others split it into statements, see assetkit)."""
+WHOLE_FILE = {"power_1s", "phase_segments"}
+"""Assets that run their SQL file as one query (the others split it into statements, see pipeline/tables.py)."""
 
 
 def _checks(table: str) -> list:
     from pipeline.assets import grid, swings
     from pipeline.phases import checks as phase_checks
+    from pipeline.tables import sql_checks
 
+    if sql_checks(table):
+        return list(sql_checks(table))
     return {
         "power_100ms": grid.CHECKS,
         "fleet_power_100ms": grid.FLEET_CHECKS,
         "swing_stats": swings.CHECKS,
         "phase_timeline": phase_checks.TIMELINE_CHECKS,
         "phase_segments": phase_checks.SEGMENT_CHECKS,
-        "request_energy": phase_checks.ENERGY_CHECKS,
     }.get(table, [])
 
 
@@ -79,32 +81,27 @@ def _run(con, sql: str, profile: Path | None, tag: str, top: int) -> None:
 
 def profile_asset(resource, table: str, date: str, profile: Path | None, top: int) -> dict:
     from pipeline import sqlfiles
-    from pipeline.assetkit import statements
-    from pipeline.phases import checks as phase_checks
+    from pipeline.constants import SQL_DIR
+    from pipeline.tables import statements
 
     with resource.connection(date) as con:
         w0, c0 = time.perf_counter(), time.process_time()
-        if table == "request_energy":
-            con.execute("SET VARIABLE request_energy_carryover = true")
-            _run(con, f"CREATE OR REPLACE TEMP TABLE _charged AS {sqlfiles.query('request_energy')}", profile, table, top)
-            con.execute("RESET VARIABLE request_energy_carryover")
-            query = "SELECT * FROM _charged WHERE arrival_ts >= day_start() ORDER BY endpoint, arrival_ts, request_id"
-        elif table in WHOLE_FILE:
-            query = sqlfiles.query(table)
+        name = f"{table}/{table}" if (SQL_DIR / table / f"{table}.sql").exists() else table
+        if table in WHOLE_FILE:
+            query = sqlfiles.query(name)
         else:
-            prepare, query = statements(table)
+            prepare, query = statements(name)
             for i, statement in enumerate(prepare):
                 _run(con, statement, profile, f"{table}.{i}", top)
         if profile is not None:  # the same COPY as the write, profiled; the write below is then timed alone
             _run(con, f"COPY ({query}) TO '{profile / (table + '.parquet')}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)",
                  profile, f"{table}.query", top)
         w1, c1 = time.perf_counter(), time.process_time()
-        rows = resource.write_partition(con, table, date, query)
+        rows = resource.write_and_publish(con, table, date, query)
         w2, c2 = time.perf_counter(), time.process_time()
         for check in _checks(table):
             check.run(con)
         w3, c3 = time.perf_counter(), time.process_time()
-    del phase_checks
     write_wall, write_cpu = (w2 - w0, c2 - c0) if profile is None else (w2 - w1, c2 - c1)
     return {"asset": table, "rows": rows, "write_wall_s": write_wall, "write_cpu_s": write_cpu,
             "checks_wall_s": w3 - w2, "checks_cpu_s": c3 - c2}

@@ -20,6 +20,9 @@ import pyarrow.parquet as pq
 
 from collectors.names import inside_key
 
+QUARANTINE_DIR = "quarantine"
+"""Folder of the data dir holding rejected files and rows (collectors' and the pipeline's)."""
+
 TS = pa.timestamp("ns", tz="UTC")
 
 POWER_TS = pa.timestamp("us", tz="UTC")

@@ -60,7 +60,7 @@ def materialize(
         prepare, query = statements(sql or table)
         for statement in prepare:
             con.execute(statement)
-        rows = warehouse.write_partition(con, table, scope, query)
+        rows = warehouse.write_and_publish(con, table, scope, query)
         results = [c.run(con) for c in checks]
         metadata = headline(con) if headline else {}
     metadata.update({"rows": rows, "dagster/row_count": rows})

@@ -24,6 +24,8 @@ from dagster import (
 
 import pipeline.assets
 from collectors.contract import DATASETS
+from collectors.settings import load
+from pipeline import daily_report
 from pipeline.jobs import build_jobs, keys_partitioned_by
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -39,7 +41,7 @@ def _asset_modules():
 
 
 def build_definitions(data_dir: str = "") -> Definitions:
-    modules = _asset_modules()
+    modules = [*_asset_modules(), daily_report]
     assets = [_follow_cluster_days(a) for a in load_assets_from_modules(modules)]
     fleet_day = AutomationConditionSensorDefinition(
         "fleet_day_automation",

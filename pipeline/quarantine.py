@@ -43,11 +43,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.contract import DATASETS, Conversion, SchemaError, inspect_file, read_converted
-from collectors.parquet_sink import fsync_dir, write_parquet_atomic
-from pipeline.constants import QUARANTINE_DIR
+from collectors.contract import DATASETS, QUARANTINE_DIR, Conversion, SchemaError, inspect_file, read_converted
+from collectors.atomic import fsync_dir, write_parquet_atomic
 from pipeline.sqltext import literal, path_literal, pattern_literal
-from pipeline.warehouse import raw_files
+from pipeline.datadir import raw_files
+from pipeline.remote import root_for
 
 FILES_DIR = "files"
 LOG_DIR = "file_log"
@@ -167,8 +167,6 @@ def _convert(data_dir: Path, dataset: str, date: str, files: dict[Path, Conversi
     Order for a crash: log, keep a copy of the original, then rename the rewrite over the file;
     a crash leaves the original in place (converted again next run, a second copy kept). A
     logged row whose original copy was never made is not listed (``entries`` lists present copies)."""
-    from pipeline.remote import root_for
-
     root = root_for(data_dir)
     now = dt.datetime.now(dt.timezone.utc)
     keep = {path: _destination(data_dir, path, root) for path in sorted(files)}
@@ -237,8 +235,6 @@ def _key(data_dir: Path, path: Path) -> str:
 def _quarantine(data_dir: Path, dataset: str, date: str, bad: dict[Path, tuple[str, str]]) -> None:
     """Log first, then move: a crash in between leaves the file in place (validated again next
     run), never a moved file that no log row names."""
-    from pipeline.remote import root_for
-
     root = root_for(data_dir)  # an S3 data dir whose work dir this is: move the objects too
     now = dt.datetime.now(dt.timezone.utc)
     moves = {path: _destination(data_dir, path, root) for path in bad}

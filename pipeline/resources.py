@@ -12,6 +12,7 @@ from dagster import ConfigurableResource
 from collectors.contract import DATASETS
 from collectors.storage import DataRoot
 from pipeline import quarantine, remote, warehouse
+from pipeline.datadir import host_of, scope_host_filter
 from pipeline.scope import Scope
 
 
@@ -47,21 +48,21 @@ class WarehouseResource(ConfigurableResource):
         """{path: reason} of the day's files in quarantine that lose data (not byte-identical
         copies); for a cluster-day's power, only its hosts' files."""
         scope = date if isinstance(date, Scope) else Scope(date=date)
-        mine = self._cluster_hosts(scope) if dataset == "power" else (lambda host: True)
+        mine = scope_host_filter(self.path, scope) if dataset == "power" else (lambda host: True)
         return {
             e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
             for e in quarantine.entries(self.path, scope.date, dataset)
-            if e["kind"] in quarantine.LOSSES and mine(warehouse.host_of(Path(e["path"])))
+            if e["kind"] in quarantine.LOSSES and mine(host_of(Path(e["path"])))
         }
 
     def converted_files(self, date: Scope) -> dict[str, str]:
         """{path: what was converted} of the day's files of every dataset accepted with lossless
         casts whose original is still kept; for a cluster-day, only its hosts' power files."""
-        mine = self._cluster_hosts(date)
+        mine = scope_host_filter(self.path, date)
         return {
             e["path"]: e["reason"].removeprefix("accepted with casts: ")
             for e in quarantine.entries(self.path, date.date)
-            if e["kind"] == "converted" and (e["dataset"] != "power" or mine(warehouse.host_of(Path(e["path"]))))
+            if e["kind"] == "converted" and (e["dataset"] != "power" or mine(host_of(Path(e["path"]))))
         }
 
     def scoped_files(self, date: str, scope: Scope | None) -> dict[str, list[Path]]:
@@ -70,15 +71,9 @@ class WarehouseResource(ConfigurableResource):
         if scope is not None and scope.fleet:
             files["power"] = []
         elif scope is not None and scope.cluster:
-            mine = self._cluster_hosts(scope)
-            files["power"] = [f for f in files["power"] if mine(warehouse.host_of(f))]
+            mine = scope_host_filter(self.path, scope)
+            files["power"] = [f for f in files["power"] if mine(host_of(f))]
         return files
-
-    def _cluster_hosts(self, scope: Scope):
-        """Whether a host's files are the scope's: its cluster's hosts (every host outside a cluster-day)."""
-        if not scope.cluster:
-            return lambda host: True
-        return warehouse.host_filter(warehouse.load_inventory_if_any(self.path), scope.cluster)
 
     @contextlib.contextmanager
     def connection(
@@ -97,7 +92,7 @@ class WarehouseResource(ConfigurableResource):
         with warehouse.compute_connection(self.path, day, raw_overrides=overrides, scope=scope) as con:
             yield con
 
-    def write_partition(self, con: duckdb.DuckDBPyConnection, table: str, date: str | Scope, query: str) -> int:
+    def write_and_publish(self, con: duckdb.DuckDBPyConnection, table: str, date: str | Scope, query: str) -> int:
         """Replace the day's (or cluster-day's) part of ``table`` and republish the catalog;
         returns rows written."""
         scope = date if isinstance(date, Scope) else Scope(date=date)

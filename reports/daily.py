@@ -19,6 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors.settings import load
 from pipeline.constants import REPORTS_DIR
 from reports import charts
 from reports.data import Reader, run_history
@@ -27,19 +28,17 @@ from reports.sections.base import Chart, Code, Ctx, Note, Section, Table
 
 log = logging.getLogger(__name__)
 
-REPORTS_DIR_ENV = "WATTLINE_REPORTS_DIR"
-PNG_ENV = "WATTLINE_REPORT_PNG"
 MAX_HTML_BYTES = 5 * 1024 * 1024
 
 
 def default_out_dir() -> Path:
     """``$WATTLINE_REPORTS_DIR`` if set, else the repo's ``reports/out``."""
-    value = os.environ.get(REPORTS_DIR_ENV)
+    value = load().reports_dir
     return Path(value).expanduser().resolve() if value else REPORTS_DIR
 
 
 def png_enabled() -> bool:
-    return os.environ.get(PNG_ENV, "on").lower() not in ("off", "0", "false", "no")
+    return load().report_png
 
 
 @dataclass

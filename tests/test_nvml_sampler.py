@@ -112,7 +112,7 @@ def test_a_stalled_call_is_isolated_so_other_gpus_have_no_gap(tmp_path):
 def test_disk_full_mid_run_never_stops_sampling_and_nothing_is_lost(tmp_path):
     import errno
 
-    from collectors.parquet_sink import write_parquet_atomic
+    from collectors.atomic import write_parquet_atomic
 
     t_start = time.monotonic()
 

@@ -13,7 +13,7 @@ from collectors.contract import DATASETS, epoch_ns
 from collectors.nvml.compact import roll_forward_in
 from collectors.nvml.flusher import FILE_PREFIX
 from collectors.nvml.rows import BUFFER
-from collectors.parquet_sink import remove_stale_tmp
+from collectors.atomic import remove_stale_tmp
 from collectors.storage import DataRoot
 
 log = logging.getLogger("wattline.collect")

@@ -21,9 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.contract import TS
+from collectors.contract import QUARANTINE_DIR, TS
 from collectors.storage import DataRoot
-from pipeline.constants import QUARANTINE_DIR
 
 QUARANTINE = pa.schema(
     [

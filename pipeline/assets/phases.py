@@ -6,7 +6,7 @@ the clock-skew check)."""
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
-from pipeline.assetkit import materialize, statements
+from pipeline.tables import Table, statements, table_assets
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.phases import checks
 from pipeline.resources import WarehouseResource
@@ -41,7 +41,7 @@ def phase_timeline(context: AssetExecutionContext, warehouse: WarehouseResource)
             for chunk in range(chunks):
                 con.execute("SET VARIABLE phase_chunk = ?", [chunk])
                 con.execute(statement)
-        rows = warehouse.write_partition(con, "phase_timeline", date, query)
+        rows = warehouse.write_and_publish(con, "phase_timeline", date, query)
         endpoints, logged, share = con.execute(
             """SELECT count(DISTINCT endpoint), count(DISTINCT endpoint) FILTER (WHERE phase IS NOT NULL),
                       avg((phase = 'prefill')::INT) FILTER (WHERE phase <> 'idle')
@@ -87,31 +87,16 @@ def power_resolution(con) -> dict:
     return out
 
 
-@asset(
-    partitions_def=day_cluster_partitions,
+PHASE_INTERVALS = Table(
+    "phase_intervals",
+    "Per logged endpoint: the elementary intervals between consecutive request events with their "
+    "label (prefill / decode / idle), requests and tokens in each, and their energy (J, all GPUs, "
+    "from energy_curve). The exact timeline request_energy and phase_segments use.",
+    "cluster-day",
     deps=["energy_curve", "requests"],
-    group_name="phases",
-    kinds={"duckdb", "parquet"},
+    group="phases",
 )
-def phase_intervals(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
-    """Per logged endpoint: the elementary intervals between consecutive request events with their
-    label (prefill / decode / idle), requests and tokens in each, and their energy (J, all GPUs,
-    from energy_curve). The exact timeline request_energy and phase_segments use."""
-    return materialize(context, warehouse, "phase_intervals", headline=_intervals_headline)
-
-
-def _intervals_headline(con) -> dict:
-    n, share, prefill_j, busy_j = con.execute(
-        """SELECT count(*),
-                  sum(end_ns - start_ns) FILTER (WHERE phase = 'prefill') / nullif(sum(end_ns - start_ns) FILTER (WHERE phase <> 'idle'), 0),
-                  sum(energy_j) FILTER (WHERE phase = 'prefill'), sum(energy_j) FILTER (WHERE phase <> 'idle')
-           FROM phase_intervals WHERE date = getvariable('partition_date')"""
-    ).fetchone()
-    return {
-        "intervals": n,
-        "prefill_share_of_busy_time": round(float(share or 0.0), 4),
-        "prefill_share_of_busy_energy": round(float((prefill_j or 0.0) / busy_j), 4) if busy_j else 0.0,
-    }
+(phase_intervals,) = table_assets(PHASE_INTERVALS)
 
 
 @asset(
@@ -126,7 +111,7 @@ def phase_segments(context: AssetExecutionContext, warehouse: WarehouseResource)
     W, energy J, tokens and whether the peak exceeded TDP."""
     date = Scope.of(context)
     with warehouse.connection(date) as con:
-        rows = warehouse.write_partition(con, "phase_segments", date, sqlfiles.query("phase_segments"))
+        rows = warehouse.write_and_publish(con, "phase_segments", date, sqlfiles.query("phase_segments"))
         stats = con.execute(
             """SELECT source || ':' || phase, count(*), round(avg(mean_w), 1), count(*) FILTER (WHERE above_tdp)
                FROM phase_segments WHERE date = getvariable('partition_date') GROUP BY ALL ORDER BY 1"""

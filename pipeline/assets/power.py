@@ -1,14 +1,15 @@
 """Power reduced to seconds: per GPU (`power_1s`) and per host, cluster, role and fleet (`fleet_power_1s`)."""
 
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
 from pipeline.assetkit import materialize
-from pipeline.checks import POWER_1S_CHECKS, Check, violations
+from pipeline.checks import POWER_1S_CHECKS
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 from pipeline.scope import Scope
+from pipeline.tables import Table, table_assets
 
 
 @asset(
@@ -28,7 +29,7 @@ def power_1s(context: AssetExecutionContext, warehouse: WarehouseResource):
     with warehouse.connection(date) as con:  # validates the day's files, quarantining bad ones
         for path, why in warehouse.rejected_files("power", date).items():
             context.log.error(f"in quarantine: {path}: {why}")
-        rows = warehouse.write_partition(con, "power_1s", date, sqlfiles.query("power_1s"))
+        rows = warehouse.write_and_publish(con, "power_1s", date, sqlfiles.query("power_1s"))
         gpus, energy_j, sources = con.execute(
             """SELECT count(DISTINCT (host, gpu)), coalesce(sum(energy_j), 0), string_agg(DISTINCT source, ', ')
                FROM power_1s WHERE date = getvariable('partition_date')"""
@@ -73,46 +74,11 @@ def fleet_power_1s_headline(con) -> dict:
     return {"peak_pct_of_provisioned": MetadataValue.json({f"{lvl}:{ent}": round(p, 1) for lvl, ent, p in peaks})}
 
 
-ENERGY_CURVE_TOLERANCE = 1e-4
-"""Relative: the curve's day total per GPU against power_1s's sum. Both integrate the same
-trapezoids; they differ only where samples share a timestamp (the curve takes their mean)."""
-
-
-def _curve_matches_power_1s(con) -> AssetCheckResult:
-    """The curve's last value plus nothing else is the GPU's day energy: it equals Σ power_1s.energy_j."""
-    rows = con.execute(
-        f"""
-        WITH c AS (SELECT host, gpu, max(energy_j) AS j FROM energy_curve WHERE date = getvariable('partition_date') GROUP BY ALL),
-             s AS (SELECT host, gpu, sum(energy_j) AS j FROM power_1s WHERE date = getvariable('partition_date') GROUP BY ALL)
-        SELECT host, gpu, c.j, s.j FROM c FULL JOIN s USING (host, gpu)
-        WHERE c.j IS NULL OR s.j IS NULL OR abs(c.j - s.j) > {ENERGY_CURVE_TOLERANCE} * greatest(abs(s.j), 1)
-        ORDER BY 1, 2
-        """
-    ).fetchall()
-    return violations("matches_power_1s", rows, AssetCheckSeverity.ERROR, f"{len(rows)} GPU(s) whose curve total differs from power_1s by > 0.01 %", count_key="gpus_mismatched")
-
-
-CURVE_CHECKS = [
-    Check("matches_power_1s", "Each GPU's cumulative energy at its last sample equals its power_1s day energy within 0.01 % (ERROR).", _curve_matches_power_1s),
-]
-
-
-def _curve_headline(con) -> dict:
-    gpus, kwh = con.execute(
-        """SELECT count(*), coalesce(sum(j), 0) / 3.6e6
-           FROM (SELECT max(energy_j) AS j FROM energy_curve WHERE date = getvariable('partition_date') GROUP BY host, gpu)"""
-    ).fetchone()
-    return {"gpus": gpus, "energy_kwh": round(kwh, 4)}
-
-
-@asset(
-    partitions_def=day_cluster_partitions,
-    deps=["power", power_1s],
-    group_name="power",
-    kinds={"duckdb", "parquet"},
-    check_specs=[c.spec("energy_curve") for c in CURVE_CHECKS],
+ENERGY_CURVE = Table(
+    "energy_curve",
+    "Per GPU and best-source sample: cumulative energy (J) since the day's first sample, with the "
+    "next sample (time, W) so the energy of any interval is E(b) − E(a) (macro energy_between).",
+    "cluster-day",
+    deps=["power", "power_1s"],
 )
-def energy_curve(context: AssetExecutionContext, warehouse: WarehouseResource):
-    """Per GPU and best-source sample: cumulative energy (J) since the day's first sample, with the
-    next sample (time, W) so the energy of any interval is E(b) − E(a) (macro energy_between)."""
-    return materialize(context, warehouse, "energy_curve", CURVE_CHECKS, _curve_headline)
+(energy_curve,) = table_assets(ENERGY_CURVE)

@@ -6,7 +6,7 @@ import hashlib
 from dagster import DataVersion, ObserveResult, observable_source_asset
 
 from collectors.contract import DATASETS
-from pipeline import warehouse as wh
+from pipeline.datadir import raw_files
 from pipeline.resources import WarehouseResource
 
 
@@ -17,7 +17,7 @@ def _observe(name: str):
         description=f"Raw `{name}` Parquet dataset ({DATASETS[name].glob()} under the data dir); see docs/data-contract.md.",
     )
     def _asset(warehouse: WarehouseResource):
-        files = wh.raw_files(warehouse.path, name)
+        files = raw_files(warehouse.path, name)
         stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
         digest = hashlib.sha256(repr(stats).encode()).hexdigest()[:16]
         return ObserveResult(

@@ -9,7 +9,8 @@ import click
 from collectors.contract import DATASETS
 from collectors.days import run_day_problem
 from collectors.inventory import InventoryError
-from pipeline import remote, warehouse
+from pipeline import remote
+from pipeline.datadir import load_inventory_if_any
 from pipeline.cli.common import UserError, data_dir_option, date_option
 
 
@@ -23,7 +24,7 @@ def require_day_data(data_dir, date: str) -> None:
     local = remote.work_dir(root)
     remote.stage(root, local)  # inventory.yaml, for an S3 data dir
     try:  # every asset needs it: say what is wrong before a run fails on it
-        warehouse.load_inventory_if_any(local)
+        load_inventory_if_any(local)
     except InventoryError as exc:
         raise UserError(" ".join(str(exc).split())) from None
 

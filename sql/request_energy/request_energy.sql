@@ -8,7 +8,9 @@
 -- interval's two ends (both are events, so there are no partial edges). Idle intervals are not
 -- charged (energy_per_token.idle_j). Requests that arrived the day before and ran past midnight are
 -- charged their share of this day but listed in their arrival day's partition only (with this day's
--- share missing there: documented).
+-- share missing there: documented). `_charged` holds every request that touched the day, so the
+-- conservation check (checks/energy_conservation.sql) sees all the energy charged this day.
+CREATE OR REPLACE TEMP TABLE _charged AS
 WITH span AS (
     SELECT endpoint, min(start_ns) AS lo, max(end_ns) AS hi
     FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL
@@ -58,6 +60,8 @@ SELECT
     r.status
 FROM request_phases AS r
 LEFT JOIN per_request AS c USING (request_id, endpoint)
-WHERE r.arrival_date = getvariable('partition_date')
-   OR getvariable('request_energy_carryover')  -- set by the conservation check: also the day before's arrivals
-ORDER BY r.endpoint, r.arrival_ts, r.request_id
+ORDER BY r.endpoint, r.arrival_ts, r.request_id;
+
+
+-- the partition: the day's arrivals
+SELECT * FROM _charged WHERE arrival_ts >= day_start() ORDER BY endpoint, arrival_ts, request_id;

@@ -1,9 +1,10 @@
 """The daily report as the last asset of the day: after every other derived table, it writes
 ``reports/out/D.html`` (self-contained), a PNG per chart and ``D.json`` (see ``reports/daily.py``).
 
-Its upstream assets are found, not listed: every materializable asset defined by the other
-modules of ``pipeline.assets`` (raw observable sources left out), so a table that lands later
-is waited for without touching this file, and a missing one is simply not there.
+An entry point (above ``reports/``, which reads the pipeline's tables): pipeline/definitions.py
+loads it beside the tables of ``pipeline.assets``. Its upstream assets are found, not listed:
+every materializable asset of ``pipeline.assets`` (raw observable sources left out), so a table
+that lands later is waited for without touching this file, and a missing one is simply not there.
 """
 
 
@@ -15,16 +16,15 @@ from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, Materiali
 import pipeline.assets
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
+from reports.daily import build_report, default_out_dir
 
 RAW_GROUP = "raw"
 
 
 def upstream_asset_keys() -> list[AssetKey]:
-    """Keys of every materializable asset in the other ``pipeline.assets`` modules."""
+    """Keys of every materializable asset in the ``pipeline.assets`` modules."""
     keys: set[AssetKey] = set()
     for info in pkgutil.iter_modules(pipeline.assets.__path__):
-        if info.name == __name__.rsplit(".", 1)[1]:
-            continue
         module = importlib.import_module(f"{pipeline.assets.__name__}.{info.name}")
         for obj in vars(module).values():
             candidates = obj if type(obj) in (list, tuple) else [obj]
@@ -47,8 +47,6 @@ def daily_report(context: AssetExecutionContext, warehouse: WarehouseResource) -
     """The day's report: headline, fleet power, swings, inference phases, correlation, diurnal
     profile, data quality. Output dir: $WATTLINE_REPORTS_DIR, else the repo's reports/out.
     Sections whose table does not exist yet say "not available yet"."""
-    from reports.daily import build_report, default_out_dir
-
     date = context.partition_key
     report = build_report(warehouse.path, date, default_out_dir(), instance=context.instance)
     partial = {s.key: s.missing for s in report.sections if s.missing}
