@@ -40,6 +40,13 @@ def _asset_modules():
     ]
 
 
+def warehouse_resource(data_dir: str = "") -> WarehouseResource:
+    """The resource, its fields from the settings as they are now (collectors/settings.py); the
+    runner's worker processes build their definitions after setting their share of threads and memory."""
+    settings = load()
+    return WarehouseResource(data_dir=data_dir, duckdb_memory=settings.duckdb_memory or "", duckdb_threads=settings.duckdb_threads or 0)
+
+
 def build_definitions(data_dir: str = "") -> Definitions:
     modules = [*_asset_modules(), daily_report]
     assets = [_follow_cluster_days(a) for a in load_assets_from_modules(modules)]
@@ -55,7 +62,7 @@ def build_definitions(data_dir: str = "") -> Definitions:
         jobs=list(build_jobs(assets)),
         schedules=[daily_schedule],
         sensors=[new_parquet_sensor, fleet_day],
-        resources={"warehouse": WarehouseResource(data_dir=data_dir)},
+        resources={"warehouse": warehouse_resource(data_dir)},
     )
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 from collectors.settings import DUCKDB_MEMORY_ENV, DUCKDB_THREADS_ENV, load
-from pipeline import quarantine, remote
+from pipeline import file_quarantine, remote
 from pipeline.constants import DAGSTER_HOME_DIR, REPO_DAGSTER_YAML
 from pipeline.datadir import day_clusters
 from pipeline.definitions import build_definitions
@@ -153,7 +153,7 @@ def run_day(
             results.append(_run_part((url, date, None, selection, None)))
     for r in results:
         _merge(outcome, r)
-    logged = quarantine.entries(data_dir, date)
+    logged = file_quarantine.entries(data_dir, date)
     outcome.quarantined = [e for e in logged if e["kind"] != "converted"]
     outcome.converted = [e for e in logged if e["kind"] == "converted"]
     return outcome

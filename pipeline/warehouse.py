@@ -36,7 +36,7 @@ from collectors.inventory import Inventory
 from collectors.settings import load
 from collectors.names import check_path_name
 from collectors.atomic import TMP_PREFIX, fsync_dir
-from pipeline import quarantine, remote, sqlfiles
+from pipeline import file_quarantine, remote, sqlfiles
 from pipeline.datadir import cluster_members, load_inventory_if_any, raw_files
 from pipeline.entities import entity_rows
 from collectors.inventory import INVENTORY_FILE
@@ -73,18 +73,22 @@ def default_memory_mb() -> int:
     return max(256, min(cap_mb, int(ram_mb * share)))
 
 
-def duckdb_config() -> dict:
+def duckdb_config(memory: str | None = None, threads: int | None = None) -> dict:
     """Settings for compute connections: bounded memory that spills, all cores unless told.
 
-    memory_limit: WATTLINE_DUCKDB_MEMORY, else a quarter of physical RAM capped at 2.5 GiB.
+    ``memory`` / ``threads``: the resource's fields; unset, the settings ($WATTLINE_DUCKDB_MEMORY,
+    $WATTLINE_DUCKDB_THREADS, collectors/settings.py). memory_limit defaults to a quarter of
+    physical RAM capped at 2.5 GiB.
     DuckDB's own default (80 % of RAM) let one day of 64 GPUs reach 15 GB RSS; with the bound,
     larger intermediates (sorts, hash tables) spill to the temp directory and a day's run stays
     under 4 GB RSS whatever its size (bench/results/memory.json: peak RSS and CPU cost).
     """
     settings = load()
-    config: dict = {"preserve_insertion_order": False, "memory_limit": settings.duckdb_memory or f"{default_memory_mb()}MB"}
-    if settings.duckdb_threads:
-        config["threads"] = settings.duckdb_threads
+    memory = memory or settings.duckdb_memory or f"{default_memory_mb()}MB"
+    threads = threads or settings.duckdb_threads
+    config: dict = {"preserve_insertion_order": False, "memory_limit": memory}
+    if threads:
+        config["threads"] = threads
     return config
 
 
@@ -273,7 +277,7 @@ def create_views(
         if table not in present:
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
     _create_inventory_tables(con, inventory)
-    con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {quarantine.view_sql(data_dir)}")
+    con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)
 
@@ -284,9 +288,13 @@ def compute_connection(
     date: str | None = None,
     raw_overrides: dict[str, list[Path]] | None = None,
     scope: Scope | None = None,
+    *,
+    memory: str | None = None,
+    threads: int | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """An in-memory DuckDB with every dataset as a view and ``partition_date`` set."""
-    config = duckdb_config()
+    """An in-memory DuckDB with every dataset as a view and ``partition_date`` set; ``memory``
+    and ``threads`` bound it (unset: the settings, see :func:`duckdb_config`)."""
+    config = duckdb_config(memory, threads)
     spill = data_dir / ".duckdb_tmp"
     spill.mkdir(parents=True, exist_ok=True)
     config["temp_directory"] = str(spill)

@@ -51,7 +51,6 @@ from pipeline.remote import root_for
 
 FILES_DIR = "files"
 LOG_DIR = "file_log"
-KINDS = ("unreadable", "schema", "duplicate", "converted")
 LOSSES = ("unreadable", "schema")
 """Kinds whose file is left out of the day (a duplicate loses nothing, a converted file is used)."""
 
