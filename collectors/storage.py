@@ -41,10 +41,10 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -108,7 +108,7 @@ def _literal_prefix(pattern: str) -> str:
 def _matches(key: str, pattern: str) -> bool:
     """Glob match segment by segment: '*' never crosses '/' (as in pathlib and DuckDB)."""
     parts, pats = key.split("/"), pattern.split("/")
-    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(k, p) for k, p in zip(parts, pats))
+    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(k, p) for k, p in zip(parts, pats, strict=False))
 
 
 def _atomic_local_write(path: Path, fill: Callable[[object], None]) -> Path:
@@ -136,7 +136,7 @@ class DataRoot:
     is_local: bool
 
     @staticmethod
-    def open(value: str | os.PathLike | "DataRoot") -> "DataRoot":
+    def open(value: str | os.PathLike | DataRoot) -> DataRoot:
         """A local path (kept as given, relative or not) or an ``s3://bucket[/prefix]`` URL."""
         if isinstance(value, DataRoot):
             return value

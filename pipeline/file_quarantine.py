@@ -43,11 +43,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.contract import DATASETS, QUARANTINE_DIR, Conversion, SchemaError, inspect_file, read_converted
 from collectors.atomic import fsync_dir, write_parquet_atomic
-from pipeline.sqltext import literal, path_literal, pattern_literal
+from collectors.contract import DATASETS, QUARANTINE_DIR, Conversion, SchemaError, inspect_file, read_converted
 from pipeline.datadir import raw_files
 from pipeline.remote import root_for
+from pipeline.sqltext import literal, path_literal, pattern_literal
 
 FILES_DIR = "files"
 LOG_DIR = "file_log"
@@ -167,7 +167,7 @@ def _convert(data_dir: Path, dataset: str, date: str, files: dict[Path, Conversi
     a crash leaves the original in place (converted again next run, a second copy kept). A
     logged row whose original copy was never made is not listed (``entries`` lists present copies)."""
     root = root_for(data_dir)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     keep = {path: _destination(data_dir, path, root) for path in sorted(files)}
     name = (lambda p: root.location(_key(data_dir, p))) if root else str  # noqa: E731
     rows = [
@@ -235,7 +235,7 @@ def _quarantine(data_dir: Path, dataset: str, date: str, bad: dict[Path, tuple[s
     """Log first, then move: a crash in between leaves the file in place (validated again next
     run), never a moved file that no log row names."""
     root = root_for(data_dir)  # an S3 data dir whose work dir this is: move the objects too
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     moves = {path: _destination(data_dir, path, root) for path in bad}
     name = (lambda p: root.location(_key(data_dir, p))) if root else str  # noqa: E731
     rows = [

@@ -25,11 +25,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from collectors.contract import QUARANTINE_DIR
+from collectors.inventory import INVENTORY_FILE
 from collectors.names import inside_key
 from collectors.settings import load
 from collectors.storage import DataRoot, LocalRoot, resolve_data_root
-from collectors.contract import QUARANTINE_DIR
-from collectors.inventory import INVENTORY_FILE
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, DIURNAL_TRAILING_DAYS, warehouse_path
 from pipeline.datadir import cluster_members, host_filter, load_inventory_if_any

@@ -32,7 +32,6 @@ from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
 from pipeline.warehouse import default_memory_mb, remove_stale_parts, remove_stale_tmp
 
 
-
 @dataclass
 class FailedCheck:
     asset: str

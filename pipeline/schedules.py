@@ -30,7 +30,7 @@ SCHEDULE_NAME = "daily_schedule"
     default_status=DefaultScheduleStatus.RUNNING if AUTOMATION_ON else DefaultScheduleStatus.STOPPED,
 )
 def daily_schedule(context: ScheduleEvaluationContext):
-    yesterday = (context.scheduled_execution_time.astimezone(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+    yesterday = (context.scheduled_execution_time.astimezone(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
     clusters = context.instance.get_dynamic_partitions(CLUSTER_DIM)
     if not clusters:
         return SkipReason("no cluster registered yet (the sensor registers the inventory's clusters)")

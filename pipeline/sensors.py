@@ -34,7 +34,7 @@ def day_signatures(data_dir) -> dict[str, str]:
 @sensor(job_name=CLUSTER_JOB, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING if AUTOMATION_ON else DefaultSensorStatus.STOPPED)
 def new_parquet_sensor(context: SensorEvaluationContext, warehouse: WarehouseResource):
     seen = json.loads(context.cursor) if context.cursor else {}
-    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    today = dt.datetime.now(dt.UTC).date().isoformat()
     current = day_signatures(warehouse.path)
     changed = sorted(day for day, sig in current.items() if day < today and seen.get(day) != sig)
     context.update_cursor(json.dumps(current))

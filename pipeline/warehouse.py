@@ -31,17 +31,26 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.contract import DATASETS
-from collectors.inventory import Inventory
-from collectors.settings import load
-from collectors.names import check_path_name
 from collectors.atomic import TMP_PREFIX, fsync_dir
+from collectors.contract import DATASETS
+from collectors.inventory import INVENTORY_FILE, Inventory
+from collectors.names import check_path_name
+from collectors.settings import load
 from pipeline import file_quarantine, remote, sqlfiles
+from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
 from pipeline.datadir import cluster_members, load_inventory_if_any, raw_files
 from pipeline.entities import entity_rows
-from collectors.inventory import INVENTORY_FILE
-from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
-from pipeline.scope import ALWAYS_DEFINED, PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
+from pipeline.scope import (
+    ALWAYS_DEFINED,
+    PER_GPU_COLUMNS,
+    PER_GPU_TABLES,
+    ROLE_ROW_TABLES,
+    UNASSIGNED,
+    Scope,
+    empty_relation_sql,
+    read_back_sql,
+    store_rows_sql,
+)
 from pipeline.sqltext import literal, path_literal, pattern_literal
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")

@@ -229,7 +229,7 @@ def render_html(report: Report, specs: dict[str, dict], data_dir: Path) -> str:
     for i, s in enumerate(report.sections, 1):
         badge = '<span class="badge partial">partial</span>' if s.missing or s.error else ""
         parts.append(f'<section id="{s.key}" data-section="{s.key}"><h2>{i}. {html.escape(s.title)}{badge}</h2>' + "".join(_block(b) for b in s.blocks) + "</section>")
-    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

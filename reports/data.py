@@ -23,7 +23,6 @@ from pipeline.partitions import cluster_day_key
 from pipeline.readonly import ReadOnlyError, connect_readonly
 from pipeline.sqltext import literal, pattern_literal
 
-
 quote = literal  # the pipeline's one quoting helper
 
 
@@ -42,7 +41,7 @@ class Reader:
                 self._columns.setdefault(table, set()).add(column)
 
     @classmethod
-    def open(cls, data_dir: Path) -> "Reader":
+    def open(cls, data_dir: Path) -> Reader:
         try:
             return cls(data_dir, connect_readonly(data_dir))
         except (ReadOnlyError, duckdb.Error):
@@ -218,7 +217,7 @@ def _history_from(instance, date: str, assets: list[str] | None) -> RunHistory:
 
 
 def fmt_ts(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # --- quarantine ---------------------------------------------------------------------------

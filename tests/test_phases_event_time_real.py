@@ -19,8 +19,8 @@ import pytest
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
-from pipeline.runner import run_day
 from pipeline.assets.phases import power_resolution
+from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
 from tests.phase_real import _requests, write_h200_capture
 from tests.phase_reference import Request, attribute, interval_energy_j, iou

@@ -3,14 +3,13 @@
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.contract import REQUESTS
 from collectors.parquet_sink import write_dataset
-from pipeline.tables import statements
 from pipeline.runner import run_day
-from pipeline.warehouse import read_day, compute_connection
+from pipeline.tables import statements
+from pipeline.warehouse import compute_connection, read_day
 from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
 
 DATE = DAY.isoformat()

@@ -2,13 +2,12 @@
 
 import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from tests.builders import DAY, power_table, square_wave, two_host_inventory
 from pipeline.warehouse import read_day
+from tests.builders import DAY, power_table, square_wave, two_host_inventory
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats"]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from collectors.simulate import simulate
 from collectors.storage import DataRoot

@@ -17,7 +17,6 @@ from collectors.settings import DATA_DIR_ENV
 from collectors.storage import resolve_data_root
 
 
-
 class CollectError(click.ClickException):
     """One line on stderr, exit code 2 (same shape as pipeline.cli.common.UserError)."""
 

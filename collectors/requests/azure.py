@@ -15,8 +15,8 @@ ragged row) is split in Python into the same string columns, so the checks are t
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import polars as pl

@@ -16,6 +16,7 @@ import polars as pl
 import yaml
 
 from collectors.days import writable_ns_bounds, write_day_problem
+from collectors.inventory import INVENTORY_FILE, parse_inventory
 from collectors.requests.azure import NotAzureTrace, read_azure
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH, parse_block, parse_lines
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, Block, Line, iter_blocks
@@ -25,7 +26,6 @@ from collectors.requests.quarantine import OUT_OF_RANGE, Reject, write_quarantin
 from collectors.requests.store import RequestStore, empty_frame, writer_lock
 from collectors.requests.timestamps import utc_day
 from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
-from collectors.inventory import INVENTORY_FILE, parse_inventory
 from collectors.storage import DataRoot
 
 FORMATS = ("jsonl", "azure", "vllm-bench", "otlp")

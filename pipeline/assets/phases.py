@@ -6,12 +6,11 @@ the clock-skew check)."""
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from pipeline import sqlfiles
-from pipeline.tables import Table, statements, table_assets
-from pipeline.partitions import daily_partitions, day_cluster_partitions
+from pipeline.partitions import day_cluster_partitions
 from pipeline.phases import checks
 from pipeline.resources import WarehouseResource
 from pipeline.scope import Scope
-
+from pipeline.tables import Table, statements, table_assets
 
 ENDPOINTS_PER_CHUNK = 4
 """phase_timeline sweeps the request log this many endpoints at a time: a 64-GPU cluster-day of 16

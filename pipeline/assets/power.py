@@ -6,7 +6,7 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ass
 from pipeline import sqlfiles
 from pipeline.assetkit import materialize
 from pipeline.checks import POWER_1S_CHECKS
-from pipeline.partitions import daily_partitions, day_cluster_partitions
+from pipeline.partitions import day_cluster_partitions
 from pipeline.resources import WarehouseResource
 from pipeline.scope import Scope
 from pipeline.tables import Table, table_assets

@@ -7,7 +7,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext,
 from pipeline.assetkit import json_meta, materialize
 from pipeline.checks import Check, violations
 from pipeline.kernels import max_swings
-from pipeline.partitions import daily_partitions, day_cluster_partitions
+from pipeline.partitions import day_cluster_partitions
 from pipeline.resources import WarehouseResource
 
 INCOMPLETE_WARN_SHARE = 0.05

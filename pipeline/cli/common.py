@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from collectors.inventory import InventoryError
+from collectors.settings import DATA_DIR_ENV
 from collectors.storage import resolve_data_root
 from pipeline import warehouse
-from collectors.settings import DATA_DIR_ENV
 from pipeline.constants import WAREHOUSE_FILE
 
 

@@ -12,7 +12,7 @@ from pipeline.cli.common import UserError, data_dir_option, parse_date, refresh_
 
 
 def _yesterday_utc() -> str:
-    return (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
 
 
 @click.command("simulate")

@@ -56,8 +56,23 @@ def build(ctx: Ctx) -> Section:
             trough = min(rows, key=lambda x: x["mean_w"])
             table.append([entity[0], entity[1], peak["hour"], num(peak["mean_w"], 0), trough["hour"], num(trough["mean_w"], 0),
                           num(max((x["requests_per_s"] or 0) for x in rows), 2), num(peak["j_per_output_token"], 3), peak["days"]])
-        s.add(Table(["role", "entity", "peak hour", "peak-hour mean (W)", "trough hour", "trough-hour mean (W)", "max requests/s", "J / output token at peak", "days"],
-                    table[:40], "From `diurnal_profile` (all days of the week)."))
+        s.add(
+            Table(
+                [
+                    "role",
+                    "entity",
+                    "peak hour",
+                    "peak-hour mean (W)",
+                    "trough hour",
+                    "trough-hour mean (W)",
+                    "max requests/s",
+                    "J / output token at peak",
+                    "days",
+                ],
+                table[:40],
+                "From `diurnal_profile` (all days of the week).",
+            )
+        )
     elif not r.has("diurnal_profile", PROFILE_COLS):
         s.not_available(r.missing("diurnal_profile", PROFILE_COLS) + ": the p5–p95 band and the per-endpoint profile table")
     else:

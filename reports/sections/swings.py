@@ -17,7 +17,7 @@ EVENT_WINDOW_S = 2
 
 
 def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def ecdf_curves(ctx: Ctx) -> list[dict]:
@@ -69,7 +69,7 @@ def top_events(ctx: Ctx, levels: tuple[str, ...], limit: int = 10) -> list[dict]
 
 
 def drill_sql(ctx: Ctx, ev: dict) -> str:
-    t = dt.datetime.fromtimestamp(ev["t_ms"] / 1000, dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(ev["t_ms"] / 1000, dt.UTC)
     lo = (t - dt.timedelta(seconds=10)).strftime("%Y-%m-%d %H:%M:%S")
     hi = (t + dt.timedelta(seconds=5)).strftime("%Y-%m-%d %H:%M:%S")
     if ev["level"] == "host":
@@ -114,7 +114,9 @@ def build(ctx: Ctx) -> Section:
         for row in stat_rows:
             for stat, q, col in (("p50", 0.5, "p50_swing_w"), ("p99", 0.99, "p99_swing_w"), ("max", 1.0, "max_swing_w")):
                 if row[col] is not None:
-                    marks.append({"role": row["role"], "window": f"{int(row['window_s'])} s", "stat": stat, "q": q, "pct": num(100 * row[col] / row["provisioned_w"], 3)})
+                    marks.append(
+                        {"role": row["role"], "window": f"{int(row['window_s'])} s", "stat": stat, "q": q, "pct": num(100 * row[col] / row["provisioned_w"], 3)}
+                    )
     if curves:
         s.add(
             Chart(
@@ -136,9 +138,35 @@ def build(ctx: Ctx) -> Section:
         )
         s.add(
             Table(
-                ["level", "entity", "window (s)", "series", "max swing (W)", "max swing (% prov.)", "p50 (W)", "p99 (W)", "max ramp (W/s)", "windows > 10%", "windows > 25%"],
-                [[x["level"], x["entity"], num(x["window_s"], 1), x["series"], num(x["max_swing_w"], 0), num(x["max_swing_pct"]), num(x["p50_swing_w"], 0),
-                  num(x["p99_swing_w"], 0), num(x["max_ramp_w_per_s"], 0), x["windows_over_10pct"], x["windows_over_25pct"]] for x in rows[:60]],
+                [
+                    "level",
+                    "entity",
+                    "window (s)",
+                    "series",
+                    "max swing (W)",
+                    "max swing (% prov.)",
+                    "p50 (W)",
+                    "p99 (W)",
+                    "max ramp (W/s)",
+                    "windows > 10%",
+                    "windows > 25%",
+                ],
+                [
+                    [
+                        x["level"],
+                        x["entity"],
+                        num(x["window_s"], 1),
+                        x["series"],
+                        num(x["max_swing_w"], 0),
+                        num(x["max_swing_pct"]),
+                        num(x["p50_swing_w"], 0),
+                        num(x["p99_swing_w"], 0),
+                        num(x["max_ramp_w_per_s"], 0),
+                        x["windows_over_10pct"],
+                        x["windows_over_25pct"],
+                    ]
+                    for x in rows[:60]
+                ],
                 "swing_stats: roles at every window of the instantaneous trace, and at 2 s also on the driver's 1 s average (avg1s); clusters and the fleet at 2 s.",
             )
         )
@@ -163,6 +191,12 @@ def build(ctx: Ctx) -> Section:
                 )
             )
     if have_1s:
-        s.add(*_events_table(ctx, top_events(ctx, ("cluster", "role")), "Top 10 swing events of clusters and roles (one per entity and minute, largest 2 s change of the 1 s series, % of provisioned)"))
+        s.add(
+            *_events_table(
+                ctx,
+                top_events(ctx, ("cluster", "role")),
+                "Top 10 swing events of clusters and roles (one per entity and minute, largest 2 s change of the 1 s series, % of provisioned)",
+            )
+        )
         s.add(*_events_table(ctx, top_events(ctx, ("host",)), "Top 10 swing events of hosts"))
     return s

@@ -16,13 +16,13 @@ import time
 
 import pytest
 
+from collectors.atomic import write_parquet_atomic
 from collectors.nvml.counters import Counters
 from collectors.nvml.daemon import Collector, CollectorConfig, status_path
 from collectors.nvml.flusher import Flusher
 from collectors.nvml.gpu_sampler import SamplingConfig
-from collectors.atomic import write_parquet_atomic
-from tests.faults.inject import fill_disk, hidden_power_files, power_keys, served_samples, tiny_tmpfs
 from tests.fakes import fake_pynvml as fake
+from tests.faults.inject import fill_disk, hidden_power_files, power_keys, served_samples, tiny_tmpfs
 from tests.nvml_helpers import FAKE, collector_process, power_files, read_power, wait_for_new_file
 
 GPUS = 4  # 4 x (10 field + ~50 buffer rows/s) = ~240 rows/s

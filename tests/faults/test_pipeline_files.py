@@ -27,9 +27,9 @@ from collectors.parquet_sink import write_dataset
 from pipeline import file_quarantine
 from pipeline.readonly import run_query
 from pipeline.runner import run_day
+from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table, square_wave, write_square_fleet
 from tests.faults import inject
-from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 SECONDS = 120
@@ -105,7 +105,9 @@ def scenario(tmp_path_factory):
     s["faulted_tables"] = _tables(d)
     s["faulted_power_rows"] = run_query(d, "select count(*) as n from power").to_pylist()[0]["n"]
     s["faulted_other_rows"] = run_query(d, "select (select count(*) from requests) as requests, (select count(*) from job_events) as job_events").to_pylist()[0]
-    s["quarantine_sql_faulted"] = run_query(d, "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1").to_pylist()
+    s["quarantine_sql_faulted"] = run_query(
+        d, "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1"
+    ).to_pylist()
     s["faulted_log_rows"] = len(file_quarantine.entries(d, present_only=False))
     s["left_in_dataset"] = [e["path"] for e in s["faulted"].quarantined if Path(e["path"]).exists()]
     s["in_quarantine"] = {e["path"]: Path(e["quarantined_path"]).read_bytes() for e in s["faulted"].quarantined}
@@ -275,12 +277,16 @@ def test_quarantine_is_countable_in_sql(scenario):
     s = scenario
     q = "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1"
     assert s["quarantine_sql_faulted"] == [
-        {"kind": "converted", "n": 1, "still": 1}, {"kind": "duplicate", "n": 1, "still": 1},
-        {"kind": "schema", "n": 2, "still": 2}, {"kind": "unreadable", "n": 2, "still": 2},
+        {"kind": "converted", "n": 1, "still": 1},
+        {"kind": "duplicate", "n": 1, "still": 1},
+        {"kind": "schema", "n": 2, "still": 2},
+        {"kind": "unreadable", "n": 2, "still": 2},
     ]
     assert run_query(s["dir"], q).to_pylist() == [
-        {"kind": "converted", "n": 1, "still": 0}, {"kind": "duplicate", "n": 1, "still": 0},
-        {"kind": "schema", "n": 2, "still": 0}, {"kind": "unreadable", "n": 2, "still": 0},
+        {"kind": "converted", "n": 1, "still": 0},
+        {"kind": "duplicate", "n": 1, "still": 0},
+        {"kind": "schema", "n": 2, "still": 0},
+        {"kind": "unreadable", "n": 2, "still": 0},
     ]
 
 
