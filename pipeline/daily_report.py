@@ -10,6 +10,7 @@ that lands later is waited for without touching this file, and a missing one is 
 
 import importlib
 import pkgutil
+from typing import Any
 
 from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, MaterializeResult, MetadataValue, asset
 
@@ -54,7 +55,7 @@ def daily_report(context: AssetExecutionContext, warehouse: WarehouseResource) -
     for key, error in errors.items():
         context.log.error(f"report section {key} failed: {error}")
     headline = report.headline
-    metadata = {
+    metadata: dict[str, Any] = {
         "html": MetadataValue.path(str(report.html_path)),
         "json": MetadataValue.path(str(report.json_path)),
         "html_bytes": report.html_path.stat().st_size,

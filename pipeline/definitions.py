@@ -77,7 +77,7 @@ def fleet_day_condition() -> AutomationCondition:
         AutomationCondition.eager()
         .replace("in_latest_time_window", AutomationCondition.in_latest_time_window(lookback_delta=dt.timedelta(days=FOLLOW_DAYS)))
         # the raw datasets are observable sources (never "materialized"): a day checks its files when it runs
-        .ignore(AssetSelection.assets(*DATASETS))
+        .ignore(AssetSelection.assets(*DATASETS))  # type: ignore[attr-defined]  # eager() is an AndAutomationCondition
     )
 
 

@@ -88,7 +88,7 @@ class WarehouseResource(ConfigurableResource):
         each raw dataset's view holds only that day's usable files (unless ``raw_files`` names
         them), so no asset reads an unchecked file."""
         scope = date if isinstance(date, Scope) else None
-        day = scope.date if scope else date
+        day = date.date if isinstance(date, Scope) else date
         remote.stage(self.root, self.path, scope or day)  # S3: the working copy (no-op locally)
         overrides = dict(raw_files or {})
         if day is not None:

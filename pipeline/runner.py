@@ -210,7 +210,7 @@ def _run_part(args) -> dict:
     part["success"], part["run_id"] = result.success, result.run_id
     for event in result.all_events:
         if event.is_step_success and event.step_key:
-            part["step_seconds"][event.step_key] = event.event_specific_data.duration_ms / 1000
+            part["step_seconds"][event.step_key] = event.step_success_data.duration_ms / 1000
     part["materialized"] = [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()]
     part["failed_checks"] = [
         dict(asset=e.asset_key.to_user_string(), check=e.check_name, severity=e.severity.value, description=e.description or "", partition=cluster or date)

@@ -139,7 +139,7 @@ def headline(con: Connection, name: str) -> dict:
         if isinstance(value, (dict, list)):
             out[column] = MetadataValue.json(value)
         elif value is None:
-            out[column] = MetadataValue.json(None)
+            out[column] = MetadataValue.null()
         else:
             out[column] = value
     return out

@@ -25,6 +25,13 @@ GROUP BY s.gpu, s.t_ns ORDER BY 1, 2
 """
 
 
+def _frame(table) -> pl.DataFrame:
+    """An Arrow table as a polars DataFrame (from_arrow's type says DataFrame or Series)."""
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
 def native_swings(con) -> None:
     """Temp table ``_native_swings``: each GPU's max swing per window on its raw samples (the
     instant series on energy_curve's best-source samples, the avg1s series on the rows of the best
@@ -33,12 +40,12 @@ def native_swings(con) -> None:
         "SELECT DISTINCT host FROM energy_curve WHERE date = getvariable('partition_date') ORDER BY 1").fetchall()]
     frames = []
     for host in hosts:
-        inst = pl.from_arrow(con.sql(
+        inst = _frame(con.sql(
             """SELECT gpu::BIGINT AS gpu, t_ns, power_w::DOUBLE AS p FROM energy_curve
                WHERE date = getvariable('partition_date') AND host = $host AND NOT is_average ORDER BY gpu, t_ns""",
             params={"host": host},
         ).to_arrow_table())
-        avg = pl.from_arrow(con.sql(_AVG1S_SAMPLES, params={"host": host}).to_arrow_table())
+        avg = _frame(con.sql(_AVG1S_SAMPLES, params={"host": host}).to_arrow_table())
         for series, samples in (("instant", inst), ("avg1s", avg)):
             frames.append(max_swings(samples, WINDOWS_S).with_columns(pl.lit(host).alias("host"), pl.lit(series).alias("series")))
     native = pl.concat(frames) if frames else max_swings(pl.DataFrame(), WINDOWS_S).with_columns(
