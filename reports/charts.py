@@ -71,7 +71,8 @@ def headroom_bars(rows: list[dict]) -> alt.LayerChart:
 def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucket_s: int, unit: str = "W") -> alt.LayerChart:
     """area: t, role, w (bucket mean); envelope: t, w (max 2 s mean of the fleet in the bucket);
     rules: label, w (provisioned lines)."""
-    title = f"Fleet power by role ({bucket_s // 60 if bucket_s % 60 == 0 else bucket_s}{' min' if bucket_s % 60 == 0 else ' s'} means, stacked) with the fleet's 2 s max envelope"
+    unit = f"{bucket_s // 60} min" if bucket_s % 60 == 0 else f"{bucket_s} s"
+    title = f"Fleet power by role ({unit} means, stacked) with the fleet's 2 s max envelope"
     stack = (
         alt.Chart(alt.Data(values=area))
         .mark_area(opacity=0.8)

@@ -228,7 +228,8 @@ def render_html(report: Report, specs: dict[str, dict], data_dir: Path) -> str:
     parts = []
     for i, s in enumerate(report.sections, 1):
         badge = '<span class="badge partial">partial</span>' if s.missing or s.error else ""
-        parts.append(f'<section id="{s.key}" data-section="{s.key}"><h2>{i}. {html.escape(s.title)}{badge}</h2>' + "".join(_block(b) for b in s.blocks) + "</section>")
+        head = f'<section id="{s.key}" data-section="{s.key}"><h2>{i}. {html.escape(s.title)}{badge}</h2>'
+        parts.append(head + "".join(_block(b) for b in s.blocks) + "</section>")
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -243,7 +244,8 @@ def render_html(report: Report, specs: dict[str, dict], data_dir: Path) -> str:
 </head>
 <body>
 <header><h1>wattline daily report: {report.date} (UTC)</h1>
-<p>Data dir {html.escape(str(data_dir))} · generated {generated} · numbers from the warehouse tables named in each caption (query them with <code>wattline sql</code>)</p></header>
+<p>Data dir {html.escape(str(data_dir))} · generated {generated} ·
+numbers from the warehouse tables named in each caption (query them with <code>wattline sql</code>)</p></header>
 <nav>{nav}</nav>
 <main>
 {''.join(parts)}

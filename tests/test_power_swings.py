@@ -43,7 +43,8 @@ def swings(tmp_path_factory):
 
 def _row(con, level, entity, window_s, series="instant"):
     return con.execute(
-        "select max_swing_w, max_swing_pct, p50_swing_w, p99_swing_w, max_ramp_w_per_s, windows_over_10pct, windows_over_25pct, provisioned_w, windows_complete, windows_incomplete "
+        "select max_swing_w, max_swing_pct, p50_swing_w, p99_swing_w, max_ramp_w_per_s, windows_over_10pct, "
+        "windows_over_25pct, provisioned_w, windows_complete, windows_incomplete "
         "from swing_stats where level=? and entity=? and window_s=? and series=?",
         [level, entity, window_s, series],
     ).fetchone()

@@ -245,7 +245,8 @@ def _collect_alerts(counts, engine: AlertEngine):
         a.add_metric([name, labels.get("host", ""), labels.get("gpu", "")], 1)
     out = [f, r, a]
     if engine.notifier is not None:
-        w = CounterMetricFamily("wattline_alert_webhook_events", "Webhook deliveries by outcome: sent, failed (after retries), dropped (queue full), retried (extra attempts).", labels=["outcome"])
+        w = CounterMetricFamily("wattline_alert_webhook_events", "Webhook deliveries by outcome: sent, failed (after retries), "
+                                "dropped (queue full), retried (extra attempts).", labels=["outcome"])
         for k, v in engine.notifier.counts.items():
             w.add_metric([k], v)
         out.append(w)

@@ -15,7 +15,8 @@ from pipeline.remote import local_dir
 EXAMPLE_QUERIES = (
     "select level, entity, round(max(power_pct), 1) as peak_pct from fleet_power_1s where level in ('role', 'cluster') group by all order by 1, 2",
     "select i.role, round(avg(p.mean_w)) as mean_w, round(max(p.max_w)) as max_w from power_1s p join inventory_gpus i using (host, gpu) group by all",
-    "select endpoint, count(*) as requests, round(median(prompt_tokens)) as median_prompt, round(median(output_tokens)) as median_output from requests group by all order by 1",
+    "select endpoint, count(*) as requests, round(median(prompt_tokens)) as median_prompt, "
+    "round(median(output_tokens)) as median_output from requests group by all order by 1",
 )
 
 

@@ -37,7 +37,8 @@ def require_day_data(data_dir, date: str) -> None:
     "--workers",
     type=click.IntRange(min=1),
     default=None,
-    help="Cluster-days built at once, each in its own process (env WATTLINE_WORKERS; default: one per core, at most one per cluster and one per 2 GiB of the default memory bound).",
+    help="Cluster-days built at once, each in its own process (env WATTLINE_WORKERS; "
+         "default: one per core, at most one per cluster and one per 2 GiB of the default memory bound).",
 )
 @data_dir_option
 def command(date: str, select: str | None, timings: bool, workers: int | None, data_dir) -> None:

@@ -65,7 +65,8 @@ def build(ctx: Ctx) -> Section:
         Chart(
             "fleet_power",
             charts.fleet_power(area, envelope, rules, bucket, unit),
-            "Areas: mean power of each role per bucket, stacked. Line: the fleet's highest 2 s mean power inside each bucket. Dashed: provisioned power of the fleet and of each role.",
+            "Areas: mean power of each role per bucket, stacked. Line: the fleet's highest 2 s mean power inside each bucket. "
+            "Dashed: provisioned power of the fleet and of each role.",
         )
     )
     stats = r.rows(

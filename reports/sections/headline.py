@@ -152,8 +152,10 @@ def build(ctx: Ctx) -> Section:
                     "provisioned (W)",
                 ],
                 table,
-                "Training vs inference: largest power change within any 2 s window of the instantaneous trace (swing_stats), beside the published cluster-level reference points (training up to 37.5%, inference up to 9% of provisioned within 2 s), "
-                "which were measured on clusters of thousands of GPUs: fewer GPUs smooth less (docs/simulator.md, 'Paper scale', shows the simulator's swing against the number of endpoints).",
+                "Training vs inference: largest power change within any 2 s window of the instantaneous trace (swing_stats), beside the published "
+                "cluster-level reference points (training up to 37.5%, inference up to 9% of provisioned within 2 s), "
+                "which were measured on clusters of thousands of GPUs: fewer GPUs smooth less "
+                "(docs/simulator.md, 'Paper scale', shows the simulator's swing against the number of endpoints).",
             )
         )
     else:

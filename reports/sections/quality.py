@@ -67,7 +67,8 @@ def build(ctx: Ctx) -> Section:
                 ),
                 Code(
                     "coverage of every GPU",
-                    f"SELECT host, gpu, count(*) / 864.0 AS coverage_pct, sum(gap_before::INT) AS gaps FROM power_1s WHERE date = DATE '{ctx.date}' GROUP BY ALL ORDER BY coverage_pct",
+                    f"SELECT host, gpu, count(*) / 864.0 AS coverage_pct, sum(gap_before::INT) AS gaps FROM power_1s "
+                    f"WHERE date = DATE '{ctx.date}' GROUP BY ALL ORDER BY coverage_pct",
                 ),
             )
         else:
@@ -114,7 +115,8 @@ def build(ctx: Ctx) -> Section:
             Table(
                 ["host", "gpu", "counter (kJ)", "integrated power (kJ)", "difference (%)"],
                 [[c["host"], c["gpu"], num(c["counter_j"] / 1e3, 2), num(c["integrated_j"] / 1e3, 2), num(c["diff_pct"], 3)] for c in counters[:5]],
-                f"Energy counter vs integrated power for {len(counters)} GPU(s): median |difference| {statistics.median(diffs):.2f}%, largest {max(diffs):.2f}% (the 5 largest shown).",
+                f"Energy counter vs integrated power for {len(counters)} GPU(s): median |difference| {statistics.median(diffs):.2f}%, "
+                f"largest {max(diffs):.2f}% (the 5 largest shown).",
             )
         )
     else:
@@ -134,7 +136,8 @@ def build(ctx: Ctx) -> Section:
                 Table(
                     ["dataset", "kind", "files", "still in quarantine", "example", "reason"],
                     [[f["dataset"], f["kind"], int(f["files"]), int(f["still"]), f["example"], (f["reason"] or "")[:160]] for f in files],
-                    f"Raw files of {ctx.date} set aside by the pipeline (unreadable, drifted from the contract, or duplicates; `converted` ones were used, rewritten in the contract's types); kept under {ctx.data_dir}/quarantine/files/.",
+                    f"Raw files of {ctx.date} set aside by the pipeline (unreadable, drifted from the contract, or duplicates; `converted` ones were used, "
+                    f"rewritten in the contract's types); kept under {ctx.data_dir}/quarantine/files/.",
                 ),
                 Code("every quarantined file of the day", f"SELECT * FROM quarantined_files WHERE date = '{ctx.date}' ORDER BY at"),
             )

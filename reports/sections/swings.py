@@ -122,8 +122,10 @@ def build(ctx: Ctx) -> Section:
             Chart(
                 "swing_distribution",
                 charts.swing_ecdf(curves, marks),
-                "Lines: for each role, the share of tumbling windows (2 s, 10 s, 60 s) of the 1 s role power whose swing (max − min) is at most x% of the role's provisioned power. "
-                "Diamonds: p50, p99 and max swing of the instantaneous trace from `swing_stats` (at y = 0.5, 0.99, 1), which see the sub-second peaks the 1 s means hide.",
+                "Lines: for each role, the share of tumbling windows (2 s, 10 s, 60 s) of the 1 s role power whose swing (max − min) "
+                "is at most x% of the role's provisioned power. "
+                "Diamonds: p50, p99 and max swing of the instantaneous trace from `swing_stats` (at y = 0.5, 0.99, 1), "
+                "which see the sub-second peaks the 1 s means hide.",
             )
         )
     elif not have_1s:
@@ -167,7 +169,8 @@ def build(ctx: Ctx) -> Section:
                     ]
                     for x in rows[:60]
                 ],
-                "swing_stats: roles at every window of the instantaneous trace, and at 2 s also on the driver's 1 s average (avg1s); clusters and the fleet at 2 s.",
+                "swing_stats: roles at every window of the instantaneous trace, and at 2 s also "
+                "on the driver's 1 s average (avg1s); clusters and the fleet at 2 s.",
             )
         )
     else:
