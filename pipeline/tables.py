@@ -20,10 +20,12 @@ the Dagster asset (and its ``fleet/`` rollup asset) with one check spec per chec
 
 # No `from __future__ import annotations`: Dagster reads the asset functions' annotations
 # (the config class is a closure variable) when the asset is defined.
+import datetime as dt
+import decimal
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,7 +75,8 @@ class SqlCheck:
     severity: AssetCheckSeverity
     description: str
     failure: str
-    """The failed check's description; ``{n}`` is the number of violating rows."""
+    """The failed check's description; ``{n}``: the number of violating rows, ``{list}``: the first
+    column of the first four, comma-separated."""
     rollup: bool = True
     """Whether the check also runs on the table's fleet-day rollup (header ``-- rollup: no``)."""
 
@@ -84,7 +87,7 @@ class SqlCheck:
             passed=not rows,
             severity=self.severity,
             metadata={"violations": len(rows), "examples": str(rows[:5])},
-            description=self.failure.format(n=len(rows)) if rows else None,
+            description=self.failure.format(n=len(rows), list=", ".join(str(r[0]) for r in rows[:4])) if rows else None,
         )
 
 
@@ -93,7 +96,8 @@ AnyCheck = SqlCheck | PythonCheck
 
 def parse_check(path: Path) -> SqlCheck:
     """A check file: ``-- severity: ERROR|WARN``, ``-- description: ...`` (what must hold),
-    optional ``-- failure: ...`` (said when it fails, ``{n}`` = violating rows) and
+    optional ``-- failure: ...`` (said when it fails: ``{n}`` = violating rows, ``{list}`` = the
+    first column of the first four) and
     ``-- rollup: no``; the rest is the query."""
     text = path.read_text()
     header = {k: v for k, v in _HEADER.findall(text)}
@@ -125,6 +129,19 @@ def headline_sql(name: str) -> str | None:
     return path.read_text().strip().rstrip(";") if path.exists() else None
 
 
+def _plain(value: Any) -> Any:
+    """A DuckDB value as JSON takes it: DECIMAL as float, dates as ISO text, nested values likewise."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (dt.date, dt.datetime, dt.time)):
+        return value.isoformat()
+    return value
+
+
 def headline(con: Connection, name: str) -> dict:
     """``sql/<table>/headline.sql``'s one row as metadata (MAP/STRUCT/LIST columns as JSON)."""
     sql = headline_sql(name)
@@ -135,7 +152,8 @@ def headline(con: Connection, name: str) -> dict:
     if row is None:
         return {}
     out: dict = {}
-    for (column, *_), value in zip(cursor.description, row, strict=True):
+    for (column, *_), raw in zip(cursor.description, row, strict=True):
+        value = _plain(raw)
         if isinstance(value, (dict, list)):
             out[column] = MetadataValue.json(value)
         elif value is None:
@@ -165,16 +183,18 @@ class Table:
     """Dagster run config of the table; ``variables`` maps it to the DuckDB variables the SQL reads."""
     variables: Callable[[Any], Mapping[str, float | str]] | None = None
     before: Hook | None = None
-    """Hook run on the connection before the SQL (e.g. a polars kernel leaving a temp table)."""
+    """Hook run on the connection before the SQL (e.g. a polars kernel leaving a temp table).
+    Hooks (``before``, ``write``, ``inputs``, ``python_headline``) serve the table's own asset,
+    not its fleet-day rollup, which reads only the cluster-days' parts."""
     write: Callable[[Connection, Callable[[str], int]], int] | None = None
     """Hook replacing "run the preparatory statements, write the last query": gets the connection
     and ``write(query) -> rows`` (e.g. statements run in chunks, a temp table written in part)."""
     python_checks: Sequence[PythonCheck] = ()
-    python_headline: Callable[[Connection], dict] | None = None
-    """Metadata SQL cannot give (added to headline.sql's)."""
-    check_kwargs: Callable[[WarehouseResource, Scope], dict] | None = None
-    """Extra keyword arguments for python checks (e.g. the quarantine's rejected files)."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    python_headline: Callable[..., dict] | None = None
+    """Metadata SQL cannot give (added to headline.sql's); called with the connection and ``inputs``."""
+    inputs: Callable[[AssetExecutionContext, WarehouseResource, Scope], dict] | None = None
+    """Hook run after the write: keyword arguments for the python checks and headline that only the
+    resource knows (e.g. the quarantine's rejected files, which it may also log)."""
 
     @property
     def key(self) -> AssetKey:
@@ -202,24 +222,24 @@ class Table:
         with warehouse.connection(scope) as con:
             for name, value in (self.variables(config) if self.variables and config is not None else {}).items():
                 con.execute(f"SET VARIABLE {name} = ?", [value])
-            if self.before is not None:
+            if self.before is not None and not rollup:
                 self.before(con)
             prepare, query = statements(self.sql_name(rollup))
 
             def write(sql: str) -> int:
                 return warehouse.write_and_publish(con, self.name, scope, sql)
 
-            if self.write is not None:
+            if self.write is not None and not rollup:
                 rows = self.write(con, write)
             else:
                 for statement in prepare:
                     con.execute(statement)
                 rows = write(query)
-            kwargs = self.check_kwargs(warehouse, scope) if self.check_kwargs else {}
-            results = [c.run(con, **kwargs) for c in self.checks(rollup)]
+            inputs = self.inputs(context, warehouse, scope) if self.inputs and not rollup else {}
+            results = [c.run(con, **inputs) for c in self.checks(rollup)]
             metadata = headline(con, self.name)
-            if self.python_headline is not None:
-                metadata.update(self.python_headline(con))
+            if self.python_headline is not None and not rollup:
+                metadata.update(self.python_headline(con, **inputs))
         metadata.update({"rows": rows, "dagster/row_count": rows})
         return MaterializeResult(metadata=metadata, check_results=results)
 
