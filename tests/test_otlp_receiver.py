@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collectors.parquet_sink import write_dataset
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.otlp_receiver import Receiver, serve
 from collectors.requests.quarantine import read_quarantine
 from pipeline.runner import run_day

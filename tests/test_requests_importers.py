@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.requests.azure import azure_arrivals
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from pipeline.cli import main
 

@@ -12,7 +12,7 @@ import pyarrow.dataset as pads
 import pytest
 from click.testing import CliRunner
 
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.jsonl import parse_lines
 from collectors.requests.lines import LineReader
 from collectors.requests.quarantine import read_quarantine

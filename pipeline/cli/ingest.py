@@ -11,7 +11,7 @@ import click
 import yaml
 
 from collectors.inventory import InventoryError
-from collectors.requests.ingest import FORMATS, Ingestor
+from collectors.requests.ingestor import FORMATS, Ingestor
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
 from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from collectors.days import FIRST_DAY, last_writable_day
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from collectors.requests.tail import Follower
 from collectors.simulate import writer

@@ -15,7 +15,7 @@ from collections import Counter
 import polars as pl
 from click.testing import CliRunner
 
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine, reason_counts, reason_kind
 from collectors.requests.tail import Follower
 from pipeline.cli import main
