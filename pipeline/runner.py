@@ -21,7 +21,7 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 from collectors.settings import DUCKDB_MEMORY_ENV, DUCKDB_THREADS_ENV, load
-from pipeline import file_quarantine, remote
+from pipeline import file_quarantine, remote, warehouse
 from pipeline.constants import DAGSTER_HOME_DIR, REPO_DAGSTER_YAML
 from pipeline.datadir import day_clusters
 from pipeline.definitions import build_definitions
@@ -29,7 +29,6 @@ from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
 from pipeline.partitions import cluster_day_key, register_clusters
 from pipeline.remote import local_dir
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
-from pipeline.warehouse import default_memory_mb, remove_stale_parts, remove_stale_tmp
 
 
 @dataclass
@@ -111,7 +110,7 @@ def default_workers(clusters: int) -> int:
     settings = load()
     if settings.workers:
         return max(1, settings.workers)
-    by_memory = clusters if settings.duckdb_memory else default_memory_mb() // WORKER_MIN_MEMORY_MB
+    by_memory = clusters if settings.duckdb_memory else warehouse.default_memory_mb() // WORKER_MIN_MEMORY_MB
     return max(1, min(clusters, os.cpu_count() or 1, by_memory))
 
 
@@ -136,9 +135,9 @@ def run_day(
     workers = workers or default_workers(len(clusters))
     outcome = RunOutcome(date=date, success=True, run_id="")
     with run_lock(data_dir):
-        remove_stale_tmp(data_dir)
+        warehouse.remove_stale_tmp(data_dir)
         if not selection:  # a whole day: its parts are exactly its current cluster-days'
-            remove_stale_parts(data_dir, date, clusters, url)
+            warehouse.remove_stale_parts(data_dir, date, clusters, url)
         with DagsterInstance.get() as instance:
             register_clusters(instance, clusters)
         parts = [(url, date, c, selection, _worker_threads(workers)) for c in clusters]
@@ -177,7 +176,7 @@ def _worker_threads(workers: int) -> dict[str, str]:
     if workers > 1 and not settings.duckdb_threads:
         env[DUCKDB_THREADS_ENV] = str(max(1, (os.cpu_count() or 1) // workers))
     if workers > 1 and not settings.duckdb_memory:
-        env[DUCKDB_MEMORY_ENV] = f"{max(256, default_memory_mb() // workers)}MB"
+        env[DUCKDB_MEMORY_ENV] = f"{max(256, warehouse.default_memory_mb() // workers)}MB"
     return env
 
 
