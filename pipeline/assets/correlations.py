@@ -1,6 +1,5 @@
 """Do power draws move together? `endpoint_correlation` (pairs of inference endpoints and of GPUs
-inside one), `coincidence` (per power domain: peak of the sum against the sum of the peaks) and
-`cluster_correlation` (pairs of clusters, on the fleet-day)."""
+inside one) and `cluster_correlation` (pairs of clusters, on the fleet-day)."""
 
 from pipeline.tables import Table, table_assets
 
@@ -12,17 +11,6 @@ ENDPOINT_CORRELATION = Table(
     deps=["power_1s"],
 )
 (endpoint_correlation,) = table_assets(ENDPOINT_CORRELATION)
-
-COINCIDENCE = Table(
-    "coincidence",
-    "Per host, cluster, role and fleet (members: their GPUs) and day, on 1 s power: coincidence "
-    "factor (peak of the sum ÷ sum of the GPUs' peaks) and smoothing ratio.",
-    "cluster-day",
-    deps=["power_1s", "fleet_power_1s"],
-    rollup=True,  # role and fleet rows from the cluster-days' member sums and the rolled-up 1 s series
-    rollup_deps=["coincidence", ["fleet", "fleet_power_1s"]],
-)
-coincidence, fleet_coincidence = table_assets(COINCIDENCE)
 
 CLUSTER_CORRELATION = Table(
     "cluster_correlation",
