@@ -22,24 +22,19 @@ from pathlib import Path
 warnings.filterwarnings("ignore")
 
 DATE = "2026-11-30"
-WHOLE_FILE = {"power_1s", "phase_segments"}
-"""Assets that run their SQL file as one query (the others split it into statements, see pipeline/tables.py)."""
+def _table(name: str):
+    """The Table declaration of ``name`` (pipeline/tables.py), from the modules of pipeline.assets."""
+    import importlib
+    import pkgutil
 
+    import pipeline.assets
+    from pipeline.tables import Table
 
-def _checks(table: str) -> list:
-    from pipeline.assets import grid, swings
-    from pipeline.phases import checks as phase_checks
-    from pipeline.tables import sql_checks
-
-    if sql_checks(table):
-        return list(sql_checks(table))
-    return {
-        "power_100ms": grid.CHECKS,
-        "fleet_power_100ms": grid.FLEET_CHECKS,
-        "swing_stats": swings.CHECKS,
-        "phase_timeline": phase_checks.TIMELINE_CHECKS,
-        "phase_segments": phase_checks.SEGMENT_CHECKS,
-    }.get(table, [])
+    for info in pkgutil.iter_modules(pipeline.assets.__path__):
+        for value in vars(importlib.import_module(f"pipeline.assets.{info.name}")).values():
+            if isinstance(value, Table) and value.name == name:
+                return value
+    raise SystemExit(f"no table {name!r}")
 
 
 def _operators(node: dict, out: list, depth: int = 0) -> None:
@@ -79,32 +74,35 @@ def _run(con, sql: str, profile: Path | None, tag: str, top: int) -> None:
         print(f"      {t:7.2f} s {100 * t / total:5.1f}%  {rows:>12,}  {name:<22} {label}")
 
 
-def profile_asset(resource, table: str, date: str, profile: Path | None, top: int) -> dict:
-    from pipeline import sqlfiles
-    from pipeline.constants import SQL_DIR
+def profile_asset(resource, table: str, date, profile: Path | None, top: int) -> dict:
     from pipeline.tables import statements
 
+    spec = _table(table)
     with resource.connection(date) as con:
         w0, c0 = time.perf_counter(), time.process_time()
-        name = f"{table}/{table}" if (SQL_DIR / table / f"{table}.sql").exists() else table
-        if table in WHOLE_FILE:
-            query = sqlfiles.query(name)
-        else:
-            prepare, query = statements(name)
+        if spec.before is not None:  # the table's hook (a polars kernel), timed with the write
+            spec.before(con)
+        kernel_cpu = time.process_time() - c0
+        prepare, query = statements(spec.sql_name())
+        if spec.write is None:
             for i, statement in enumerate(prepare):
                 _run(con, statement, profile, f"{table}.{i}", top)
-        if profile is not None:  # the same COPY as the write, profiled; the write below is then timed alone
-            _run(con, f"COPY ({query}) TO '{profile / (table + '.parquet')}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)",
-                 profile, f"{table}.query", top)
+            if profile is not None:  # the same COPY as the write, profiled; the write below is then timed alone
+                _run(con, f"COPY ({query}) TO '{profile / (table + '.parquet')}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)",
+                     profile, f"{table}.query", top)
         w1, c1 = time.perf_counter(), time.process_time()
-        rows = resource.write_and_publish(con, table, date, query)
+        if spec.write is not None:  # the table's own write hook (statements in chunks)
+            rows = spec.write(con, lambda sql: resource.write_and_publish(con, table, date, sql))
+        else:
+            rows = resource.write_and_publish(con, table, date, query)
         w2, c2 = time.perf_counter(), time.process_time()
-        for check in _checks(table):
-            check.run(con)
+        quarantine = {"rejected_files": {}, "converted_files": {}} if spec.inputs is not None else {}  # cost, not findings
+        for check in spec.checks():
+            check.run(con, **quarantine)
         w3, c3 = time.perf_counter(), time.process_time()
     write_wall, write_cpu = (w2 - w0, c2 - c0) if profile is None else (w2 - w1, c2 - c1)
     return {"asset": table, "rows": rows, "write_wall_s": write_wall, "write_cpu_s": write_cpu,
-            "checks_wall_s": w3 - w2, "checks_cpu_s": c3 - c2}
+            "checks_wall_s": w3 - w2, "checks_cpu_s": c3 - c2, "kernel_cpu_s": kernel_cpu}
 
 
 def main() -> None:
@@ -114,19 +112,21 @@ def main() -> None:
     parser.add_argument("--assets", default="power_1s,power_100ms,swing_stats,phase_timeline,phase_segments,request_energy,energy_per_token")
     parser.add_argument("--profile", type=Path, help="write DuckDB JSON profiles here and print the top operators")
     parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--cluster", default=None, help="profile this cluster-day (the layout `wattline run` writes when the inventory has clusters)")
     parser.add_argument("--json", type=Path, help="write the measurements here")
     args = parser.parse_args()
     from pipeline.resources import WarehouseResource
+    from pipeline.scope import Scope
 
     resource = WarehouseResource(data_dir=str(args.data_dir.resolve()))
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     results = []
     for table in args.assets.split(","):
-        r = profile_asset(resource, table, args.date, args.profile, args.top)
+        r = profile_asset(resource, table, Scope(date=args.date, cluster=args.cluster) if args.cluster else args.date, args.profile, args.top)
         results.append(r)
         print(f"  {table:<20} rows {r['rows']:>11,}  write {r['write_cpu_s']:7.2f} s CPU {r['write_wall_s']:7.2f} s wall"
-              f"   checks {r['checks_cpu_s']:6.2f} s CPU {r['checks_wall_s']:6.2f} s wall", flush=True)
+              f"   checks {r['checks_cpu_s']:6.2f} s CPU {r['checks_wall_s']:6.2f} s wall   (kernel {r['kernel_cpu_s']:.2f} s CPU)", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

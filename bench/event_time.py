@@ -4,10 +4,13 @@ its 368 continuous-batching requests, replicated back to back over N GPUs and H 
 host, two endpoints of 4 GPUs each), then `wattline run --select ...` timed as a child process
 (CPU of the whole tree, peak RSS), RUNS times; the median is reported.
 
-    python -m bench.event_time --gpus 8 --hours 3 --runs 3 [--before /tmp/old-checkout]
+    python -m bench.event_time --gpus 8 --hours 24 --runs 3 [--before /tmp/old-checkout] [--threads 1]
 
 ``--before DIR``: also time the same assets with the code of another checkout (PYTHONPATH=DIR),
-e.g. ``git archive main | tar -x -C DIR``. The machine may be shared: CPU seconds, not wall.
+e.g. ``git archive 6094b1d | tar -x -C DIR``. The machine may be shared: CPU seconds, not wall.
+DuckDB's thread count is left to the pipeline's default unless ``--threads`` sets
+WATTLINE_DUCKDB_THREADS. Per-asset wall seconds come from ``wattline run --timings`` (the last
+run's); the result is printed and written as JSON to bench/results/event-time/ (``--out``).
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -33,6 +38,13 @@ BEFORE_ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms
                  "phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
 AFTER_ASSETS = [*BEFORE_ASSETS, "energy_curve", "phase_intervals"]
 BIN = Path(sys.executable).parent
+RESULTS = Path(__file__).resolve().parent / "results" / "event-time"
+_TIMING = re.compile(r"^\s+(\S+)\s+([0-9.]+) s$", re.M)
+
+
+def asset_times(stdout: str) -> dict[str, float]:
+    """``wattline run --timings``' per-asset wall seconds, by asset."""
+    return {name: float(s) for name, s in _TIMING.findall(stdout)}
 
 
 def write_data(data_dir: Path, gpus: int, hours: float) -> int:
@@ -50,7 +62,8 @@ def write_data(data_dir: Path, gpus: int, hours: float) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "inventory.yaml").write_text(yaml.safe_dump(inv, sort_keys=False))
     rows = 0
-    base = power.with_columns((pl.col("ts").dt.epoch("ns") - t0 + day0 + 3600 * 10**9).alias("t"))
+    start = min(3600, max(0, int(24 * 3600 - copies * span / 1e9))) * 10**9  # 01:00, earlier when the copies would pass midnight
+    base = power.with_columns((pl.col("ts").dt.epoch("ns") - t0 + day0 + start).alias("t"))
     for h in range(hosts):
         for c in range(copies):
             shifted = base.with_columns((pl.col("t") + c * span).alias("t"))
@@ -62,7 +75,7 @@ def write_data(data_dir: Path, gpus: int, hours: float) -> int:
             rows += len(table)
         r = []
         for c in range(copies):
-            off = day0 + 3600 * 10**9 - t0 + c * span
+            off = day0 + start - t0 + c * span
             for ep in ("a", "b"):
                 r.append(req.select(
                     (pl.lit(f"{h}{ep}{c}-") + pl.col("request_id").cast(pl.Utf8)).alias("request_id"),
@@ -87,29 +100,41 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/tmp/wattline-bench-event-time"))
     ap.add_argument("--before", type=Path, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="WATTLINE_DUCKDB_THREADS (default: unset)")
+    ap.add_argument("--only", choices=("before", "after"), default=None, help="time only one side")
+    ap.add_argument("--out", type=Path, default=None, help="JSON result (default: bench/results/event-time/gpus-G-hH.json)")
     args = ap.parse_args()
     data_dir = args.work / f"gpus-{args.gpus}-h{args.hours:g}"
     if not (data_dir / "power").exists():
         print(f"wrote {write_data(data_dir, args.gpus, args.hours)} power rows", flush=True)
     gpu_days = args.gpus * args.hours / 24
-    out = {"gpus": args.gpus, "hours": args.hours, "gpu_days": gpu_days, "load_avg_start": os.getloadavg()}
-    contenders = [("after", AFTER_ASSETS, {})]
-    if args.before:
-        contenders.insert(0, ("before", BEFORE_ASSETS, {"PYTHONPATH": str(args.before)}))
-    for name, assets, env in contenders:
-        runs = []
-        for _ in range(args.runs):
+    out = {"gpus": args.gpus, "hours": args.hours, "gpu_days": gpu_days, "threads": args.threads,
+           "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_start": os.getloadavg()}
+    threads = {"WATTLINE_DUCKDB_THREADS": str(args.threads)} if args.threads else {}
+    if not args.threads:
+        os.environ.pop("WATTLINE_DUCKDB_THREADS", None)
+    contenders = [] if args.only == "before" else [("after", AFTER_ASSETS, dict(threads))]
+    if args.before and args.only != "after":
+        contenders.insert(0, ("before", BEFORE_ASSETS, {"PYTHONPATH": str(args.before), **threads}))
+    path = args.out or RESULTS / f"gpus-{args.gpus}-h{args.hours:g}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list] = {name: [] for name, _, _ in contenders}
+    for _ in range(args.runs):  # before and after alternate, so a change in the machine's load hits both
+        for name, assets, env in contenders:
             m = run_measured(name, [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir), "--timings",
-                                    "--select", ",".join(assets)], env={"WATTLINE_DUCKDB_THREADS": "1", **env})
+                                    "--select", ",".join(assets)], env=env)
             assert m.returncode == 0, m.stdout
-            runs.append(m)
+            runs[name].append(m)
             print(name, f"cpu {m.cpu_s:.1f} s, wall {m.wall_s:.1f} s, rss {m.peak_rss_mb:.0f} MB", flush=True)
             print(m.stdout, flush=True)
-        out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in runs), "cpu_s": [r.cpu_s for r in runs],
-                     "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in runs) / gpu_days,
-                     "peak_rss_mb": max(r.peak_rss_mb for r in runs), "last_stdout": runs[-1].stdout}
-    out["load_avg_end"] = os.getloadavg()
-    print(json.dumps({k: v for k, v in out.items()}, indent=1, default=str))
+            done = runs[name]
+            out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in done), "cpu_s": [r.cpu_s for r in done],
+                         "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in done) / gpu_days,
+                         "peak_rss_mb": max(r.peak_rss_mb for r in done), "wall_s": [r.wall_s for r in done],
+                         "asset_wall_s": asset_times(done[-1].stdout)}
+            out["load_avg_end"] = os.getloadavg()
+            path.write_text(json.dumps(out, indent=1, default=str) + "\n")  # kept after every run
+    print(json.dumps(out, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Cluster-level 2 s power swings of the ``paper`` fleet, next to the published 37.5 % (training) and 9 % (inference).
 
     python bench/paper_swings.py [--scale 1.0] [--hours 0.5] [--workdir bench/work/paper] [--out docs/img]
+    python bench/paper_swings.py --training-sweep [--hours 0.1] [--out docs/img]
 
 Simulates the fleet (``collectors.simulate.fleets.paper_fleet``: 2,048 inference GPUs as 256 endpoints of
 8, a 1,024-GPU synchronous training job; ``--scale`` shrinks both) at 10 Hz for ``--hours`` from 00:00 UTC
@@ -9,6 +10,11 @@ independently of the pipeline, what ``swing_stats`` defines: on the 100 ms grid 
 power, the largest max − min inside any 2 s window (sliding at 100 ms), as a share of the cluster's
 provisioned power (6,500 W per 8-GPU host). Nothing is tuned to the published figures. Also the
 inference swing of the first k endpoints for k = 1, 2, 4, … (same run), plotted against k.
+
+``--training-sweep`` explains the training cluster's swing instead of hitting a number: the 1,024-GPU job
+(``--scale`` applies) run by the simulator's own job model and per-GPU sampler, with the hosts' compute-time
+jitter (``host_jitter_sd``) and a fixed per-host phase offset (``stage_offset_s``: pipeline stages or
+data-parallel groups out of step) swept, each measured the same way (``paper-training-sweep.json``).
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ import pyarrow.parquet as pq  # noqa: E402
 import yaml  # noqa: E402
 
 from collectors.contract import epoch_ns  # noqa: E402
-from collectors.simulate import simulate  # noqa: E402
+from collectors.simulate import phases, power, simulate  # noqa: E402
 from collectors.simulate.fleets import HOST_PROVISIONED_W, paper_fleet  # noqa: E402
+from collectors.simulate.training import HOST_JITTER_SD, run_job  # noqa: E402
 
 PUBLISHED = {"training": 37.5, "inference": 9.0}
 WINDOW_SLOTS = 20
@@ -52,6 +59,43 @@ def host_slots(path: Path, epoch: int, n_slots: int) -> np.ndarray:
     return out
 
 
+def training_swing(n_hosts: int, hours: float, host_jitter_sd: float, stage_offset_s: float, seed: int = 0) -> dict:
+    """The training cluster's largest 2 s swing for one setting of the job model, from per-GPU samples."""
+    span_s = hours * 3600.0
+    events = run_job(np.random.default_rng([seed, 1]), [8] * n_hosts, span_s,
+                     host_jitter_sd=host_jitter_sd, stage_offset_s=stage_offset_s)
+    total = np.zeros(int(round(span_s * 10)))
+    for h, ev in enumerate(events):
+        for g in range(8):
+            r = np.random.default_rng([seed, 2, h, g])
+            rec, _ = power.sample_gpu(r, ev.timeline, (0.0, span_s), 0, 0.0, power.MEM_TRAINING_MIB,
+                                      float(r.normal(1.0, 0.02)), 0.0)
+            total += rec.power_w
+    total = total[WINDOW_SLOTS:-WINDOW_SLOTS]
+    prov = HOST_PROVISIONED_W * n_hosts
+    sw = max_swing_w(total)
+    return {"gpus": 8 * n_hosts, "host_jitter_sd": host_jitter_sd, "stage_offset_s": stage_offset_s,
+            "mean_w": round(float(total.mean())), "min_w": round(float(total.min())), "max_w": round(float(total.max())),
+            "max_2s_swing_w": round(sw), "max_2s_swing_pct": round(100 * sw / prov, 1)}
+
+
+def training_sweep(n_hosts: int, hours: float, out: Path) -> None:
+    settings = [(HOST_JITTER_SD, 0.0), (0.05, 0.0), (0.1, 0.0), (0.2, 0.0),
+                (HOST_JITTER_SD, 0.1), (HOST_JITTER_SD, 0.25), (HOST_JITTER_SD, 0.5), (HOST_JITTER_SD, 0.75),
+                (HOST_JITTER_SD, 1.0), (HOST_JITTER_SD, 1.25), (HOST_JITTER_SD, 1.5), (HOST_JITTER_SD, 1.85), (0.1, 1.85)]
+    t0 = time.process_time()
+    rows = [training_swing(n_hosts, hours, j, o) for j, o in settings]
+    rows.append(training_swing(max(1, n_hosts // 8), hours, HOST_JITTER_SD, 0.0))
+    lock_step_drop_w = 8 * (np.mean(phases.STEP_W) - np.mean(phases.COMM_W))
+    result = {"hours": hours, "published_pct": PUBLISHED["training"], "cpu_s": round(time.process_time() - t0, 1),
+              "lock_step_drop_per_host_w": round(float(lock_step_drop_w)),
+              "lock_step_drop_pct_of_host": round(float(100 * lock_step_drop_w / HOST_PROVISIONED_W), 1),
+              "sweep": rows}
+    print(json.dumps(result, indent=1))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "paper-training-sweep.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the 256 inference and 128 training hosts")
@@ -59,8 +103,12 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "work" / "paper")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "img")
     ap.add_argument("--keep", action="store_true", help="keep the simulated data dir")
+    ap.add_argument("--training-sweep", action="store_true", help="sweep the training job's desynchronisation instead")
     args = ap.parse_args()
     n_inf, n_trn = max(1, round(256 * args.scale)), max(1, round(128 * args.scale))
+    if args.training_sweep:
+        training_sweep(n_trn, args.hours, args.out)
+        return
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir.mkdir(parents=True)
     fleet = args.workdir / "paper.yaml"

@@ -50,3 +50,11 @@ def max_swings(samples: pl.DataFrame, windows_s: tuple[int, ...]) -> pl.DataFram
         .with_columns(pl.col("window_s").cast(pl.Int64), pl.col("gpu").cast(pl.Int64))
         .join(spacing.with_columns(pl.col("gpu").cast(pl.Int64)), on="gpu")
     )
+
+
+def arrow_frame(table) -> pl.DataFrame:
+    """An Arrow table (a DuckDB result) as a polars DataFrame; ``pl.from_arrow``'s type says
+    DataFrame or Series."""
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame

@@ -19,7 +19,7 @@ import pytest
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
-from pipeline.assets.phases import power_resolution
+from pipeline.assets.inference_phases import power_resolution
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
 from tests.phase_real import _requests, write_h200_capture
@@ -142,4 +142,53 @@ def test_power_resolution_is_reported(cap4):
     _, _, ref = cap4
     with compute_connection(ref["data_dir"], ref["date"]) as con:
         got = power_resolution(con)
-    assert got == {"llm-8b-cb-0": {"nvml-buffer": {"sample_interval_ms": 20.0, "power_only": "resolves prefills of a few samples"}}}
+    assert got == {
+        "llm-8b-cb-0": {"nvml-buffer": {"sample_interval_ms": 20.0, "power_only": "resolves prefills of a few samples, continuous batching's included"}}
+    }
+
+
+# Power-only prefill detection at native resolution (issue 15, item 3). The reference is the logged
+# prefill intervals, compared by tests/phase_reference.iou inside the log's busy span (the GPU also
+# trains after serving: power-only prefills there have no logged counterpart). The onset lead of the
+# nvml-buffer source (60 ms) was fitted on capture 2 and is checked on capture 4
+# (pipeline/phases/power_detect.py).
+POWER_IOU_MIN = {"cap2": 0.85, "cap4": 0.6}
+
+
+@pytest.mark.parametrize("name", ["cap2", "cap4"])
+def test_power_only_prefills_match_the_logged_prefills(request, name):
+    con, outcome, ref = request.getfixturevalue(name)
+    assert "power_segmentation_agreement" not in {c.check for c in outcome.failed_checks}
+    logged = [(r.prefill_start_ns, r.first_token_ns) for r in ref["requests"]]
+    lo = min(r.prefill_start_ns for r in ref["requests"])
+    hi = max(r.end_ns for r in ref["requests"])
+    power = [
+        (max(a, lo), min(b, hi))
+        for a, b in con.execute("SELECT epoch_ns(start_ts), epoch_ns(end_ts) FROM phase_segments WHERE source = 'power' AND phase = 'prefill'").fetchall()
+        if b > lo and a < hi
+    ]
+    got = iou(power, logged)
+    print(f"{name}: power-only prefill IoU {got:.3f} over {len(power)} segments")
+    assert got >= POWER_IOU_MIN[name]
+    # native instants: every boundary is a buffer sample's own timestamp (µs), not a 100 ms slot
+    t, _ = _buffer(ref["data_dir"]) if name == "cap4" else (None, None)
+    if t is not None:
+        samples = set((t // 1000).tolist())
+        assert all(
+            a // 1000 in samples and b // 1000 in samples
+            for a, b in con.execute("SELECT epoch_ns(start_ts), epoch_ns(end_ts) FROM phase_segments WHERE source = 'power'").fetchall()
+        )
+
+
+def test_power_segment_energies_come_from_the_curve(cap4):
+    """E(end) − E(start) of the reference trapezoid for each power-only segment, 1e-6 relative."""
+    con, _, ref = cap4
+    t, p = _buffer(ref["data_dir"])
+    rows = con.execute(
+        "SELECT epoch_ns(start_ts), epoch_ns(end_ts), energy_j, mean_w, sample_interval_ms FROM phase_segments WHERE source = 'power'"
+    ).fetchall()
+    assert len(rows) > 300
+    for a, b, e, mean_w, interval_ms in rows:
+        assert e == pytest.approx(interval_energy_j(t, p, a, b), rel=1e-6, abs=1e-6)
+        assert mean_w == pytest.approx(e / ((b - a) / 1e9), rel=1e-5)
+        assert interval_ms == pytest.approx(20.0, abs=0.5)

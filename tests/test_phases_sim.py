@@ -9,7 +9,8 @@ import pytest
 
 from collectors.simulate import simulate
 from pipeline import warehouse
-from pipeline.phases.checks import segmentation_agreement
+from pipeline.assets.inference_phases import power_gpus
+from pipeline.phases.checks import power_segmentation_agreement, segmentation_agreement
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 
@@ -31,11 +32,9 @@ def sim(tmp_path_factory):
 def test_checks_pass_on_the_simulated_fleet(sim):
     _, outcome = sim
     failed = [(c.asset, c.check, str(c.severity)) for c in outcome.failed_checks if c.asset in PHASE_ASSETS]
-    # Since the simulator is calibrated on h200-capture-4 (60–90 ms prefills whose power shows 60 ms
-    # after they start), power-only prefill detection at 100 ms disagrees with the request log: a WARN
-    # (see test_power_only_segmentation_finds_the_simulated_prefills). Every other check passes.
-    assert [(a, c) for a, c, _ in failed] in ([], [("phase_segments", "power_segmentation_agreement")]), failed
-    assert all(sev.endswith("WARN") for _, _, sev in failed), failed
+    # The simulator is calibrated on h200-capture-4 (60–90 ms prefills): at 10 Hz the agreement
+    # check says they cannot be resolved rather than WARNing (see below). Every check passes.
+    assert failed == [], failed
 
 
 def test_prefill_draws_more_than_decode_more_than_idle(sim):
@@ -54,17 +53,45 @@ def test_prefill_draws_more_than_decode_more_than_idle(sim):
         assert con.execute("SELECT count(*) FROM phase_segments WHERE phase = 'prefill' AND above_tdp").fetchone()[0] > 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "calibrated simulator (h200-capture-4): prefills of 60-90 ms whose power shows 60 ms after they start are "
-    "mostly invisible on the 100 ms grid; measured precision / recall chat-a 0.56 / 0.22, chat-b 0.29 / 0.16 "
-    "(0.98 / 0.88 and 0.94 / 0.76 with the earlier hand-set 0.1-1.2 s prefills). Power-only detection needs "
-    "the 20 ms buffer (`simulate --shape collector`) or longer prefills."))
-def test_power_only_segmentation_finds_the_simulated_prefills(sim):
-    d, _ = sim
+def test_power_only_cannot_resolve_the_simulated_prefills_at_10_hz(sim):
+    """The simple shape is one 10 Hz series: 60–90 ms prefills (calibrated on h200-capture-4) are
+    shorter than two of its samples. The check says so instead of reporting a disagreement."""
+    d, outcome = sim
+    assert "power_segmentation_agreement" not in {c.check for c in outcome.failed_checks}
     with warehouse.compute_connection(d, DATE) as con:
-        for endpoint, precision, recall, err_ms in segmentation_agreement(con):
-            # Measured before the calibration: chat-a 0.98 / 0.88, chat-b 0.94 / 0.76, boundary error 100 ms.
-            assert precision > 0.85 and recall > 0.65 and err_ms <= 200, endpoint
+        power_gpus(con)
+        check = power_segmentation_agreement(con)
+    assert check.passed, check.description
+    got = dict(re.findall(r"(chat-\w): prefills \(logged median (\d+) ms\) cannot be resolved at 100 ms", check.description or ""))
+    assert set(got) == {"chat-a", "chat-b"} and all(40 <= int(v) <= 150 for v in got.values()), check.description
+
+
+@pytest.fixture(scope="module")
+def sim_collector(tmp_path_factory):
+    d = tmp_path_factory.mktemp("simc") / "data"
+    simulate(d, start=DAY, fleet="tiny", hours=0.1, seed=0, shape="collector")
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "phase_intervals", "phase_segments"])
+    assert outcome.success, outcome.error
+    return d, outcome
+
+
+def test_power_only_segmentation_finds_the_simulated_prefills(sim_collector):
+    """On what `wattline collect` writes (the driver's ~20 ms buffer, `simulate --shape collector`)
+    the native detector resolves the simulated prefills."""
+    d, outcome = sim_collector
+    with warehouse.compute_connection(d, DATE) as con:
+        rows = segmentation_agreement(con)
+        power_gpus(con)
+        check = power_segmentation_agreement(con)
+    assert {r[0] for r in rows} == {"chat-a", "chat-b"}
+    # Measured: recall 0.76 / 0.80 of the logged prefill time, median boundary error 24 / 22 ms (about
+    # one sample), precision 0.57 / 0.35 (at 10 Hz: nothing resolvable). Low precision: the
+    # simulator's 20 ms decode samples spike to 400–600 W between prefills, which the 50 % threshold
+    # takes for prefills (h200-capture-4, real: IoU 0.63, see test_phases_event_time_real.py); the
+    # check WARNs on it.
+    for endpoint, precision, recall, err_ms in rows:
+        assert recall > 0.7 and err_ms <= 40 and precision > 0.3, endpoint
+    assert not check.passed and "disagrees" in check.description
 
 
 def test_joules_per_token_are_plausible(sim):

@@ -12,7 +12,7 @@ from tests.builders import DAY
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary",
-          "training_vs_inference", "coincidence", "training_energy"]
+          "training_vs_inference", "coincidence", "training_energy", "energy_curve"]
 
 
 @pytest.fixture(scope="module")

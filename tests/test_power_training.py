@@ -14,7 +14,10 @@ from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
 
 DATE = DAY.isoformat()
-ASSETS = ["power_1s", "power_100ms", "training_energy"]
+ASSETS = ["power_1s", "energy_curve", "power_100ms", "training_energy"]
+EVENT_OFFSET_NS = 37_000_000
+"""job-a's events are logged 37 ms after the sample times: every boundary falls inside a sample
+interval, where the energy is interpolated (power linear between samples)."""
 STEP_W, COMM_W, CKPT_W = 700.0, 150.0, 120.0
 TOKENS = 1000
 
@@ -32,7 +35,7 @@ def _timeline(iterations=60):
 
 def _events_table(host, events) -> pa.Table:
     t0 = day_start_ns()
-    ts = lambda slots: pa.array([t0 + s * 100_000_000 for s in slots], pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
+    ts = lambda slots: pa.array([t0 + s * 100_000_000 + EVENT_OFFSET_NS for s in slots], pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
     return pa.table({
         "job": ["job-a"] * len(events), "host": [host] * len(events),
         "step": pa.array([e[0] for e in events], pa.int64()), "kind": [e[1] for e in events],
@@ -62,6 +65,28 @@ def built(tmp_path_factory):
     return con, outcome, events, levels
 
 
+def trapezoid_between(t_ns: np.ndarray, p: np.ndarray, a_ns: int, b_ns: int) -> float:
+    """J of piecewise-linear power between a and b (nothing outside the samples' span):
+    independent of the pipeline, numpy's interpolation and trapezoid rule."""
+    a, b = max(a_ns, t_ns[0]), min(b_ns, t_ns[-1])
+    if b <= a:
+        return 0.0
+    inside = (t_ns > a) & (t_ns < b)
+    tt = np.concatenate([[a], t_ns[inside], [b]]).astype(np.float64)
+    return float(np.trapezoid(np.interp(tt, t_ns, p), tt) / 1e9)
+
+
+def _reference(events, levels):
+    """Per kind: (J over both GPUs, GPU-seconds) by the trapezoid reference."""
+    t = day_start_ns() + np.arange(len(levels), dtype=np.int64) * 100_000_000
+    out = {}
+    for _, kind, s0, s1 in events:
+        a, b = day_start_ns() + s0 * 100_000_000 + EVENT_OFFSET_NS, day_start_ns() + s1 * 100_000_000 + EVENT_OFFSET_NS
+        j, s = out.get(kind, (0.0, 0.0))
+        out[kind] = (j + 2 * trapezoid_between(t, levels, a, b), s + 2 * (b - a) / 1e9)
+    return out
+
+
 def test_from_job_events(built):
     con, _, events, levels = built
     rows = {r[0]: r[1:] for r in con.execute(
@@ -70,17 +95,21 @@ def test_from_job_events(built):
     ).fetchall()}
     assert set(rows) == {"comm_wait", "checkpoint"}
     steps, median_s, j_step, j_token, step_w, gap_w, e_share, t_share, kind_w, drop_med, drop_max, source = rows["comm_wait"]
-    energy = 2 * levels.sum() * 0.1  # both GPUs, every slot inside an event
-    gap_slots = (levels < STEP_W).sum()
+    ref = _reference(events, levels)
+    energy = sum(j for j, _ in ref.values())  # both GPUs, every event
+    gap_j, gap_s = sum(ref[k][0] for k in ref if k != "step"), sum(ref[k][1] for k in ref if k != "step")
     assert (steps, median_s, source) == (60, pytest.approx(2.0), "job_events")
-    assert j_step == pytest.approx(energy / 60) and j_token == pytest.approx(energy / (60 * TOKENS))
-    assert step_w == pytest.approx(STEP_W) and kind_w == pytest.approx(COMM_W)
-    assert gap_w == pytest.approx(levels[levels < STEP_W].mean())
-    assert e_share == pytest.approx(levels[levels < STEP_W].sum() / levels.sum())
-    assert t_share == pytest.approx(gap_slots / len(levels))
+    assert j_step == pytest.approx(energy / 60, rel=1e-6) and j_token == pytest.approx(energy / (60 * TOKENS), rel=1e-6)
+    assert step_w == pytest.approx(ref["step"][0] / ref["step"][1], rel=1e-6)
+    assert kind_w == pytest.approx(ref["comm_wait"][0] / ref["comm_wait"][1], rel=1e-6)
+    assert gap_w == pytest.approx(gap_j / gap_s, rel=1e-6)
+    assert e_share == pytest.approx(gap_j / energy, rel=1e-6)
+    assert t_share == pytest.approx(gap_s / sum(s for _, s in ref.values()), rel=1e-6)
+    # the interpolation matters: holding each sample's value for 100 ms would give 700 W in steps
+    assert step_w < STEP_W - 5
     assert drop_med == pytest.approx(2 * (STEP_W - COMM_W)) and drop_max == pytest.approx(2 * (STEP_W - COMM_W))
     ckpt = rows["checkpoint"]
-    assert ckpt[8] == pytest.approx(CKPT_W) and ckpt[9] == pytest.approx(2 * (COMM_W - CKPT_W))
+    assert ckpt[8] == pytest.approx(ref["checkpoint"][0] / ref["checkpoint"][1], rel=1e-6) and ckpt[9] == pytest.approx(2 * (COMM_W - CKPT_W))
 
 
 def test_from_power_only(built):

@@ -84,6 +84,15 @@ def test_shading_and_diurnal_profile_come_from_their_tables(full):
     assert "p5" in json.dumps(sections["diurnal"].charts[0].chart.to_dict())
 
 
+def test_diurnal_table_states_each_entitys_peak_over_trough(full):
+    """report_tables: mean_w = 1000 + 20 × hour, so the peak (23:00, 1,460 W) over the trough (00:00) is 1.46."""
+    from reports.sections.base import Table
+
+    table = next(b for b in _by_key(build_sections(full, DATE))["diurnal"].blocks if isinstance(b, Table))
+    col = table.columns.index("power peak/trough")
+    assert {row[1]: row[col] for row in table.rows}["inference"] == pytest.approx(1.46)
+
+
 @pytest.mark.parametrize("table", sorted(SECTION_OF))
 def test_each_missing_table_only_marks_its_section(full, tmp_path, table):
     import shutil

@@ -1,4 +1,4 @@
-"""Request arrivals: a diurnal Poisson process (or a replayed trace) and heavy-tailed token lengths."""
+"""Request arrivals: a diurnal, minute-by-minute bursty Poisson process (or a replayed trace); lengths in :mod:`traffic`."""
 
 from __future__ import annotations
 
@@ -6,15 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collectors.simulate import traffic
+
 TROUGH_HOUR = 4.0
 """Local hour of the lowest load; the peak is 12 h later (16:00, mid-afternoon)."""
 TROUGH_SHARE = 0.12
-"""Rate at the trough as a share of the peak rate (public traces show a ~5–10× day/night swing)."""
+"""Rate at the trough as a share of the peak rate: a per-endpoint peak/trough of 8.3. Assumed, not cited:
+no published characterization found states the ratio as a number (docs/simulator.md, "Arrivals")."""
 
-PROMPT_SIGMA = 1.0
-OUTPUT_SIGMA = 0.85
-PROMPT_MAX = 16_384
-OUTPUT_MAX = 2_048
 
 
 @dataclass(frozen=True)
@@ -34,33 +33,42 @@ class Arrivals:
             raise ValueError("Arrivals: offset_s, prompt_tokens and output_tokens must have the same length")
 
 
-def diurnal_rate_rps(t_s: np.ndarray | float, peak_rps: float, tz_offset_h: float = 0.0) -> np.ndarray:
-    """Arrival rate at ``t_s`` seconds after 00:00 UTC: a raised cosine in the endpoint's local time."""
+def diurnal_rate_rps(
+    t_s: np.ndarray | float, peak_rps: float, tz_offset_h: float = 0.0, trough_share: float | None = None
+) -> np.ndarray:
+    """Arrival rate at ``t_s`` seconds after 00:00 UTC: a raised cosine in the endpoint's local time,
+    from ``trough_share`` × the peak at TROUGH_HOUR to the peak 12 h later."""
+    share = TROUGH_SHARE if trough_share is None else trough_share
     local_h = (np.asarray(t_s, dtype=np.float64) / 3600.0 + tz_offset_h) % 24.0
     shape = 0.5 - 0.5 * np.cos(2 * np.pi * (local_h - TROUGH_HOUR) / 24.0)
-    return peak_rps * (TROUGH_SHARE + (1 - TROUGH_SHARE) * shape)
+    return peak_rps * (share + (1 - share) * shape)
 
 
 def poisson_arrivals_s(
-    rng: np.random.Generator, windows: list[tuple[float, float]], peak_rps: float, tz_offset_h: float
+    rng: np.random.Generator,
+    windows: list[tuple[float, float]],
+    peak_rps: float,
+    tz_offset_h: float,
+    rate_sd: float = 0.0,
+    trough_share: float | None = None,
 ) -> np.ndarray:
-    """Sorted arrival times within ``windows`` by thinning a homogeneous process at the peak rate."""
+    """Sorted arrival times in ``windows``: per UTC minute (``traffic.BURST_SLOT_S``) a Poisson count at
+    the diurnal rate × a lognormal factor of mean 1 and relative sd ``rate_sd`` (the burstiness within
+    the hour, ``traffic.TrafficProfile.rate_sd``), the arrivals uniform inside the minute."""
+    slot = traffic.BURST_SLOT_S
+    s2 = float(np.log1p(rate_sd**2))
     out = []
     for lo, hi in windows:
-        n = rng.poisson(peak_rps * (hi - lo))
-        t = np.sort(rng.uniform(lo, hi, n))
-        keep = rng.uniform(0.0, peak_rps, n) < diurnal_rate_rps(t, peak_rps, tz_offset_h)
-        out.append(t[keep])
+        edges = np.arange(np.floor(lo / slot) * slot, hi + slot, slot)
+        a = np.clip(edges[:-1], lo, hi)
+        b = np.clip(edges[1:], lo, hi)
+        keep = b > a
+        a, b = a[keep], b[keep]
+        rate = diurnal_rate_rps((a + b) / 2, peak_rps, tz_offset_h, trough_share)
+        factor = np.exp(rng.normal(-s2 / 2, np.sqrt(s2), len(a))) if rate_sd > 0 else 1.0
+        n = rng.poisson(rate * (b - a) * factor)
+        out.append(np.sort(np.repeat(a, n) + rng.random(int(n.sum())) * np.repeat(b - a, n)))
     return np.concatenate(out) if out else np.empty(0)
-
-
-def token_lengths(
-    rng: np.random.Generator, n: int, prompt_median: float, output_median: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Lognormal prompt/output lengths, capped, like the Azure LLM inference traces."""
-    prompt = np.clip(np.rint(rng.lognormal(np.log(prompt_median), PROMPT_SIGMA, n)), 8, PROMPT_MAX)
-    output = np.clip(np.rint(rng.lognormal(np.log(output_median), OUTPUT_SIGMA, n)), 1, OUTPUT_MAX)
-    return prompt.astype(np.int32), output.astype(np.int32)
 
 
 def replay_within(arrivals: Arrivals, windows: list[tuple[float, float]]) -> Arrivals:

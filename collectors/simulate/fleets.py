@@ -2,7 +2,8 @@
 
 Endpoints may carry optional simulator keys (the inventory allows extra keys):
 ``peak_rps`` (arrival rate at the local-time peak), ``prompt_median`` and ``output_median``
-(token medians). Hosts' GPUs have no other simulator-specific settings.
+(token medians), ``traffic`` (``conv`` or ``code``: whose Azure 2023 length distributions and
+burstiness the endpoint follows, :mod:`collectors.simulate.traffic`). Hosts' GPUs have no other simulator-specific settings.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from collectors.inventory import Inventory, InventoryError, load_inventory, pars
 H200_TDP_W = 700.0
 HOST_PROVISIONED_W = 6500.0
 """8 × 700 W GPUs plus ~900 W of CPUs, fans, NICs and drives."""
+
+
+DEMO_ARRIVAL_PEAK_TROUGH = 3.05
+"""The demo's inference role: its summed arrival rate (hourly means of the endpoints' diurnal curves) peaks
+at 21:00 UTC at 3.05 × its 09:00 UTC trough. An assumption of this project (each endpoint's own
+peak/trough is ``1 / arrivals.TROUGH_SHARE`` = 8.3, not a cited figure), stated in docs/simulator.md; the
+realised hourly request counts of the demo day (seed 0, with the minute-scale bursts) give 3.11."""
 
 
 def _gpus(n: int) -> list[dict]:
@@ -38,7 +46,7 @@ def _demo() -> dict:
     """Most endpoints serve one region (six in UTC−5…−8, two in UTC+1), so the inference role's sum
     follows a day: its hourly arrival rate peaks/troughs at DEMO_ARRIVAL_PEAK_TROUGH (docs/simulator.md)."""
     chat = {"peak_rps": 2.2, "prompt_median": 1000, "output_median": 170}
-    code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130}
+    code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130, "traffic": "code"}
     lo, hi = [0, 1, 2, 3], [4, 5, 6, 7]
     training = [
         {

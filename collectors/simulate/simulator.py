@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from collectors.days import write_day_problem
-from collectors.inventory import INVENTORY_FILE, Inventory, inventory_yaml
-from collectors.simulate import phases, power, writer
-from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within, token_lengths
+from collectors.inventory import INVENTORY_FILE, Inventory, InventoryError, inventory_yaml
+from collectors.simulate import phases, power, traffic, writer
+from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within
 from collectors.simulate.fleets import resolve_fleet
 from collectors.simulate.inference import EngineResult, run_engine
 from collectors.simulate.training import KIND_NAMES, HostEvents, run_job
@@ -63,6 +63,7 @@ class _Endpoint:
     peak_rps: float
     prompt_median: float
     output_median: float
+    traffic: traffic.TrafficProfile
     members: list[tuple[str, list[int]]] = field(default_factory=list)
 
     @property
@@ -70,13 +71,16 @@ class _Endpoint:
         return sum(len(g) for _, g in self.members)
 
 
-def _workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tuple[str, list[int]]]]]:
+def workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tuple[str, list[int]]]]]:
     """Endpoints and jobs by name: one name spread over several hosts is one engine or one job."""
     endpoints: dict[str, _Endpoint] = {}
     jobs: dict[str, list[tuple[str, list[int]]]] = {}
     for _, _, host in inv.iter_hosts():
         for e in host.endpoints:
             extra = e.model_extra or {}
+            profile = str(extra.get("traffic", "conv"))
+            if profile not in traffic.PROFILES:
+                raise InventoryError(f"endpoint {e.name!r}: traffic must be one of {', '.join(traffic.PROFILES)} (got {profile!r})")
             ep = endpoints.setdefault(
                 e.name,
                 _Endpoint(
@@ -85,6 +89,7 @@ def _workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tup
                     float(extra.get("peak_rps", DEFAULT_PEAK_RPS)),
                     float(extra.get("prompt_median", DEFAULT_PROMPT_MEDIAN)),
                     float(extra.get("output_median", DEFAULT_OUTPUT_MEDIAN)),
+                    traffic.PROFILES[profile],
                 ),
             )
             ep.members.append((host.name, list(e.gpus)))
@@ -93,13 +98,19 @@ def _workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tup
     return endpoints, jobs
 
 
-def _engine(seed: int, ep: _Endpoint, windows: list[tuple[float, float]], replay: Arrivals | None) -> EngineResult:
+def endpoint_arrivals(seed: int, ep: _Endpoint, windows: list[tuple[float, float]]) -> tuple[Arrivals, np.random.Generator]:
+    """The endpoint's simulated arrivals and the stream its engine continues with."""
     rng = _rng(seed, "endpoint", ep.name)
+    t = poisson_arrivals_s(rng, windows, ep.peak_rps, ep.tz_offset_h, ep.traffic.rate_sd)
+    return Arrivals(t, *traffic.token_lengths(rng, ep.traffic, len(t), ep.prompt_median, ep.output_median)), rng
+
+
+def _engine(seed: int, ep: _Endpoint, windows: list[tuple[float, float]], replay: Arrivals | None) -> EngineResult:
     if replay is not None:
+        rng = _rng(seed, "endpoint", ep.name)
         arr = replay_within(replay, windows)
     else:
-        t = poisson_arrivals_s(rng, windows, ep.peak_rps, ep.tz_offset_h)
-        arr = Arrivals(t, *token_lengths(rng, len(t), ep.prompt_median, ep.output_median))
+        arr, rng = endpoint_arrivals(seed, ep, windows)
     return run_engine(rng, arr, max(1, ep.n_gpus))
 
 
@@ -219,7 +230,7 @@ def simulate(
     if seed < 0:
         raise ValueError(f"seed must be non-negative (got {seed})")
     inv = resolve_fleet(fleet)
-    endpoints, jobs = _workloads(inv)
+    endpoints, jobs = workloads(inv)
     unknown = sorted(set(arrivals or {}) - set(endpoints))
     if unknown:
         raise ValueError(f"arrivals for unknown endpoint(s) {', '.join(unknown)}; the fleet serves {', '.join(sorted(endpoints))}")
@@ -238,7 +249,8 @@ def simulate(
     in_window = _window_mask(windows)
 
     workers = _workers(len(endpoints) + len(inv.gpu_rows()))
-    engines = dict(zip(endpoints, _map(_engine_task, [(seed, ep, windows, (arrivals or {}).get(name)) for name, ep in endpoints.items()], workers), strict=False))
+    tasks = [(seed, ep, windows, (arrivals or {}).get(name)) for name, ep in endpoints.items()]
+    engines = dict(zip(endpoints, _map(_engine_task, tasks, workers), strict=False))
     job_events: dict[str, list[HostEvents]] = {
         name: run_job(_rng(seed, "job", name), [len(g) for _, g in members], windows[-1][1]) for name, members in jobs.items()
     }
@@ -290,7 +302,9 @@ def _window_mask(windows: list[tuple[float, float]]):
 
 
 def _request_columns(engines: dict[str, EngineResult]) -> dict[str, np.ndarray]:
-    cols: dict[str, list] = {k: [] for k in ("request_id", "endpoint", "arrival_s", "prefill_start_s", "first_token_s", "end_s", "prompt_tokens", "output_tokens", "status")}
+    cols: dict[str, list] = {
+        k: [] for k in ("request_id", "endpoint", "arrival_s", "prefill_start_s", "first_token_s", "end_s", "prompt_tokens", "output_tokens", "status")
+    }
     for name, r in engines.items():
         n = len(r.arrival_s)
         cols["request_id"].append(np.array([f"{name}-{i:08d}" for i in range(n)], dtype=object))

@@ -35,12 +35,27 @@ class HostEvents:
     timeline: phases.Timeline
 
 
-def run_job(rng: np.random.Generator, hosts_gpus: list[int], until_s: float) -> list[HostEvents]:
-    """Events from 00:00 UTC of day 0 (the job is already running) until ``until_s``, per host."""
+HOST_JITTER_SD = 0.01
+"""Relative sd of one host's compute time around the step's (the collective waits for the slowest)."""
+
+
+def run_job(
+    rng: np.random.Generator,
+    hosts_gpus: list[int],
+    until_s: float,
+    host_jitter_sd: float = HOST_JITTER_SD,
+    stage_offset_s: float = 0.0,
+) -> list[HostEvents]:
+    """Events from 00:00 UTC of day 0 (the job is already running) until ``until_s``, per host.
+
+    ``stage_offset_s`` > 0 desynchronises the hosts: each runs the same schedule shifted by a fixed
+    offset drawn uniformly in [0, ``stage_offset_s``) (as pipeline stages or data-parallel groups out of
+    phase do); 0, the default, is the lock-step job. ``bench/paper_swings.py --training-sweep`` measures
+    how both knobs change the cluster's 2 s swing."""
     cycle_s = STEP_S_MEDIAN + np.mean(COMM_S_RANGE)
     n = int(until_s / cycle_s * 1.1) + 16
     step_s = np.clip(rng.lognormal(np.log(STEP_S_MEDIAN), 0.06, n), *STEP_S_RANGE)
-    host_step_s = np.clip(step_s[None, :] * rng.normal(1.0, 0.01, (len(hosts_gpus), n)), *STEP_S_RANGE)
+    host_step_s = np.clip(step_s[None, :] * rng.normal(1.0, host_jitter_sd, (len(hosts_gpus), n)), *STEP_S_RANGE)
     comm_s = rng.uniform(*COMM_S_RANGE, n)
     sync_s = host_step_s.max(axis=0) + comm_s
     every_ckpt = max(1, round(CHECKPOINT_EVERY_S / cycle_s))
@@ -57,12 +72,13 @@ def run_job(rng: np.random.Generator, hosts_gpus: list[int], until_s: float) -> 
     step_level = rng.uniform(*phases.STEP_W, (len(hosts_gpus), n)).astype(np.float32)
     comm_level = rng.uniform(*phases.COMM_W, (len(hosts_gpus), n)).astype(np.float32)
     eval_level = rng.uniform(*phases.EVAL_W, n).astype(np.float32)
+    offset_s = rng.uniform(0.0, stage_offset_s, len(hosts_gpus)) if stage_offset_s > 0 else np.zeros(len(hosts_gpus))
 
     out = []
     for h, n_gpus in enumerate(hosts_gpus):
-        s_step = start
-        s_comm = start + host_step_s[h]
-        s_ckpt = start + sync_s
+        s_step = start + offset_s[h]
+        s_comm = s_step + host_step_s[h]
+        s_ckpt = s_step + sync_s
         s_eval = s_ckpt + ckpt_s
         e_eval = s_eval + eval_s
         parts = [

@@ -40,6 +40,12 @@ def build(ctx: Ctx) -> Section:
             for x in profile_rows
             if x["entity"] == x["role"] and x["p5_w"] is not None
         ]
+    day_rps = {q["hour"]: q["rps"] for q in requests if q["day"] == ctx.date}
+    if len(day_rps) == 24 and min(day_rps.values()) > 0:
+        hi = max(day_rps, key=day_rps.get)
+        lo = min(day_rps, key=day_rps.get)
+        s.add(Note(f"Requests on {ctx.date}: peak hour {hi}:00 UTC at {day_rps[hi]:.2f}/s, trough hour {lo}:00 UTC at "
+                   f"{day_rps[lo]:.2f}/s: peak/trough {day_rps[hi] / day_rps[lo]:.2f}.", "info"))
     if power or requests:
         n_days = len({p["day"] for p in power} | {q["day"] for q in requests})
         s.add(Chart("diurnal", charts.diurnal(power, requests, profile),
@@ -54,25 +60,12 @@ def build(ctx: Ctx) -> Section:
                 continue
             peak = max(rows, key=lambda x: x["mean_w"])
             trough = min(rows, key=lambda x: x["mean_w"])
-            table.append([entity[0], entity[1], peak["hour"], num(peak["mean_w"], 0), trough["hour"], num(trough["mean_w"], 0),
+            ratio = num(peak["mean_w"] / trough["mean_w"], 2) if trough["mean_w"] else None
+            table.append([entity[0], entity[1], peak["hour"], num(peak["mean_w"], 0), trough["hour"], num(trough["mean_w"], 0), ratio,
                           num(max((x["requests_per_s"] or 0) for x in rows), 2), num(peak["j_per_output_token"], 3), peak["days"]])
-        s.add(
-            Table(
-                [
-                    "role",
-                    "entity",
-                    "peak hour",
-                    "peak-hour mean (W)",
-                    "trough hour",
-                    "trough-hour mean (W)",
-                    "max requests/s",
-                    "J / output token at peak",
-                    "days",
-                ],
-                table[:40],
-                "From `diurnal_profile` (all days of the week).",
-            )
-        )
+        s.add(Table(["role", "entity", "peak hour", "peak-hour mean (W)", "trough hour", "trough-hour mean (W)", "power peak/trough",
+                     "max requests/s", "J / output token at peak", "days"],
+                    table[:40], "From `diurnal_profile` (all days of the week)."))
     elif not r.has("diurnal_profile", PROFILE_COLS):
         s.not_available(r.missing("diurnal_profile", PROFILE_COLS) + ": the p5–p95 band and the per-endpoint profile table")
     else:

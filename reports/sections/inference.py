@@ -103,8 +103,9 @@ def segments(ctx: Ctx, endpoint: str, lo: int, hi: int) -> tuple[list[dict], str
               AND phase IN ('prefill', 'decode') AND {span} ORDER BY start_ts LIMIT 2000"""
     )
     where = f"{p['host']}/{p['gpu']}" if p["host"] is not None else "endpoint"
-    # requests: boundaries at the logged events' own timestamps (phase_intervals, exact); power: the 100 ms grid
-    how = "exact, at the request events' own timestamps" if p["source"] == "requests" else "power-only, on the 100 ms grid"
+    # requests: boundaries at the logged events' own timestamps (phase_intervals, exact); power: the
+    # power-only detector on the GPU's own samples (issue 15)
+    how = "exact, at the request events' own timestamps" if p["source"] == "requests" else "power-only, at the power samples' own instants"
     return rows, f"phases of {where} (source: {p['source']}; {how})"
 
 

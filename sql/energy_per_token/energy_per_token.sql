@@ -46,13 +46,13 @@ slot_buckets AS (
 ),
 power_metrics AS (
     SELECT endpoint, kind, bucket, any_value(source) AS source,
-           xsum(CASE WHEN label = 'prefill' THEN sum_w END) / nullif(sum(n) FILTER (WHERE label = 'prefill'), 0) AS prefill_mean_w,
-           xsum(CASE WHEN label = 'decode' THEN sum_w END) / nullif(sum(n) FILTER (WHERE label = 'decode'), 0) AS decode_mean_w,
-           sum(n) FILTER (WHERE label = 'prefill') / nullif(sum(n) FILTER (WHERE label IN ('prefill', 'decode')), 0) AS prefill_time_share,
+           xsum(CASE WHEN label = 'prefill' THEN sum_w END) / nullif(xsum(CASE WHEN label = 'prefill' THEN n END), 0) AS prefill_mean_w,
+           xsum(CASE WHEN label = 'decode' THEN sum_w END) / nullif(xsum(CASE WHEN label = 'decode' THEN n END), 0) AS decode_mean_w,
+           xsum(CASE WHEN label = 'prefill' THEN n END) / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN n END), 0) AS prefill_time_share,
            xsum(CASE WHEN label = 'prefill' THEN energy_j END) / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN energy_j END), 0) AS prefill_energy_share,
            coalesce(xsum(CASE WHEN label = 'idle' THEN energy_j END), 0) AS idle_j,
            xsum(energy_j) AS energy_j,
-           sum(n) / 36000.0 AS gpu_hours
+           xsum(n) / 36000.0 AS gpu_hours
     FROM slot_buckets GROUP BY ALL
 ),
 peaks AS (  -- prefill segments above TDP, from the request log where there is one

@@ -1,6 +1,8 @@
 -- training_energy: per training job and day, one row per kind of gap that interrupts its steps
 -- (comm_wait, checkpoint, eval, …; the job-level columns repeat on each row), from job_events
--- joined with the job's GPUs on the 100 ms grid (a slot belongs to the event its start falls in):
+-- and, for each event and each of the job's GPUs on its host, the energy E(end) − E(start) from
+-- energy_curve (trapezoid between samples, linear inside a sample interval: exact at the
+-- events' own timestamps; a GPU without samples that day adds neither energy nor time):
 --   steps              distinct step numbers of the day's `step` events
 --   median_step_s      median iteration time: one step's start to the next step's start, per host
 --   j_per_step         energy of the job's GPUs over all its events (steps and gaps) ÷ steps (J)
@@ -13,7 +15,8 @@
 --                      same step; median and max over the day's boundaries (W)
 -- Jobs without events that day are labelled from power alone (source = 'power'): the job's
 -- summed power is split at the midpoint of its p10 and p90 into above (step) and below (gap)
--- runs; each fall below is a boundary of kind 'power_drop'; tokens are unknown.
+-- runs; each fall below is a boundary of kind 'power_drop'; tokens are unknown. The boundary
+-- drops and the power-only labelling stay on the 100 ms grid (power_100ms).
 CREATE OR REPLACE TEMP TABLE _job_slots AS
 SELECT i.job, g.host, slot_100ms(g.ts) AS slot, sum(g.power_w) AS w, count(*) AS gpus
 FROM power_100ms AS g
@@ -28,16 +31,48 @@ SELECT
 FROM job_events
 WHERE date = getvariable('partition_date') AND end_ts > start_ts;
 
+-- Each event × each of the job's GPUs on that host that has samples that day, clipped to the day.
+CREATE OR REPLACE TEMP TABLE _event_gpus AS
+SELECT e.job, e.host, i.gpu, e.kind,
+       greatest(epoch_ns(e.start_ts), epoch_ns(day_start())) AS a_ns,
+       least(epoch_ns(e.end_ts), epoch_ns(day_end())) AS b_ns
+FROM _events AS e
+JOIN inventory_gpus AS i ON i.job = e.job AND i.host = e.host
+SEMI JOIN (SELECT DISTINCT host, gpu FROM energy_curve WHERE date = getvariable('partition_date')) AS c
+    ON c.host = i.host AND c.gpu = i.gpu
+WHERE e.end_ts > day_start() AND e.start_ts < day_end();
+
+-- E(t) at every event boundary: the curve row at or before t, interpolated (curve_energy_at,
+-- sql/views/energy.sql), 0 before the GPU's first sample.
+CREATE OR REPLACE TEMP TABLE _event_energy_at AS
+WITH instants AS (
+    SELECT DISTINCT host, gpu, t FROM (
+        SELECT host, gpu, a_ns AS t FROM _event_gpus UNION ALL SELECT host, gpu, b_ns FROM _event_gpus
+    )
+)
+SELECT p.host, p.gpu, p.t,
+       coalesce(curve_energy_at(c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w, p.t), 0.0) AS e
+FROM instants AS p
+ASOF LEFT JOIN (SELECT host, gpu, t_ns, power_w, energy_j, next_t_ns, next_w FROM energy_curve
+                WHERE date = getvariable('partition_date')) AS c
+    ON p.host = c.host AND p.gpu = c.gpu AND p.t >= c.t_ns;
+
 CREATE OR REPLACE TEMP TABLE _from_events AS
 WITH attributed AS (
-    SELECT e.job, e.kind, s.w, s.gpus
-    FROM _job_slots AS s
-    ASOF JOIN _events AS e ON s.job = e.job AND s.host = e.host AND s.slot >= e.s0
-    WHERE s.slot < e.s1
+    SELECT g.job, g.kind, b.e - a.e AS energy_j, (g.b_ns - g.a_ns) / 1e9 AS gpu_s
+    FROM _event_gpus AS g
+    JOIN _event_energy_at AS a ON a.host = g.host AND a.gpu = g.gpu AND a.t = g.a_ns
+    JOIN _event_energy_at AS b ON b.host = g.host AND b.gpu = g.gpu AND b.t = g.b_ns
+),
+host_time AS (  -- each event's duration once (not per GPU), events of hosts with samples only
+    SELECT job, kind, sum(b_ns - a_ns) / 1e9 AS host_s
+    FROM (SELECT DISTINCT job, host, kind, a_ns, b_ns FROM _event_gpus)
+    GROUP BY ALL
 ),
 by_kind AS (
-    SELECT job, kind, sum(w) * 0.1 AS energy_j, sum(gpus) * 0.1 AS gpu_s, count(*) * 0.1 AS host_s
-    FROM attributed GROUP BY ALL
+    SELECT job, kind, sum(energy_j) AS energy_j, sum(gpu_s) AS gpu_s, any_value(h.host_s) AS host_s
+    FROM attributed JOIN host_time AS h USING (job, kind)
+    GROUP BY ALL
 ),
 job_totals AS (
     SELECT

@@ -15,13 +15,18 @@
 -- (which spill at scale under the memory limit) move narrow fixed-width rows; host, gpu and
 -- source are looked up from the day's lists after the final sort (a projection keeps its order).
 
+-- Each GPU-minute's sources, read once: their rank and whether they carry the driver's 1 s average.
+CREATE OR REPLACE TEMP TABLE _grid_minute_sources AS
+SELECT host, gpu, minute_ns, source_rank, source, bool_or(power_avg_w IS NOT NULL) AS has_avg
+FROM power_day_samples
+GROUP BY ALL;
+
 -- Each GPU-minute's best source (lowest rank), numbered: gk = the GPU's place in (host, gpu)
 -- order, sk = the source's place in the day's sources.
 CREATE OR REPLACE TEMP TABLE _grid_keys AS
 WITH m AS (
     SELECT host, gpu, minute_ns, source_rank, source
-    FROM power_day_samples
-    GROUP BY host, gpu, minute_ns, source_rank, source
+    FROM _grid_minute_sources
     QUALIFY source_rank = min(source_rank) OVER (PARTITION BY host, gpu, minute_ns)
 )
 SELECT *, dense_rank() OVER (ORDER BY host, gpu) AS gk, dense_rank() OVER (ORDER BY source)::INTEGER AS sk
@@ -33,7 +38,7 @@ FROM m;
 CREATE OR REPLACE TEMP TABLE _grid_avg AS
 WITH m AS (
     SELECT host, gpu, minute_ns, min(source_rank) AS source_rank
-    FROM power_day_samples WHERE power_avg_w IS NOT NULL
+    FROM _grid_minute_sources WHERE has_avg
     GROUP BY ALL
 )
 SELECT k.gk * 1048576 + (s.t_ns // 100000000 - day_first_slot()) AS key, avg(s.power_avg_w)::FLOAT AS power_avg_w

@@ -5,10 +5,15 @@
 --   power), mean_w = energy_j / duration, peak_w the highest power of the GPU's trace inside the
 --   run (its samples and the interpolated values at both ends); prompt_tokens / output_tokens the
 --   endpoint's tokens processed in the run.
--- source 'power': runs of power_phase on the 100 ms grid of phase_timeline (a gap in the power ends
---   a run; end_ts = last slot + 100 ms; mean_w / peak_w over the slot means, energy_j their sum
---   × 0.1 s; tokens NULL for endpoints without a request log).
+-- source 'power': runs of the power-only label on the GPU's own samples (pipeline/phases/power_detect.py,
+--   temp table _power_runs left by the asset; none where the source cannot resolve prefills: a 1 s
+--   average or samples > 300 ms apart); start_ts / end_ts are sample instants (trailing-average sources:
+--   the driver buffer) or midpoints between two samples (instant readings), energy_j =
+--   E(end) − E(start) of the same energy curve, mean_w = energy_j / duration, peak_w the highest
+--   sample in the run (and the one at its start); tokens NULL (they belong to the request log).
 -- above_tdp: peak_w exceeded the GPU's TDP.
+-- sample_interval_ms: median spacing of the GPU's power samples (its energy curve) that day: the
+--   resolution behind both sources' energies and the power-only boundaries (temp table _power_gpus).
 WITH gpus AS (
     SELECT endpoint, host, gpu, tdp_w, row_number() OVER (ORDER BY endpoint, host, gpu) AS gk
     FROM inventory_gpus WHERE endpoint IS NOT NULL
@@ -61,18 +66,22 @@ req_seg AS (
     JOIN ends AS b ON b.host = g.host AND b.gpu = g.gpu AND b.lo = g.lo AND b.t = g.hi
     LEFT JOIN inside AS i ON i.host = g.host AND i.gpu = g.gpu AND i.lo = g.lo
 ),
-t AS (  -- the power-only labels on the 100 ms grid
-    SELECT g.gk, slot_100ms(t.ts) AS slot, t.power_w, t.energy_j, t.prompt_tokens, t.output_tokens, t.phase IS NOT NULL AS logged,
-           CASE t.power_phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 WHEN 'prefill' THEN 2 END AS ph
-    FROM phase_timeline AS t JOIN gpus AS g USING (endpoint, host, gpu)
-    WHERE t.date = getvariable('partition_date') AND t.power_phase IS NOT NULL
+pow_ends AS (  -- each GPU's energy at both ends of each power-only run (sample instants or midpoints between two)
+    SELECT x.gk, x.lo, x.t,
+           coalesce(curve_energy_at(c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w, x.t), 0) AS e_j
+    FROM (SELECT r.gk, g.host, g.gpu, r.lo, unnest([r.lo, r.hi]) AS t FROM _power_runs AS r JOIN gpus AS g USING (gk)) AS x
+    ASOF LEFT JOIN curve AS c ON c.host = x.host AND c.gpu = x.gpu AND c.t_ns <= x.t
 ),
-pow_seg AS (
-    SELECT gk, 1 AS src, ph, min(slot) * 100000000 AS lo, (max(slot) + 1) * 100000000 AS hi,
-           coalesce(xsum(energy_j), 0) AS energy_j, xsum(power_w) / count(power_w) AS mean_w, max(power_w) AS peak_w,
-           xsum(CASE WHEN logged THEN prompt_tokens END) AS prompt_tokens, xsum(CASE WHEN logged THEN output_tokens END) AS output_tokens
-    FROM (SELECT *, slot - row_number() OVER (PARTITION BY gk, ph ORDER BY slot) AS run FROM t)
-    GROUP BY gk, ph, run
+pow_seg AS (  -- the power-only runs at the samples' own instants (temp table _power_runs, left by the asset:
+              -- pipeline/phases/power_detect.py)
+    SELECT r.gk, 1 AS src, r.ph, r.lo, r.hi,
+           b.e_j - a.e_j AS energy_j,
+           (b.e_j - a.e_j) / ((r.hi - r.lo) / 1e9) AS mean_w,
+           r.peak_w,
+           NULL::DOUBLE AS prompt_tokens, NULL::DOUBLE AS output_tokens
+    FROM _power_runs AS r
+    JOIN pow_ends AS a ON a.gk = r.gk AND a.lo = r.lo AND a.t = r.lo
+    JOIN pow_ends AS b ON b.gk = r.gk AND b.lo = r.lo AND b.t = r.hi
 )
 SELECT
     getvariable('partition_date') AS date,
@@ -88,7 +97,9 @@ SELECT
     s.energy_j,
     s.prompt_tokens,
     s.output_tokens,
-    coalesce(s.peak_w > g.tdp_w, false) AS above_tdp
+    coalesce(s.peak_w > g.tdp_w, false) AS above_tdp,
+    pg.sample_interval_ms
 FROM (FROM req_seg UNION ALL FROM pow_seg) AS s
 JOIN gpus AS g USING (gk) JOIN labels AS l USING (ph)
+LEFT JOIN _power_gpus AS pg ON pg.host = g.host AND pg.gpu = g.gpu
 ORDER BY s.gk, s.src, s.lo

@@ -8,7 +8,10 @@
 --   prefill_estimated  : a request in prefill here had no prefill_start_ts (fallback used).
 --   prompt_tokens, output_tokens: the endpoint's tokens processed in the slot (each request's
 --                        tokens spread evenly over its phase interval).
---   power_phase        : the power-only label (hysteresis, see docs/phases.md), for every endpoint.
+--   power_phase        : the power-only label of the slot from phase_segments' 'power' runs (the native
+--                        detector, see docs/phases.md): prefill if a prefill run overlaps the slot, else
+--                        decode if a decode run does, else idle; NULL where the GPU's source cannot
+--                        resolve prefills (1 s averages, samples > 50 ms apart).
 -- Request state is a sweep over interval events (+/- at the first/last slot, token rates over the
 -- interior, partial edge slots) summed over the endpoint grid in one window: linear in slots + requests.
 -- Bounded memory (DuckDB's memory_limit, spilling): the endpoints' request state is built first,
@@ -104,73 +107,37 @@ SELECT ek * 1048576 + (slot - day_first_slot()) AS ekey,
        ek IN (SELECT ek FROM endpoints WHERE endpoint IN (SELECT endpoint FROM request_phases)) AS logged
 FROM state WHERE on_grid;
 
-WITH pw AS NOT MATERIALIZED (  -- read again by each user: a scan is cheaper than holding the day in memory
-    SELECT g.gk, g.ek, g.tdp_w, slot_100ms(p.ts) AS slot, p.power_w::DOUBLE AS power_w
+-- the power-only label per GPU slot, from phase_segments' 'power' runs (the detector at native
+-- resolution, pipeline/phases/power_detect.py): prefill if a prefill run overlaps the slot, else decode if
+-- a decode run does, else idle (the rule of the request label); a run (lo, hi] overlaps slots
+-- lo // 100 ms to (hi − 1) // 100 ms. No row (NULL label) where the source cannot resolve prefills.
+CREATE OR REPLACE TEMP TABLE _phase_power_slots AS
+SELECT g.gk * 1048576 * 1048576 + slot AS pkey, max(ph) AS ph
+FROM (
+    SELECT s.endpoint, s.host, s.gpu,
+           CASE s.phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS ph,
+           unnest(range(epoch_us(s.start_ts) // 100000, (epoch_us(s.end_ts) - 1) // 100000 + 1)) AS slot
+    FROM phase_segments AS s
+    WHERE s.date = getvariable('partition_date') AND s.source = 'power'
+) AS x
+JOIN _phase_gpus AS g USING (endpoint, host, gpu)
+GROUP BY ALL;
+
+WITH pw AS (
+    SELECT g.gk, g.ek, slot_100ms(p.ts) AS slot, p.power_w::DOUBLE AS power_w
     FROM power_100ms AS p JOIN _phase_gpus AS g USING (host, gpu)
     WHERE p.date = getvariable('partition_date') AND p.power_w IS NOT NULL
 ),
-hist AS (  -- 1 W histogram per GPU and hour: exact, deterministic quantiles without sorting the day
-    SELECT gk, any_value(tdp_w) AS tdp_w, slot // 36000 AS hour, round(power_w)::INTEGER AS w, count(*) AS n
-    FROM pw GROUP BY gk, slot // 36000, round(power_w)::INTEGER
-),
-idle_floor AS (  -- the GPU's 5th percentile of the day, capped at TDP/4 for captures never idle
-    SELECT gk, least(min(w) FILTER (WHERE cum >= 0.05 * total), 0.25 * any_value(tdp_w)) AS idle_w
-    FROM (
-        SELECT gk, tdp_w, w, sum(n) OVER (PARTITION BY gk ORDER BY w) AS cum, sum(n) OVER (PARTITION BY gk) AS total
-        FROM (SELECT gk, any_value(tdp_w) AS tdp_w, w, sum(n) AS n FROM hist GROUP BY gk, w)
-    )
-    GROUP BY gk
-),
-busy AS (  -- slots clearly above idle, per GPU and hour and per GPU over the day (hour = -1)
-    SELECT gk, hour, w, n FROM hist JOIN idle_floor USING (gk) WHERE w > idle_w + 0.05 * (tdp_w - idle_w)
-    UNION ALL
-    SELECT gk, -1, w, sum(n) FROM hist JOIN idle_floor USING (gk) WHERE w > idle_w + 0.05 * (tdp_w - idle_w) GROUP BY gk, w
-),
-busy_q25 AS (
-    SELECT gk, hour, min(w) FILTER (WHERE cum >= 0.25 * total) AS active_w, any_value(total) AS n_active
-    FROM (
-        SELECT gk, hour, w, sum(n) OVER (PARTITION BY gk, hour ORDER BY w) AS cum, sum(n) OVER (PARTITION BY gk, hour) AS total
-        FROM busy
-    )
-    GROUP BY gk, hour
-),
-levels AS (
-    -- power-only thresholds per GPU and hour: active level = lower quartile of the hour's slots
-    -- clearly above idle (decode draws less than prefill; a quartile stays on decode while prefill
-    -- holds < 75 % of the busy time; the day's when the hour has < 1 min of them); hysteresis
-    -- enters prefill at active + 50 % and leaves it below active + 30 % of the headroom to TDP,
-    -- below the middle of idle and active is idle.
-    SELECT gk, hour, idle_w, active_w,
-           active_w + 0.5 * greatest(tdp_w - active_w, 0.25 * active_w) AS enter_w,
-           active_w + 0.3 * greatest(tdp_w - active_w, 0.25 * active_w) AS leave_w,
-           (idle_w + active_w) / 2 AS idle_max_w
-    FROM (
-        SELECT h.gk, h.hour, any_value(h.tdp_w) AS tdp_w, any_value(f.idle_w) AS idle_w,
-               coalesce(CASE WHEN any_value(b.n_active) >= 600 THEN any_value(b.active_w) END, any_value(d.active_w), any_value(f.idle_w)) AS active_w
-        FROM hist AS h
-        JOIN idle_floor AS f USING (gk)
-        LEFT JOIN busy_q25 AS b ON b.gk = h.gk AND b.hour = h.hour
-        LEFT JOIN busy_q25 AS d ON d.gk = h.gk AND d.hour = -1
-        GROUP BY h.gk, h.hour
-    )
-),
-sampled AS (  -- one pass per GPU: hysteresis state and the next sample, for gap interpolation.
-    -- State = the last slot at or above enter (odd key) or below leave (even key): the last such key so far.
-    SELECT gk, ek, slot, power_w, idle_max_w,
+sampled AS (  -- one pass per GPU: the next sample, for gap interpolation
+    SELECT gk, ek, slot, power_w,
            lead(slot) OVER w AS next_slot,
-           lead(power_w) OVER w AS next_w,
-           coalesce(last_value(hk IGNORE NULLS) OVER (w ROWS UNBOUNDED PRECEDING) % 2 = 1, false) AS in_prefill
-    FROM (  -- the thresholds reduced to the hysteresis key before the sort: narrower rows to sort (and spill)
-        SELECT p.gk, p.ek, p.slot, p.power_w, l.idle_max_w,
-               CASE WHEN p.power_w >= l.enter_w THEN 2 * p.slot + 1 WHEN p.power_w < l.leave_w THEN 2 * p.slot END AS hk
-        FROM pw AS p JOIN levels AS l ON l.gk = p.gk AND l.hour = p.slot // 36000
-    )
+           lead(power_w) OVER w AS next_w
+    FROM pw
     WINDOW w AS (PARTITION BY gk ORDER BY slot)
 ),
 gpu_slots AS (  -- samples, plus slots linearly interpolated across gaps of at most 1 s (one pass over sampled)
     SELECT gk, ek, s AS slot,
-           CASE WHEN s = slot THEN power_w ELSE power_w + (next_w - power_w) * (s - slot) / (next_slot - slot) END AS power_w,
-           in_prefill, idle_max_w
+           CASE WHEN s = slot THEN power_w ELSE power_w + (next_w - power_w) * (s - slot) / (next_slot - slot) END AS power_w
     FROM (SELECT *, unnest(CASE WHEN next_slot - slot BETWEEN 2 AND 10 THEN range(slot, next_slot) ELSE [slot] END) AS s FROM sampled)
 )
 SELECT
@@ -192,12 +159,9 @@ SELECT
     s.prefill_estimated,
     s.prompt_tokens,
     s.output_tokens,
-    CASE
-        WHEN g.in_prefill THEN 'prefill'
-        WHEN g.power_w >= g.idle_max_w THEN 'decode'
-        ELSE 'idle'
-    END AS power_phase
+    CASE ps.ph WHEN 2 THEN 'prefill' WHEN 1 THEN 'decode' WHEN 0 THEN 'idle' END AS power_phase
 FROM (SELECT *, ek * 1048576 + (slot - day_first_slot()) AS ekey FROM gpu_slots) AS g
 JOIN _phase_ep_state AS s USING (ekey)
 JOIN _phase_gpus AS k USING (gk)
+LEFT JOIN _phase_power_slots AS ps ON ps.pkey = g.gk * 1048576 * 1048576 + g.slot
 ORDER BY g.gk, g.slot
