@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 from collectors.simulate import calibration, phases, power  # noqa: E402
 from collectors.simulate.arrivals import Arrivals  # noqa: E402
-from collectors.simulate.inference import run_engine  # noqa: E402
+from collectors.simulate.serving_engine import run_engine  # noqa: E402
 
 RAMP_NS = 80_000_000
 """Samples this long after a phase starts are left out of level fits (the onset delay and ramp)."""

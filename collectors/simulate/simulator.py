@@ -17,7 +17,7 @@ from collectors.inventory import INVENTORY_FILE, Inventory, InventoryError, inve
 from collectors.simulate import phases, power, traffic, writer
 from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within
 from collectors.simulate.fleets import resolve_fleet
-from collectors.simulate.inference import EngineResult, run_engine
+from collectors.simulate.serving_engine import EngineResult, run_engine
 from collectors.simulate.training import KIND_NAMES, HostEvents, run_job
 from collectors.storage import DataRoot
 
