@@ -33,6 +33,8 @@ AUTOMATION_ENV = "WATTLINE_AUTOMATION"
 """``off`` starts the schedule and the sensors stopped (they can still be started in the UI)."""
 SCHEDULE_HOUR_ENV = "WATTLINE_SCHEDULE_HOUR"
 """UTC hour of the daily schedule (minute 15; default 1)."""
+SIM_WORKERS_ENV = "WATTLINE_SIM_WORKERS"
+"""Processes of `wattline simulate` (default: at most 2)."""
 LOG_LEVEL_ENV = "WATTLINE_LOG_LEVEL"
 """Dagster's console log level in ``wattline run`` (default CRITICAL: the CLI prints its own summary)."""
 
@@ -52,6 +54,7 @@ class Settings:
     automation: bool
     schedule_hour: int
     log_level: str
+    sim_workers: int | None
 
 
 def load() -> Settings:
@@ -69,4 +72,5 @@ def load() -> Settings:
         automation=env(AUTOMATION_ENV, "on").lower() != "off",
         schedule_hour=int(env(SCHEDULE_HOUR_ENV) or 1),
         log_level=env(LOG_LEVEL_ENV) or "CRITICAL",
+        sim_workers=int(env(SIM_WORKERS_ENV) or 0) or None,
     )

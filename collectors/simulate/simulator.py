@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from collectors import settings
 from collectors.days import write_day_problem
 from collectors.inventory import INVENTORY_FILE, Inventory, InventoryError, inventory_yaml
 from collectors.simulate import phases, power, traffic, writer
@@ -185,8 +186,7 @@ def _host_power_collector(plan: _HostPlan, seed: int, epoch_ns: int, windows, da
 
 
 def _workers(n_tasks: int) -> int:
-    env = os.environ.get("WATTLINE_SIM_WORKERS")
-    n = int(env) if env else min(2, os.cpu_count() or 1)
+    n = settings.load().sim_workers or min(2, os.cpu_count() or 1)
     return max(1, min(n, n_tasks))
 
 
