@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # when missing (.ci/system-deps); `make test-fast` installs nothing.
 TEST_PACKAGES := chromium prometheus
 
-.PHONY: demo test test-fast ui bench clean
+.PHONY: demo lint test test-fast ui bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/wattline demo
+
+# The linter (pyproject [tool.ruff]), the layers and no-cycles contract ([tool.importlinter]) and
+# the type checker on pipeline/ ([tool.mypy]). CI runs it before the tests.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: $(STAMP)
 	.ci/system-deps $(TEST_PACKAGES)

@@ -22,22 +22,19 @@ from pathlib import Path
 warnings.filterwarnings("ignore")
 
 DATE = "2026-11-30"
-WHOLE_FILE = {"power_1s", "phase_segments", "energy_per_token"}
-"""Assets that run their SQL file as one query (the others split it into statements, see assetkit)."""
+def _table(name: str):
+    """The Table declaration of ``name`` (pipeline/tables.py), from the modules of pipeline.assets."""
+    import importlib
+    import pkgutil
 
+    import pipeline.assets
+    from pipeline.tables import Table
 
-def _checks(table: str) -> list:
-    from pipeline.assets import grid, swings
-    from pipeline.phases import checks as phase_checks
-
-    return {
-        "power_100ms": grid.CHECKS,
-        "fleet_power_100ms": grid.FLEET_CHECKS,
-        "swing_stats": swings.CHECKS,
-        "phase_timeline": phase_checks.TIMELINE_CHECKS,
-        "phase_segments": phase_checks.SEGMENT_CHECKS,
-        "request_energy": phase_checks.ENERGY_CHECKS,
-    }.get(table, [])
+    for info in pkgutil.iter_modules(pipeline.assets.__path__):
+        for value in vars(importlib.import_module(f"pipeline.assets.{info.name}")).values():
+            if isinstance(value, Table) and value.name == name:
+                return value
+    raise SystemExit(f"no table {name!r}")
 
 
 def _operators(node: dict, out: list, depth: int = 0) -> None:
@@ -78,39 +75,31 @@ def _run(con, sql: str, profile: Path | None, tag: str, top: int) -> None:
 
 
 def profile_asset(resource, table: str, date, profile: Path | None, top: int) -> dict:
-    from pipeline import sqlfiles
-    from pipeline.assetkit import statements
-    from pipeline.phases import checks as phase_checks
+    from pipeline.tables import statements
 
-    from pipeline.assets import swings
-
-    kernel = {"swing_stats": swings.native_swings}.get(table)
+    spec = _table(table)
     with resource.connection(date) as con:
         w0, c0 = time.perf_counter(), time.process_time()
-        if kernel is not None:  # the asset's polars kernel (materialize's before=), timed with the write
-            kernel(con)
+        if spec.before is not None:  # the table's hook (a polars kernel), timed with the write
+            spec.before(con)
         kernel_cpu = time.process_time() - c0
-        if table == "request_energy":
-            con.execute("SET VARIABLE request_energy_carryover = true")
-            _run(con, f"CREATE OR REPLACE TEMP TABLE _charged AS {sqlfiles.query('request_energy')}", profile, table, top)
-            con.execute("RESET VARIABLE request_energy_carryover")
-            query = "SELECT * FROM _charged WHERE arrival_ts >= day_start() ORDER BY endpoint, arrival_ts, request_id"
-        elif table in WHOLE_FILE:
-            query = sqlfiles.query(table)
-        else:
-            prepare, query = statements(table)
+        prepare, query = statements(spec.sql_name())
+        if spec.write is None:
             for i, statement in enumerate(prepare):
                 _run(con, statement, profile, f"{table}.{i}", top)
-        if profile is not None:  # the same COPY as the write, profiled; the write below is then timed alone
-            _run(con, f"COPY ({query}) TO '{profile / (table + '.parquet')}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)",
-                 profile, f"{table}.query", top)
+            if profile is not None:  # the same COPY as the write, profiled; the write below is then timed alone
+                _run(con, f"COPY ({query}) TO '{profile / (table + '.parquet')}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)",
+                     profile, f"{table}.query", top)
         w1, c1 = time.perf_counter(), time.process_time()
-        rows = resource.write_partition(con, table, date, query)
+        if spec.write is not None:  # the table's own write hook (statements in chunks)
+            rows = spec.write(con, lambda sql: resource.write_and_publish(con, table, date, sql))
+        else:
+            rows = resource.write_and_publish(con, table, date, query)
         w2, c2 = time.perf_counter(), time.process_time()
-        for check in _checks(table):
-            check.run(con)
+        quarantine = {"rejected_files": {}, "converted_files": {}} if spec.inputs is not None else {}  # cost, not findings
+        for check in spec.checks():
+            check.run(con, **quarantine)
         w3, c3 = time.perf_counter(), time.process_time()
-    del phase_checks
     write_wall, write_cpu = (w2 - w0, c2 - c0) if profile is None else (w2 - w1, c2 - c1)
     return {"asset": table, "rows": rows, "write_wall_s": write_wall, "write_cpu_s": write_cpu,
             "checks_wall_s": w3 - w2, "checks_cpu_s": c3 - c2, "kernel_cpu_s": kernel_cpu}

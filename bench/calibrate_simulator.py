@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 from collectors.simulate import calibration, phases, power  # noqa: E402
 from collectors.simulate.arrivals import Arrivals  # noqa: E402
-from collectors.simulate.inference import run_engine  # noqa: E402
+from collectors.simulate.serving_engine import run_engine  # noqa: E402
 
 RAMP_NS = 80_000_000
 """Samples this long after a phase starts are left out of level fits (the onset delay and ramp)."""
@@ -98,7 +98,7 @@ def fit(cap: Capture) -> dict[str, float]:
     trace = np.array([np.median(np.interp(ps[long] + g, t, w)) for g in grid])
     half = trace[0] + 0.5 * (np.max(trace) - trace[0])
     out["prefill_onset_s"] = float(grid[np.argmax(trace > half)] / 1e9)
-    plateau = [np.median(w[(t >= s + RAMP_NS) & (t < e)]) for s, e in zip(ps, pe) if ((t >= s + RAMP_NS) & (t < e)).sum() >= 2]
+    plateau = [np.median(w[(t >= s + RAMP_NS) & (t < e)]) for s, e in zip(ps, pe, strict=False) if ((t >= s + RAMP_NS) & (t < e)).sum() >= 2]
     out["prefill_plateau_w"] = float(np.median(plateau))
     out["prefill_plateau_sd_w"] = float((np.percentile(plateau, 90) - np.percentile(plateau, 10)) / 2.563)
     serving = cap.serving()
@@ -124,9 +124,9 @@ def fit(cap: Capture) -> dict[str, float]:
     out["decode_log_sd"] = float((q75 - q25) / 1.349)  # right-skewed: lognormal around the level
     # decode step time vs running, prefill time inside each request's decode taken out
     k = cap.output > 8
-    pre_s = np.array([np.sum(np.clip(np.minimum(pe, b) - np.maximum(ps, a), 0, None)) / 1e9 for a, b in zip(cap.ft, cap.end)])
+    pre_s = np.array([np.sum(np.clip(np.minimum(pe, b) - np.maximum(ps, a), 0, None)) / 1e9 for a, b in zip(cap.ft, cap.end, strict=False)])
     step = ((cap.end - cap.ft) / 1e9 - pre_s) / np.maximum(cap.output - 1, 1)
-    mean_run = np.array([np.mean(cap.running(np.linspace(a, b, 16).astype(np.int64))) for a, b in zip(cap.ft, cap.end)])
+    mean_run = np.array([np.mean(cap.running(np.linspace(a, b, 16).astype(np.int64))) for a, b in zip(cap.ft, cap.end, strict=False)])
     a = np.vstack([np.ones(k.sum()), mean_run[k]]).T
     c = np.linalg.lstsq(a, step[k], rcond=None)[0]
     out["decode_step_s"], out["decode_step_s_per_seq"] = float(c[0]), float(max(c[1], 0.0))
@@ -135,7 +135,7 @@ def fit(cap: Capture) -> dict[str, float]:
         inner = cap.inside(t, cap.st[m] + RAMP_NS, cap.se[m] - 10_000_000)
         out[f"train_{kind}_w"] = float(np.median(w[inner]))
         if kind == "step":
-            per = [np.median(w[(t >= s + RAMP_NS) & (t < e - 10_000_000)]) for s, e in zip(cap.st[m], cap.se[m])
+            per = [np.median(w[(t >= s + RAMP_NS) & (t < e - 10_000_000)]) for s, e in zip(cap.st[m], cap.se[m], strict=False)
                    if ((t >= s + RAMP_NS) & (t < e - 10_000_000)).sum() >= 2]
             out["train_step_w_p25"], out["train_step_w_p75"] = (float(x) for x in np.percentile(per, [25, 75]))
     return out

@@ -23,8 +23,8 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from bench.storage import column_bytes  # noqa: E402
+from collectors.atomic import parquet_options  # noqa: E402
 from collectors.nvml.rows import BUFFER, FIELD, rows_to_table  # noqa: E402
-from collectors.parquet_sink import parquet_options  # noqa: E402
 
 FIELD_INTERVAL_NS = 100_000_000
 SLOW_EVERY = 10

@@ -46,7 +46,7 @@ def measure(data: Path) -> dict:
     by_source = {}
     if table is not None:
         counts = table.group_by("source").aggregate([("ts", "count")])
-        by_source = dict(zip(counts["source"].cast("string").to_pylist(), counts["ts_count"].to_pylist()))
+        by_source = dict(zip(counts["source"].cast("string").to_pylist(), counts["ts_count"].to_pylist(), strict=False))
     total = sum(f.stat().st_size for f in files)
     per_column = {k: v / rows for k, v in column_bytes(files).most_common()}
     return {

@@ -46,7 +46,7 @@ def main() -> None:
     t0 = time.monotonic()
     summary = simulate(args.workdir, start=DAY, seed=args.seed, fleet="demo")
     sim_s = time.monotonic() - t0
-    epoch = int(dt.datetime.combine(DAY, dt.time(), tzinfo=dt.timezone.utc).timestamp()) * 10**9
+    epoch = int(dt.datetime.combine(DAY, dt.time(), tzinfo=dt.UTC).timestamp()) * 10**9
     power_w = np.zeros(24)
     for f in sorted((args.workdir / "power").rglob("*.parquet")):
         if not f.parent.name.startswith("host=infer-"):

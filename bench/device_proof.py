@@ -115,7 +115,7 @@ def analyze(data_dir: Path, edges: list[tuple[str, int]], gpu: int = 0) -> dict:
     first_on = edges[0][1]
     idle_w = float(np.nanmedian(fpw[fts < first_on - 200_000_000])) if (fts < first_on - 200_000_000).any() else 100.0
     busy = np.zeros_like(fts, dtype=bool)
-    for (k1, t1), (k2, t2) in zip(edges[::2], edges[1::2]):
+    for (_k1, t1), (_k2, t2) in zip(edges[::2], edges[1::2], strict=False):
         busy |= (fts > t1 + 500_000_000) & (fts < t2 - 200_000_000)
     busy_w = float(np.nanmedian(fpw[busy]))
     thr = (idle_w + busy_w) / 2
@@ -297,7 +297,7 @@ def main() -> None:
            "cycles": len(edges) // 2}
     status = data / "collector" / "h200.status.json"
     res["status"] = json.loads(status.read_text()) if status.exists() else None
-    res["overhead"] = [m.report(warmup_s=8.0, gpus=g) for m, g in zip(meters, (1, a.replicate, 1))]
+    res["overhead"] = [m.report(warmup_s=8.0, gpus=g) for m, g in zip(meters, (1, a.replicate, 1), strict=False)]
     rep = json.loads((data_nb / "collector" / "replicated.status.json").read_text()) \
         if (data_nb / "collector" / "replicated.status.json").exists() else None
     res["replicated_status"] = rep

@@ -36,7 +36,7 @@ def read_trace(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", newline="") as f:
         rows = list(csv.reader(f))[1:]
-    t = np.array([dt.datetime.fromisoformat(r[0][:26]).replace(tzinfo=dt.timezone.utc).timestamp() for r in rows])
+    t = np.array([dt.datetime.fromisoformat(r[0][:26]).replace(tzinfo=dt.UTC).timestamp() for r in rows])
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
     return t, np.array([int(r[1]) for r in rows])[order], np.array([int(r[2]) for r in rows])[order]

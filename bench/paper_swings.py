@@ -117,7 +117,7 @@ def main() -> None:
     t0 = time.monotonic()
     summary = simulate(args.workdir / "data", start=day, seed=0, fleet=fleet, hours=args.hours)
     sim_s = time.monotonic() - t0
-    epoch = int(dt.datetime.combine(day, dt.time(), tzinfo=dt.timezone.utc).timestamp()) * 10**9
+    epoch = int(dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC).timestamp()) * 10**9
     n_slots = int(args.hours * 36_000)
     per_host = {}
     for f in sorted((args.workdir / "data" / "power").rglob("*.parquet")):
@@ -125,7 +125,7 @@ def main() -> None:
         per_host[host] = per_host.get(host, 0) + host_slots(f, epoch, n_slots)
     cut = slice(WINDOW_SLOTS, n_slots - WINDOW_SLOTS)  # edges: samples of the first/last slot may be partial
     rows = {}
-    for role, prefix, n in (("inference", "inf-", n_inf), ("training", "trn-", n_trn)):
+    for role, prefix, _n in (("inference", "inf-", n_inf), ("training", "trn-", n_trn)):
         hosts = sorted(h for h in per_host if h.startswith(prefix))
         total = np.sum([per_host[h] for h in hosts], axis=0)[cut]
         prov = HOST_PROVISIONED_W * len(hosts)

@@ -95,7 +95,7 @@ CONTENDERS = [("pipeline", "pipeline"), ("subset", "pipeline_subset"), ("floor",
 def slopes(results: list[dict]) -> list[dict]:
     """Seconds (wall and CPU) per GPU-day between consecutive sizes, and between the smallest and largest."""
     ordered = sorted(results, key=lambda r: r["gpu_days"])
-    pairs = list(zip(ordered, ordered[1:]))
+    pairs = list(zip(ordered, ordered[1:], strict=False))
     if len(ordered) > 2:
         pairs.append((ordered[0], ordered[-1]))
     out = []

@@ -20,6 +20,9 @@ import pyarrow.parquet as pq
 
 from collectors.names import inside_key
 
+QUARANTINE_DIR = "quarantine"
+"""Folder of the data dir holding rejected files and rows (collectors' and the pipeline's)."""
+
 TS = pa.timestamp("ns", tz="UTC")
 
 POWER_TS = pa.timestamp("us", tz="UTC")
@@ -138,13 +141,13 @@ def schema_problems(actual: pa.Schema, expected: pa.Schema) -> list[str]:
     """Human-readable differences between a schema and the contract (empty when it conforms)."""
     problems = []
     names = set(actual.names)
-    for field in expected:
-        if field.name not in names:
-            problems.append(f"missing column {field.name!r} ({field.type})")
+    for column in expected:
+        if column.name not in names:
+            problems.append(f"missing column {column.name!r} ({column.type})")
             continue
-        got = actual.field(field.name).type
-        if not _same_type(got, field.type):
-            problems.append(f"column {field.name!r} is {got}, the contract says {field.type}")
+        got = actual.field(column.name).type
+        if not _same_type(got, column.type):
+            problems.append(f"column {column.name!r} is {got}, the contract says {column.type}")
     extra = sorted(names - set(expected.names) - {"date", "host"})
     if extra:
         problems.append(f"unexpected column(s) {', '.join(map(repr, extra))}")
@@ -162,13 +165,13 @@ def conform(table: pa.Table, schema: pa.Schema, where: str = "table") -> pa.Tabl
     if problems:
         raise SchemaError(f"{where}: " + "; ".join(problems))
     columns = []
-    for field in schema:
-        col = table.column(field.name)
-        if col.type != field.type:
+    for column in schema:
+        col = table.column(column.name)
+        if col.type != column.type:
             # Timestamps to a coarser unit truncate (sub-µs digits of a power sample carry nothing).
-            col = col.cast(field.type, safe=not pa.types.is_timestamp(field.type))
-        if not field.nullable and col.null_count:
-            raise SchemaError(f"{where}: column {field.name!r} has {col.null_count} null value(s)")
+            col = col.cast(column.type, safe=not pa.types.is_timestamp(column.type))
+        if not column.nullable and col.null_count:
+            raise SchemaError(f"{where}: column {column.name!r} has {col.null_count} null value(s)")
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)
 

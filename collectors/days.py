@@ -20,7 +20,7 @@ FUTURE_SLACK_DAYS = 1
 
 
 def today_utc() -> dt.date:
-    return dt.datetime.now(dt.timezone.utc).date()
+    return dt.datetime.now(dt.UTC).date()
 
 
 def last_runnable_day() -> dt.date:

@@ -69,7 +69,7 @@ class Host(_Strict):
     _name_is_a_path_name = field_validator("name")(_path_name)
 
     @model_validator(mode="after")
-    def _assignments_name_known_gpus(self) -> "Host":
+    def _assignments_name_known_gpus(self) -> Host:
         indices = [g.index for g in self.gpus]
         for j, i in enumerate(indices):
             if i in indices[:j]:  # would count the GPU's TDP twice in provisioned power
@@ -119,7 +119,7 @@ class Inventory(_Strict):
     fleets: list[Fleet] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _names_unique(self) -> "Inventory":
+    def _names_unique(self) -> Inventory:
         clusters: set[str] = set()
         hosts: set[str] = set()
         for f, fleet in enumerate(self.fleets):

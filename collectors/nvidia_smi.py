@@ -34,7 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import pyarrow as pa
 
 from collectors.contract import POWER, TS
-from collectors.days import write_day_problem, writable_range
+from collectors.days import writable_range, write_day_problem
 from collectors.parquet_sink import write_dataset
 from collectors.storage import DataRoot
 
@@ -228,7 +228,7 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
                            "mem_used_mib", "temp_c", "power_limit_w")}
     seen: dict[tuple[int, int], int] = {}
     p_col = a_col = None
-    utc = dt.timezone.utc
+    utc = dt.UTC
     for n, line, undecodable in _read_lines(path):
         if undecodable:
             bad.append((n, line, undecodable))

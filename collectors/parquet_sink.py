@@ -1,98 +1,18 @@
-"""Atomic Parquet writes shared by every collector, importer and the simulator.
-
-A file becomes visible only complete: it is written under a hidden temporary name in the
-target folder, fsynced, renamed into place and the folder fsynced. Readers glob ``*.parquet``
-and never match the temporary name, so a process killed at any instant leaves only whole files.
-:func:`write_dataset` also writes to an ``s3://`` data dir, through :mod:`collectors.storage`
-(which says what is atomic there).
+"""Writes a raw dataset's rows as the data contract lays them out: one file per day (and host),
+to a local or ``s3://`` data dir (:mod:`collectors.storage`, atomic writes: :mod:`collectors.atomic`).
+Every collector, importer and the simulator writes through :func:`write_dataset`.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from collectors.contract import DATASETS, conform
-
-if TYPE_CHECKING:
-    from collectors.storage import DataRoot
-
-TMP_PREFIX = ".tmp-"
-
-
-SAMPLE_ROWS = 262_144
-"""Rows that decide the float encodings of a file (its first row group's worth)."""
-SPLIT_DISTINCT_FRACTION = 0.5
-"""A float column whose sample is mostly distinct values is byte-stream-split, not dictionary-encoded:
-NVML's 1 s average rarely repeats at 10 Hz, and a dictionary of it costs 4 B per row plus the index."""
-
-
-def parquet_options(schema: pa.Schema, sample: pa.Table | None = None) -> dict:
-    """The writer options of every raw file: sorted, dictionary-encoded ids and floats, delta-encoded
-    timestamps and integers, zstd. Floats that ``sample`` (the data, or its first rows) shows to be
-    mostly distinct are byte-stream-split instead. (A 10 Hz power trace: ~5.3 B/sample, bench/storage.py.)"""
-    delta = [f.name for f in schema if pa.types.is_timestamp(f.type) or pa.types.is_integer(f.type)]
-    split = [f.name for f in schema if pa.types.is_floating(f.type) and _mostly_distinct(sample, f.name)]
-    return dict(
-        compression="zstd",
-        compression_level=3,
-        write_statistics=True,
-        use_dictionary=[f.name for f in schema if f.name not in delta and f.name not in split],
-        column_encoding={name: "DELTA_BINARY_PACKED" for name in delta} | {name: "BYTE_STREAM_SPLIT" for name in split},
-    )
-
-
-def _mostly_distinct(sample: pa.Table | None, column: str) -> bool:
-    if sample is None or column not in sample.column_names:
-        return False
-    values = sample.column(column).drop_null()
-    return len(values) >= 64 and pc.count_distinct(values).as_py() > SPLIT_DISTINCT_FRACTION * len(values)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_parquet_to(table: pa.Table, sink, row_group_size: int = 1_000_000) -> None:
-    """Encode ``table`` into an open binary file: the one Parquet layout every writer uses."""
-    pq.write_table(table, sink, row_group_size=row_group_size, **parquet_options(table.schema, table.slice(0, SAMPLE_ROWS)))
-
-
-def write_parquet_atomic(table: pa.Table, path: Path | str, row_group_size: int = 1_000_000) -> Path:
-    """Write ``table`` to ``path`` so that ``path`` is either absent or complete."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f"{TMP_PREFIX}{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as fh:
-            write_parquet_to(table, fh, row_group_size)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def remove_stale_tmp(root: Path | str) -> int:
-    """Delete temporary files left by a killed writer; returns how many were removed."""
-    removed = 0
-    for tmp in Path(root).rglob(f"{TMP_PREFIX}*"):
-        tmp.unlink(missing_ok=True)
-        removed += 1
-    return removed
+from collectors.storage import DataRoot
 
 
 def _day_strings(ts: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -117,8 +37,6 @@ def write_dataset(
     writers never collide; with ``unique_names=False`` the name is ``<prefix>.parquet``
     (reproducible, and a rewrite replaces the file atomically), for writers that own their prefix.
     """
-    from collectors.storage import DataRoot  # storage builds on this module's atomic local write
-
     data_root = DataRoot.open(root)
     ds = DATASETS[dataset]
     table = conform(table, ds.schema, where=f"{dataset} rows from {prefix}")

@@ -282,7 +282,7 @@ def _joined(times: list, values: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _iso(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def to_table(res: ImportResult) -> pa.Table:

@@ -41,24 +41,21 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from collectors import parquet_sink
-from collectors.parquet_sink import TMP_PREFIX
+from collectors import atomic
+from collectors.atomic import TMP_PREFIX
+from collectors.settings import DEFAULT_DATA_DIR, load
 
 S3_SCHEME = "s3://"
-DATA_DIR_ENV = "WATTLINE_DATA_DIR"  # the same variable as pipeline.constants
-DEFAULT_DATA_DIR = "data"
-STATE_DIR_ENV = "WATTLINE_STATE_DIR"
-"""Local folder for the state of an S3 data dir (locks, ``--follow`` checkpoints)."""
 STAGE_THREADS = 8
 
 
@@ -68,9 +65,8 @@ def is_s3_url(value: object) -> bool:
 
 def resolve_data_root(value: str | os.PathLike | None = None) -> Path | str:
     """The data dir as the CLI takes it: an ``s3://bucket/prefix`` URL kept as a string, anything
-    else like ``pipeline.constants.resolve_data_dir`` (explicit value, else $WATTLINE_DATA_DIR,
-    else ./data; an absolute Path)."""
-    raw = value or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
+    else an absolute Path (explicit value, else $WATTLINE_DATA_DIR, else ./data)."""
+    raw = value or load().data_dir or DEFAULT_DATA_DIR
     if is_s3_url(str(raw)):
         return S3Root(str(raw)).url
     return Path(raw).expanduser().resolve()
@@ -112,7 +108,7 @@ def _literal_prefix(pattern: str) -> str:
 def _matches(key: str, pattern: str) -> bool:
     """Glob match segment by segment: '*' never crosses '/' (as in pathlib and DuckDB)."""
     parts, pats = key.split("/"), pattern.split("/")
-    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(k, p) for k, p in zip(parts, pats))
+    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(k, p) for k, p in zip(parts, pats, strict=False))
 
 
 def _atomic_local_write(path: Path, fill: Callable[[object], None]) -> Path:
@@ -125,7 +121,7 @@ def _atomic_local_write(path: Path, fill: Callable[[object], None]) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-        parquet_sink.fsync_dir(path.parent)
+        atomic.fsync_dir(path.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -140,7 +136,7 @@ class DataRoot:
     is_local: bool
 
     @staticmethod
-    def open(value: str | os.PathLike | "DataRoot") -> "DataRoot":
+    def open(value: str | os.PathLike | DataRoot) -> DataRoot:
         """A local path (kept as given, relative or not) or an ``s3://bucket[/prefix]`` URL."""
         if isinstance(value, DataRoot):
             return value
@@ -318,7 +314,7 @@ class LocalRoot(DataRoot):
         return self.location(key).read_bytes()
 
     def write_parquet(self, key: str, table: pa.Table, row_group_size: int = 1_000_000) -> Path:
-        return parquet_sink.write_parquet_atomic(table, self.location(key), row_group_size)
+        return atomic.write_parquet_atomic(table, self.location(key), row_group_size)
 
     def write_bytes(self, key: str, data: bytes) -> Path:
         return _atomic_local_write(self.location(key), lambda fh: fh.write(data))
@@ -337,9 +333,9 @@ class LocalRoot(DataRoot):
         source, dest = self.location(src), self.location(dst)
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, dest)
-        parquet_sink.fsync_dir(dest.parent)
+        atomic.fsync_dir(dest.parent)
         if source.parent != dest.parent:
-            parquet_sink.fsync_dir(source.parent)
+            atomic.fsync_dir(source.parent)
         return dest
 
     def stage(self, keys: Iterable[str], local_dir: str | os.PathLike | None = None) -> list[Path]:
@@ -424,7 +420,7 @@ class S3Root(DataRoot):
         with tempfile.TemporaryDirectory(prefix="wattline-put-") as tmp:
             local = Path(tmp) / "part.parquet"
             with open(local, "wb") as fh:
-                parquet_sink.write_parquet_to(table, fh, row_group_size)
+                atomic.write_parquet_to(table, fh, row_group_size)
             return self._put(local, key)
 
     def write_bytes(self, key: str, data: bytes) -> str:
@@ -457,8 +453,9 @@ class S3Root(DataRoot):
         return [local_dir / k for k in keys]
 
     def state_dir(self) -> Path:
-        if os.environ.get(STATE_DIR_ENV):
-            return Path(os.environ[STATE_DIR_ENV]).expanduser()
+        state_dir = load().state_dir
+        if state_dir:
+            return Path(state_dir).expanduser()
         base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
         return base / "wattline" / "s3" / self.bucket / (self.prefix or "_root")
 

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from collectors.days import FIRST_DAY
-from collectors.inventory import INVENTORY_FILE  # noqa: F401 (re-exported: one name for the file)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SQL_DIR = REPO_ROOT / "sql"
 REPO_DAGSTER_YAML = REPO_ROOT / "dagster.yaml"
 
-DATA_DIR_ENV = "WATTLINE_DATA_DIR"
-DEFAULT_DATA_DIR = "data"
-
 WAREHOUSE_FILE = "warehouse.duckdb"
 DERIVED_DIR = "derived"
-QUARANTINE_DIR = "quarantine"
 DAGSTER_HOME_DIR = ".dagster"
 REPORTS_DIR = REPO_ROOT / "reports" / "out"
 
@@ -28,11 +22,8 @@ CLUSTER_DIM = "cluster"
 START_DATE = FIRST_DAY
 """First day of the daily partitions (earlier data cannot be materialized): ``collectors/days.py``."""
 
-
-def resolve_data_dir(value: str | os.PathLike | None = None) -> Path:
-    """The data dir: an explicit value, else $WATTLINE_DATA_DIR, else ./data; always absolute."""
-    raw = value or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
-    return Path(raw).expanduser().resolve()
+DIURNAL_TRAILING_DAYS = 28
+"""Days of hourly_activity that diurnal_profile reads by default (and that an S3 fleet-day stages)."""
 
 
 def warehouse_path(data_dir: Path) -> Path:

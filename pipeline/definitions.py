@@ -24,6 +24,8 @@ from dagster import (
 
 import pipeline.assets
 from collectors.contract import DATASETS
+from collectors.settings import load
+from pipeline import daily_report
 from pipeline.jobs import build_jobs, keys_partitioned_by
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
@@ -38,8 +40,15 @@ def _asset_modules():
     ]
 
 
+def warehouse_resource(data_dir: str = "") -> WarehouseResource:
+    """The resource, its fields from the settings as they are now (collectors/settings.py); the
+    runner's worker processes build their definitions after setting their share of threads and memory."""
+    settings = load()
+    return WarehouseResource(data_dir=data_dir, duckdb_memory=settings.duckdb_memory or "", duckdb_threads=settings.duckdb_threads or 0)
+
+
 def build_definitions(data_dir: str = "") -> Definitions:
-    modules = _asset_modules()
+    modules = [*_asset_modules(), daily_report]
     assets = [_follow_cluster_days(a) for a in load_assets_from_modules(modules)]
     fleet_day = AutomationConditionSensorDefinition(
         "fleet_day_automation",
@@ -53,7 +62,7 @@ def build_definitions(data_dir: str = "") -> Definitions:
         jobs=list(build_jobs(assets)),
         schedules=[daily_schedule],
         sensors=[new_parquet_sensor, fleet_day],
-        resources={"warehouse": WarehouseResource(data_dir=data_dir)},
+        resources={"warehouse": warehouse_resource(data_dir)},
     )
 
 
@@ -68,7 +77,7 @@ def fleet_day_condition() -> AutomationCondition:
         AutomationCondition.eager()
         .replace("in_latest_time_window", AutomationCondition.in_latest_time_window(lookback_delta=dt.timedelta(days=FOLLOW_DAYS)))
         # the raw datasets are observable sources (never "materialized"): a day checks its files when it runs
-        .ignore(AssetSelection.assets(*DATASETS))
+        .ignore(AssetSelection.assets(*DATASETS))  # type: ignore[attr-defined]  # eager() is an AndAutomationCondition
     )
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collectors.inventory import Inventory
 
-LEVELS = ("gpu", "host", "cluster", "role", "fleet")
-
 
 def gpu_entity(host: str, gpu: int) -> str:
     """The name of a GPU as an entity: ``host/gpu``."""

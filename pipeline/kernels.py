@@ -32,7 +32,7 @@ def max_swings(samples: pl.DataFrame, windows_s: tuple[int, ...]) -> pl.DataFram
     # One time axis for all (GPU, run) groups, each shifted past the previous one by more than the
     # longest window: the rolling windows never reach across a group, and no `over` is needed
     # (measured: 3x cheaper than rolling per group with over()).
-    t_min, t_max = samples["t_ns"].min(), samples["t_ns"].max()
+    t_min, t_max = int(samples["t_ns"].min()), int(samples["t_ns"].max())  # type: ignore[arg-type]
     stride = (t_max - t_min) + (max(windows_s) + 1) * 1_000_000_000
     df = samples.with_columns(
         ((pl.col("t_ns").diff().fill_null(0) > RUN_GAP_NS) | (pl.col("gpu") != pl.col("gpu").shift(1)).fill_null(False))
@@ -50,3 +50,11 @@ def max_swings(samples: pl.DataFrame, windows_s: tuple[int, ...]) -> pl.DataFram
         .with_columns(pl.col("window_s").cast(pl.Int64), pl.col("gpu").cast(pl.Int64))
         .join(spacing.with_columns(pl.col("gpu").cast(pl.Int64)), on="gpu")
     )
+
+
+def arrow_frame(table) -> pl.DataFrame:
+    """An Arrow table (a DuckDB result) as a polars DataFrame; ``pl.from_arrow``'s type says
+    DataFrame or Series."""
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame

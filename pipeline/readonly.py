@@ -63,7 +63,7 @@ def _explained(query: str) -> list[str]:
     tokenizer: the text after the options group, and (for ``EXPLAIN (SELECT ...)``) without it."""
     tokens = [(pos, kind) for pos, kind in duckdb.tokenize(query) if kind != duckdb.token_type.comment]
     ends = [pos for pos, _ in tokens[1:]] + [len(query)]
-    text = [query[pos:end].strip() for (pos, _), end in zip(tokens, ends)]
+    text = [query[pos:end].strip() for (pos, _), end in zip(tokens, ends, strict=False)]
     i = 1  # tokens[0] is EXPLAIN
     if i < len(text) and text[i].upper() in ("ANALYZE", "ANALYSE"):
         i += 1

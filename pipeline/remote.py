@@ -10,7 +10,7 @@ dir the pipeline works in a local *work dir* with the same relative layout as th
   folder is *mirrored*: unchanged files are skipped, files gone from the bucket (a re-simulated
   day, a quarantined file) are deleted locally, so they never linger as inputs.
 - :func:`publish_part` (after a derived part is written locally): uploads it under the same key.
-- :func:`reader_dir` (``wattline sql / report / ui``): mirrors ``derived/`` and the quarantine
+- :func:`mirror_for_readers` (``wattline sql / report / ui``, through ``warehouse.reader_dir``): mirrors ``derived/`` and the quarantine
   log into the work dir, then the catalog is built locally as for a local data dir.
 
 This module is the one place that knows the difference: for a local data dir every function
@@ -25,13 +25,16 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from collectors.contract import QUARANTINE_DIR
+from collectors.inventory import INVENTORY_FILE
 from collectors.names import inside_key
+from collectors.settings import load
 from collectors.storage import DataRoot, LocalRoot, resolve_data_root
-from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, QUARANTINE_DIR, SQL_DIR, warehouse_path
+from pipeline import sqlfiles
+from pipeline.constants import DERIVED_DIR, DIURNAL_TRAILING_DAYS, warehouse_path
+from pipeline.datadir import cluster_members, host_filter, load_inventory_if_any
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED, Scope
 
-WORK_DIR_ENV = "WATTLINE_WORK_DIR"
-"""Local work dir of an S3 data dir (default ``<state dir>/work``: docs/storage.md)."""
 RAW_DAY_DATASETS = ("requests", "job_events")
 """Raw datasets staged whole for a cluster-day (their views filter the cluster's rows)."""
 MIRROR_THREADS = 8
@@ -56,7 +59,7 @@ def work_dir(root: DataRoot) -> Path:
     $WATTLINE_WORK_DIR, else ``root.state_dir()/work``."""
     if isinstance(root, LocalRoot):
         return root.path
-    env = os.environ.get(WORK_DIR_ENV)
+    env = load().work_dir
     work = (Path(env).expanduser() if env else root.state_dir() / "work").resolve()
     _roots[work] = root
     return work
@@ -89,15 +92,15 @@ def stage(root: DataRoot, work: Path, scope: Scope | str | None = None) -> None:
     day = scope.date
     folders = [f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
     if scope.cluster:
-        folders += [inside_key("power", f"date={day}", f"host={h}") for h in _cluster_hosts(root, work, scope)]
+        folders += [inside_key("power", f"date={day}", f"host={h}") for h in _hosts_to_stage(root, work, scope)]
         folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS]
-        folders += [inside_key(DERIVED_DIR, t, f"date={day}", f"cluster={scope.cluster}") for t in derived_table_names()]
+        folders += [inside_key(DERIVED_DIR, t, f"date={day}", f"cluster={scope.cluster}") for t in sqlfiles.table_names()]
     elif scope.fleet:
-        folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in derived_table_names() if t not in PER_GPU_TABLES]
+        folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in sqlfiles.table_names() if t not in PER_GPU_TABLES]
         folders += [f"{DERIVED_DIR}/hourly_activity/date={d}" for d in _trailing_days(day)]
     else:  # a whole day without a scope (a local-style run of one date)
         folders += [f"{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
-        folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in derived_table_names()]
+        folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in sqlfiles.table_names()]
     mirror_all(root, work, folders)
 
 
@@ -119,57 +122,42 @@ def publish_part(root: DataRoot, work: Path, part: Path) -> None:
     os.utime(part, ns=(mtime, mtime))
 
 
-def reader_dir(value: str | os.PathLike | DataRoot, date: str | None = None) -> Path:
-    """The local dir readers (``wattline sql / report / ui``) work on. For S3: mirror
-    ``derived/`` (a cache of every derived table, growing with history), the quarantine log
-    and its files, ``inventory.yaml`` and (with ``date``) the day's row-level quarantine, then
-    rebuild the catalog if anything changed. A local data dir is returned as is."""
+def mirror_for_readers(value: str | os.PathLike | DataRoot, date: str | None = None) -> tuple[Path, bool]:
+    """The local dir readers (``wattline sql / report / ui``) work on, and whether the catalog
+    there must be rebuilt (``warehouse.reader_dir`` does). For S3: mirror ``derived/`` (a cache
+    of every derived table, growing with history), the quarantine log and its files,
+    ``inventory.yaml`` and (with ``date``) the day's row-level quarantine. A local data dir is
+    returned as is."""
     root = open_root(value)
     work = work_dir(root)
     if root.is_local:
-        return work
+        return work, False
     work.mkdir(parents=True, exist_ok=True)
     prefixes = [DERIVED_DIR, f"{QUARANTINE_DIR}/file_log", f"{QUARANTINE_DIR}/files"]
     if date:
         prefixes += [f"{QUARANTINE_DIR}/{ds}/date={date}" for ds in ("power", *RAW_DAY_DATASETS)]
     changed = mirror_all(root, work, prefixes) + _mirror_file(root, work, INVENTORY_FILE)
-    if changed or not warehouse_path(work).exists():
-        from pipeline import warehouse
-
-        if warehouse.derived_tables(work) or warehouse.has_data(work):
-            warehouse.publish(work)
-    return work
-
-
-def derived_table_names() -> list[str]:
-    """Every derived table's name: one per ``sql/<table>.sql`` (rollups write the same names)."""
-    return sorted(p.stem for p in SQL_DIR.glob("*.sql"))
+    return work, bool(changed) or not warehouse_path(work).exists()
 
 
 def _trailing_days(day: str) -> list[str]:
-    from pipeline.assets.diurnal import TRAILING_DAYS  # what diurnal_profile reads
-
     d = dt.date.fromisoformat(day)
-    return [(d - dt.timedelta(days=i)).isoformat() for i in range(1, TRAILING_DAYS)]
+    return [(d - dt.timedelta(days=i)).isoformat() for i in range(1, DIURNAL_TRAILING_DAYS)]
 
 
-def _cluster_hosts(root: DataRoot, work: Path, scope: Scope) -> list[str]:
+def _hosts_to_stage(root: DataRoot, work: Path, scope: Scope) -> list[str]:
     """The cluster's hosts; for UNASSIGNED, the day's hosts with power files on S3 that the
     inventory does not list."""
-    from pipeline import warehouse
-
-    inventory = warehouse.load_inventory_if_any(work)
+    inventory = load_inventory_if_any(work)
     if scope.cluster != UNASSIGNED:
-        return warehouse.cluster_members(inventory, scope.cluster)[0] if inventory else []
+        return cluster_members(inventory, scope.cluster)[0] if inventory else []
     return unassigned_hosts(root, work, scope.date)
 
 
 def unassigned_hosts(root: DataRoot, work: Path, date: str) -> list[str]:
     """Hosts of the day missing from the inventory, with power files on S3 or (to be dropped
     by the mirror when gone from S3) in the work dir."""
-    from pipeline import warehouse
-
-    mine = warehouse.host_filter(warehouse.load_inventory_if_any(work), UNASSIGNED)
+    mine = host_filter(load_inventory_if_any(work), UNASSIGNED)
     day_hosts = {k.split("/")[2].split("=", 1)[1] for k in root.list(f"power/date={date}/host=*/*.parquet")}
     day_hosts |= {p.name.split("=", 1)[1] for p in (work / "power" / f"date={date}").glob("host=*")}
     return sorted(h for h in day_hosts if mine(h))
@@ -177,23 +165,23 @@ def unassigned_hosts(root: DataRoot, work: Path, date: str) -> list[str]:
 
 def stage_day_plan(root: DataRoot, work: Path, date: str) -> None:
     """What the runner needs to plan a day on S3: ``inventory.yaml`` and the power files of
-    hosts missing from it (they make the UNASSIGNED cluster-day: ``warehouse.day_clusters``)."""
+    hosts missing from it (they make the UNASSIGNED cluster-day: ``datadir.day_clusters``)."""
     if root.is_local:
         return
     stage(root, work)
     mirror_all(root, work, [inside_key("power", f"date={date}", f"host={h}") for h in unassigned_hosts(root, work, date)])
 
 
-def remove_stale_parts(data_dir: str | os.PathLike, date: str, clusters: list[str]) -> list[str]:
-    """On S3, delete the day's cluster parts of clusters not in ``clusters`` (what
-    ``warehouse.remove_stale_parts`` does in the work dir), so no fleet-day stages them again.
+def delete_stale_objects(data_dir: str | os.PathLike, date: str, clusters: list[str]) -> list[str]:
+    """On S3, delete the day's cluster parts of clusters not in ``clusters`` (for
+    ``warehouse.remove_stale_parts``, which does the same in the work dir), so no fleet-day stages them again.
     Returns the deleted keys; no-op locally."""
     root = open_root(data_dir)
     if root.is_local:
         return []
     keep = {f"cluster={c}" for c in clusters}
     with ThreadPoolExecutor(max_workers=MIRROR_THREADS) as pool:
-        listed = pool.map(lambda t: root.list(f"{DERIVED_DIR}/{t}/date={date}/cluster=*/*.parquet"), derived_table_names())
+        listed = pool.map(lambda t: root.list(f"{DERIVED_DIR}/{t}/date={date}/cluster=*/*.parquet"), sqlfiles.table_names())
         stale = [k for keys in listed for k in keys if k.split("/")[3] not in keep]
     for key in stale:
         root.delete(key)

@@ -11,7 +11,8 @@ from dagster import ConfigurableResource
 
 from collectors.contract import DATASETS
 from collectors.storage import DataRoot
-from pipeline import quarantine, remote, warehouse
+from pipeline import file_quarantine, remote, warehouse
+from pipeline.datadir import host_of, scope_host_filter
 from pipeline.scope import Scope
 
 
@@ -23,6 +24,11 @@ class WarehouseResource(ConfigurableResource):
     """
 
     data_dir: str = ""
+    duckdb_memory: str = ""
+    """Memory bound of each compute connection (e.g. ``2GB``); empty: $WATTLINE_DUCKDB_MEMORY, else
+    a quarter of RAM capped at 2.5 GiB. pipeline/definitions.py fills it from collectors/settings.py."""
+    duckdb_threads: int = 0
+    """DuckDB threads per compute connection; 0: $WATTLINE_DUCKDB_THREADS, else all cores."""
 
     @property
     def root(self) -> DataRoot:
@@ -41,44 +47,38 @@ class WarehouseResource(ConfigurableResource):
         Every raw dataset goes through here (see :meth:`connection`), so requests and
         job_events files are validated and quarantined exactly like power files.
         """
-        return quarantine.usable_files(self.path, dataset, date), self.rejected_files(dataset, date)
+        return file_quarantine.usable_files(self.path, dataset, date), self.rejected_files(dataset, date)
 
     def rejected_files(self, dataset: str, date: str | Scope) -> dict[str, str]:
         """{path: reason} of the day's files in quarantine that lose data (not byte-identical
         copies); for a cluster-day's power, only its hosts' files."""
         scope = date if isinstance(date, Scope) else Scope(date=date)
-        mine = self._cluster_hosts(scope) if dataset == "power" else (lambda host: True)
+        mine = scope_host_filter(self.path, scope) if dataset == "power" else (lambda host: True)
         return {
             e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
-            for e in quarantine.entries(self.path, scope.date, dataset)
-            if e["kind"] in quarantine.LOSSES and mine(warehouse.host_of(Path(e["path"])))
+            for e in file_quarantine.entries(self.path, scope.date, dataset)
+            if e["kind"] in file_quarantine.LOSSES and mine(host_of(Path(e["path"])))
         }
 
     def converted_files(self, date: Scope) -> dict[str, str]:
         """{path: what was converted} of the day's files of every dataset accepted with lossless
         casts whose original is still kept; for a cluster-day, only its hosts' power files."""
-        mine = self._cluster_hosts(date)
+        mine = scope_host_filter(self.path, date)
         return {
             e["path"]: e["reason"].removeprefix("accepted with casts: ")
-            for e in quarantine.entries(self.path, date.date)
-            if e["kind"] == "converted" and (e["dataset"] != "power" or mine(warehouse.host_of(Path(e["path"]))))
+            for e in file_quarantine.entries(self.path, date.date)
+            if e["kind"] == "converted" and (e["dataset"] != "power" or mine(host_of(Path(e["path"]))))
         }
 
     def scoped_files(self, date: str, scope: Scope | None) -> dict[str, list[Path]]:
         """The day's usable files of every raw dataset; a cluster-day's power files are its hosts'."""
-        files = {name: quarantine.usable_files(self.path, name, date) for name in DATASETS}
+        files = {name: file_quarantine.usable_files(self.path, name, date) for name in DATASETS}
         if scope is not None and scope.fleet:
             files["power"] = []
         elif scope is not None and scope.cluster:
-            mine = self._cluster_hosts(scope)
-            files["power"] = [f for f in files["power"] if mine(warehouse.host_of(f))]
+            mine = scope_host_filter(self.path, scope)
+            files["power"] = [f for f in files["power"] if mine(host_of(f))]
         return files
-
-    def _cluster_hosts(self, scope: Scope):
-        """Whether a host's files are the scope's: its cluster's hosts (every host outside a cluster-day)."""
-        if not scope.cluster:
-            return lambda host: True
-        return warehouse.host_filter(warehouse.load_inventory_if_any(self.path), scope.cluster)
 
     @contextlib.contextmanager
     def connection(
@@ -88,16 +88,18 @@ class WarehouseResource(ConfigurableResource):
         each raw dataset's view holds only that day's usable files (unless ``raw_files`` names
         them), so no asset reads an unchecked file."""
         scope = date if isinstance(date, Scope) else None
-        day = scope.date if scope else date
+        day = date.date if isinstance(date, Scope) else date
         remote.stage(self.root, self.path, scope or day)  # S3: the working copy (no-op locally)
         overrides = dict(raw_files or {})
         if day is not None:
             for name, files in self.scoped_files(day, scope).items():
                 overrides.setdefault(name, files)
-        with warehouse.compute_connection(self.path, day, raw_overrides=overrides, scope=scope) as con:
+        with warehouse.compute_connection(
+            self.path, day, raw_overrides=overrides, scope=scope, memory=self.duckdb_memory or None, threads=self.duckdb_threads or None
+        ) as con:
             yield con
 
-    def write_partition(self, con: duckdb.DuckDBPyConnection, table: str, date: str | Scope, query: str) -> int:
+    def write_and_publish(self, con: duckdb.DuckDBPyConnection, table: str, date: str | Scope, query: str) -> int:
         """Replace the day's (or cluster-day's) part of ``table`` and republish the catalog;
         returns rows written."""
         scope = date if isinstance(date, Scope) else Scope(date=date)
@@ -106,7 +108,7 @@ class WarehouseResource(ConfigurableResource):
         except duckdb.Error:
             # A file whose footer is sound but whose data is damaged fails the query, not the
             # footer check: find it, quarantine it and compute the rest of the day once more.
-            if not sum(quarantine.quarantine_damaged(self.path, name, scope.date) for name in DATASETS):
+            if not sum(file_quarantine.quarantine_damaged(self.path, name, scope.date) for name in DATASETS):
                 raise
             warehouse.create_views(con, self.path, raw_overrides=self.scoped_files(scope.date, scope), scope=scope if scope.cluster or scope.fleet else None)
             rows = warehouse.write_partition(con, self.path, table, scope.date, query, scope)

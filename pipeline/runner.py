@@ -18,9 +18,17 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.constants import DAGSTER_HOME_DIR, REPO_DAGSTER_YAML
+from dagster import DagsterInstance
 
-WORKERS_ENV = "WATTLINE_WORKERS"
+from collectors.settings import DUCKDB_MEMORY_ENV, DUCKDB_THREADS_ENV, load
+from pipeline import file_quarantine, remote, warehouse
+from pipeline.constants import DAGSTER_HOME_DIR, REPO_DAGSTER_YAML
+from pipeline.datadir import day_clusters
+from pipeline.definitions import build_definitions
+from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
+from pipeline.partitions import cluster_day_key, register_clusters
+from pipeline.remote import local_dir
+from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
 
 
 @dataclass
@@ -63,8 +71,6 @@ class RunOutcome:
 def dagster_home(data_dir: Path | str) -> Path:
     """``<data-dir>/.dagster`` (for an S3 data dir ``<work dir>/.dagster``) holding a copy of
     the repo's dagster.yaml (refreshed if it changed)."""
-    from pipeline.remote import local_dir
-
     home = local_dir(data_dir) / DAGSTER_HOME_DIR
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
@@ -101,11 +107,10 @@ def default_workers(clusters: int) -> int:
     """$WATTLINE_WORKERS, else one worker process per core, at most one per cluster and, under
     the default memory bound, one per WORKER_MIN_MEMORY_MB of it ($WATTLINE_DUCKDB_MEMORY gives
     each worker that much, so it does not limit them)."""
-    from pipeline.warehouse import default_memory_mb
-
-    if os.environ.get(WORKERS_ENV):
-        return max(1, int(os.environ[WORKERS_ENV]))
-    by_memory = clusters if os.environ.get("WATTLINE_DUCKDB_MEMORY") else default_memory_mb() // WORKER_MIN_MEMORY_MB
+    settings = load()
+    if settings.workers:
+        return max(1, settings.workers)
+    by_memory = clusters if settings.duckdb_memory else warehouse.default_memory_mb() // WORKER_MIN_MEMORY_MB
     return max(1, min(clusters, os.cpu_count() or 1, by_memory))
 
 
@@ -126,20 +131,13 @@ def run_day(
     url, data_dir = _work_dir(data_dir, date)
     os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
     warnings.filterwarnings("ignore", module="dagster")
-    from dagster import DagsterInstance
-
-    from pipeline import quarantine, remote
-    from pipeline.partitions import register_clusters
-    from pipeline.warehouse import day_clusters, remove_stale_parts, remove_stale_tmp
-
     clusters = day_clusters(data_dir, date)
     workers = workers or default_workers(len(clusters))
     outcome = RunOutcome(date=date, success=True, run_id="")
     with run_lock(data_dir):
-        remove_stale_tmp(data_dir)
+        warehouse.remove_stale_tmp(data_dir)
         if not selection:  # a whole day: its parts are exactly its current cluster-days'
-            remove_stale_parts(data_dir, date, clusters)
-            remote.remove_stale_parts(url, date, clusters)  # S3: the same objects (no-op locally)
+            warehouse.remove_stale_parts(data_dir, date, clusters, url)
         with DagsterInstance.get() as instance:
             register_clusters(instance, clusters)
         parts = [(url, date, c, selection, _worker_threads(workers)) for c in clusters]
@@ -153,7 +151,7 @@ def run_day(
             results.append(_run_part((url, date, None, selection, None)))
     for r in results:
         _merge(outcome, r)
-    logged = quarantine.entries(data_dir, date)
+    logged = file_quarantine.entries(data_dir, date)
     outcome.quarantined = [e for e in logged if e["kind"] != "converted"]
     outcome.converted = [e for e in logged if e["kind"] == "converted"]
     return outcome
@@ -162,8 +160,6 @@ def run_day(
 def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:
     """(what workers get: the data dir as given or its URL, the local dir the runner works in);
     for S3, what the day's cluster list comes from is staged first (pipeline/remote.py)."""
-    from pipeline import remote
-
     if not remote.is_s3(data_dir):
         return str(data_dir), Path(data_dir)
     root = remote.open_root(data_dir)
@@ -175,13 +171,12 @@ def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:
 def _worker_threads(workers: int) -> dict[str, str]:
     """Each worker's share of the cores (DuckDB threads) and of the memory bound, unless
     $WATTLINE_DUCKDB_THREADS / $WATTLINE_DUCKDB_MEMORY say: N workers use what one would."""
-    from pipeline.warehouse import default_memory_mb
-
     env = {}
-    if workers > 1 and not os.environ.get("WATTLINE_DUCKDB_THREADS"):
-        env["WATTLINE_DUCKDB_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
-    if workers > 1 and not os.environ.get("WATTLINE_DUCKDB_MEMORY"):
-        env["WATTLINE_DUCKDB_MEMORY"] = f"{max(256, default_memory_mb() // workers)}MB"
+    settings = load()
+    if workers > 1 and not settings.duckdb_threads:
+        env[DUCKDB_THREADS_ENV] = str(max(1, (os.cpu_count() or 1) // workers))
+    if workers > 1 and not settings.duckdb_memory:
+        env[DUCKDB_MEMORY_ENV] = f"{max(256, warehouse.default_memory_mb() // workers)}MB"
     return env
 
 
@@ -192,12 +187,6 @@ def _run_part(args) -> dict:
     os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
     os.environ.update(env or {})
     warnings.filterwarnings("ignore", module="dagster")
-    from dagster import DagsterInstance
-
-    from pipeline.definitions import build_definitions
-    from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
-    from pipeline.partitions import cluster_day_key
-    from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
 
     defs = build_definitions(data_dir)
     job = defs.resolve_job_def(CLUSTER_JOB if cluster else FLEET_JOB)
@@ -214,13 +203,13 @@ def _run_part(args) -> dict:
             raise_on_error=False,
             # Dagster's console logger prints stack traces for failed steps: the CLI reports
             # failures and quarantined files itself in one line each; the UI keeps the details.
-            run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("WATTLINE_LOG_LEVEL", "CRITICAL")}}}},
+            run_config={"loggers": {"console": {"config": {"log_level": load().log_level}}}},
             asset_selection=selected,
         )
     part["success"], part["run_id"] = result.success, result.run_id
     for event in result.all_events:
         if event.is_step_success and event.step_key:
-            part["step_seconds"][event.step_key] = event.event_specific_data.duration_ms / 1000
+            part["step_seconds"][event.step_key] = event.step_success_data.duration_ms / 1000
     part["materialized"] = [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()]
     part["failed_checks"] = [
         dict(asset=e.asset_key.to_user_string(), check=e.check_name, severity=e.severity.value, description=e.description or "", partition=cluster or date)
@@ -238,9 +227,6 @@ def asset_names() -> list[str]:
     """Every name ``selection`` takes: asset names, and the full keys of assets whose key is more
     than a name (``fleet/swing_stats``)."""
     warnings.filterwarnings("ignore", module="dagster")
-    from pipeline.definitions import build_definitions
-    from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
-
     defs = build_definitions()
     keys = {k for job in (CLUSTER_JOB, FLEET_JOB) for k in defs.resolve_job_def(job).asset_layer.selected_asset_keys}
     return sorted({k.path[-1] for k in keys} | {k.to_user_string() for k in keys if len(k.path) > 1})

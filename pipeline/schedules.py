@@ -2,36 +2,35 @@
 
 One run per cluster-day (the unit of parallel work; the run queue or a Kubernetes run launcher
 spreads them); the fleet-day assets follow on their own once every cluster-day of the day is
-there (their automation condition, see pipeline/assets/fleet.py). The partitions run up to
+there (their automation condition, see pipeline/definitions.py). The partitions run up to
 today (``end_offset=1``, so a day being collected can be built by hand), which would make
 ``build_schedule_from_partitioned_job`` pick today; this schedule names yesterday explicitly.
 """
 
 import datetime as dt
-import os
 
 from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, SkipReason, schedule
 
+from collectors.settings import load
 from pipeline.jobs import CLUSTER_JOB
 from pipeline.partitions import CLUSTER_DIM, cluster_day_key
 
-SCHEDULE_HOUR_ENV = "WATTLINE_SCHEDULE_HOUR"
-AUTOMATION_ENV = "WATTLINE_AUTOMATION"
-"""Set to ``off`` to start the schedule and sensor stopped (they can still be started in the UI)."""
-
-AUTOMATION_ON = os.environ.get(AUTOMATION_ENV, "on").lower() != "off"
+SETTINGS = load()
+"""Read when the code location loads: the schedule's hour and whether automation starts on
+($WATTLINE_SCHEDULE_HOUR, $WATTLINE_AUTOMATION; collectors/settings.py)."""
+AUTOMATION_ON = SETTINGS.automation
 SCHEDULE_NAME = "daily_schedule"
 
 
 @schedule(
     job_name=CLUSTER_JOB,
     name=SCHEDULE_NAME,
-    cron_schedule=f"15 {int(os.environ.get(SCHEDULE_HOUR_ENV, '1'))} * * *",
+    cron_schedule=f"15 {SETTINGS.schedule_hour} * * *",
     execution_timezone="UTC",
     default_status=DefaultScheduleStatus.RUNNING if AUTOMATION_ON else DefaultScheduleStatus.STOPPED,
 )
 def daily_schedule(context: ScheduleEvaluationContext):
-    yesterday = (context.scheduled_execution_time.astimezone(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+    yesterday = (context.scheduled_execution_time.astimezone(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
     clusters = context.instance.get_dynamic_partitions(CLUSTER_DIM)
     if not clusters:
         return SkipReason("no cluster registered yet (the sensor registers the inventory's clusters)")

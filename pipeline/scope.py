@@ -83,7 +83,7 @@ def store_rows_sql(query: str, cluster: str) -> str:
     return f"""
         SELECT * REPLACE (
             CASE WHEN level = 'role' THEN '{CLUSTER_ROLE}' ELSE level END AS level,
-            CASE WHEN level = 'role' THEN {_lit(cluster)} || '/' || entity ELSE entity END AS entity)
+            CASE WHEN level = 'role' THEN {literal(cluster)} || '/' || entity ELSE entity END AS entity)
         FROM ({query}) WHERE level IS DISTINCT FROM 'fleet'"""
 
 
@@ -96,5 +96,3 @@ def read_back_sql(source: str, cluster: str) -> str:
             CASE WHEN level = '{CLUSTER_ROLE}' THEN substr(entity, {prefix}) ELSE entity END AS entity)
         FROM {source}"""
 
-
-_lit = literal

@@ -14,7 +14,7 @@ import json
 from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
 from collectors.contract import DATASETS
-from pipeline import warehouse as wh
+from pipeline.datadir import clusters, day_clusters, raw_files
 from pipeline.jobs import CLUSTER_JOB
 from pipeline.partitions import cluster_day_key, register_clusters
 from pipeline.resources import WarehouseResource
@@ -24,7 +24,7 @@ from pipeline.schedules import AUTOMATION_ON
 def day_signatures(data_dir) -> dict[str, str]:
     by_day: dict[str, list] = {}
     for name in DATASETS:
-        for path in wh.raw_files(data_dir, name):
+        for path in raw_files(data_dir, name):
             day = next(part.split("=", 1)[1] for part in path.parts if part.startswith("date="))
             st = path.stat()
             by_day.setdefault(day, []).append((str(path), st.st_size, st.st_mtime_ns))
@@ -34,12 +34,12 @@ def day_signatures(data_dir) -> dict[str, str]:
 @sensor(job_name=CLUSTER_JOB, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING if AUTOMATION_ON else DefaultSensorStatus.STOPPED)
 def new_parquet_sensor(context: SensorEvaluationContext, warehouse: WarehouseResource):
     seen = json.loads(context.cursor) if context.cursor else {}
-    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    today = dt.datetime.now(dt.UTC).date().isoformat()
     current = day_signatures(warehouse.path)
     changed = sorted(day for day, sig in current.items() if day < today and seen.get(day) != sig)
     context.update_cursor(json.dumps(current))
-    by_day = {day: wh.day_clusters(warehouse.path, day) for day in changed}
-    new = register_clusters(context.instance, sorted({c for cs in by_day.values() for c in cs} | set(wh.clusters(warehouse.path))))
+    by_day = {day: day_clusters(warehouse.path, day) for day in changed}
+    new = register_clusters(context.instance, sorted({c for cs in by_day.values() for c in cs} | set(clusters(warehouse.path))))
     if new:
         context.log.info(f"registered cluster partition(s) {new}")
     if not changed:

@@ -22,6 +22,13 @@ def query(name: str) -> str:
     return path.read_text().strip().rstrip(";")
 
 
+def table_names() -> list[str]:
+    """Every derived table: a folder ``sql/<table>/`` holding ``<table>.sql``, or (tables not yet
+    in their folder) a file ``sql/<table>.sql``. Rollups write the same names."""
+    folders = {p.parent.name for p in SQL_DIR.glob("*/*.sql") if p.stem == p.parent.name}
+    return sorted(folders | {p.stem for p in SQL_DIR.glob("*.sql")})
+
+
 @functools.cache
 def macros() -> tuple[str, ...]:
     """Every statement in ``sql/views/*.sql`` (macros and views shared by several queries)."""

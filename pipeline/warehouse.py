@@ -31,13 +31,26 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.atomic import TMP_PREFIX, fsync_dir
 from collectors.contract import DATASETS
-from collectors.inventory import Inventory, load_inventory
+from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
-from collectors.parquet_sink import TMP_PREFIX, fsync_dir
-from pipeline import sqlfiles
-from pipeline.constants import DERIVED_DIR, INVENTORY_FILE, derived_path, warehouse_path
-from pipeline.scope import ALWAYS_DEFINED, PER_GPU_COLUMNS, PER_GPU_TABLES, ROLE_ROW_TABLES, UNASSIGNED, Scope, empty_relation_sql, read_back_sql, store_rows_sql
+from collectors.settings import load
+from pipeline import file_quarantine, remote, sqlfiles
+from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
+from pipeline.datadir import cluster_members, load_inventory_if_any, raw_files
+from pipeline.entities import entity_rows
+from pipeline.scope import (
+    ALWAYS_DEFINED,
+    PER_GPU_COLUMNS,
+    PER_GPU_TABLES,
+    ROLE_ROW_TABLES,
+    UNASSIGNED,
+    Scope,
+    empty_relation_sql,
+    read_back_sql,
+    store_rows_sql,
+)
 from pipeline.sqltext import literal, path_literal, pattern_literal
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -48,7 +61,6 @@ class WarehouseError(RuntimeError):
     """The data dir cannot serve the request (missing, empty, or no such table)."""
 
 
-_quote = literal  # one quoting helper for the whole pipeline (pipeline/sqltext.py)
 CATALOG_INFO = "catalog_info"
 """The catalog's one-row table naming the data dir it was built for (``data_dir``, ``built_at``)."""
 
@@ -70,25 +82,23 @@ def default_memory_mb() -> int:
     return max(256, min(cap_mb, int(ram_mb * share)))
 
 
-def duckdb_config() -> dict:
+def duckdb_config(memory: str | None = None, threads: int | None = None) -> dict:
     """Settings for compute connections: bounded memory that spills, all cores unless told.
 
-    memory_limit: WATTLINE_DUCKDB_MEMORY, else a quarter of physical RAM capped at 2.5 GiB.
+    ``memory`` / ``threads``: the resource's fields; unset, the settings ($WATTLINE_DUCKDB_MEMORY,
+    $WATTLINE_DUCKDB_THREADS, collectors/settings.py). memory_limit defaults to a quarter of
+    physical RAM capped at 2.5 GiB.
     DuckDB's own default (80 % of RAM) let one day of 64 GPUs reach 15 GB RSS; with the bound,
     larger intermediates (sorts, hash tables) spill to the temp directory and a day's run stays
     under 4 GB RSS whatever its size (bench/results/memory.json: peak RSS and CPU cost).
     """
-    memory = os.environ.get("WATTLINE_DUCKDB_MEMORY") or f"{default_memory_mb()}MB"
-    config = {"preserve_insertion_order": False, "memory_limit": memory}
-    if os.environ.get("WATTLINE_DUCKDB_THREADS"):
-        config["threads"] = int(os.environ["WATTLINE_DUCKDB_THREADS"])
+    settings = load()
+    memory = memory or settings.duckdb_memory or f"{default_memory_mb()}MB"
+    threads = threads or settings.duckdb_threads
+    config: dict = {"preserve_insertion_order": False, "memory_limit": memory}
+    if threads:
+        config["threads"] = threads
     return config
-
-
-def raw_files(data_dir: Path, dataset: str, date: str | None = None) -> list[Path]:
-    ds = DATASETS[dataset]
-    pattern = ds.glob() if date is None else ds.glob().replace("date=*", f"date={date}", 1)
-    return sorted(p for p in data_dir.glob(pattern) if not p.name.startswith(TMP_PREFIX))
 
 
 def derived_tables(data_dir: Path) -> list[str]:
@@ -163,8 +173,6 @@ def _empty_relation_sql(dataset: str) -> str:
 
 
 def _create_inventory_tables(con: duckdb.DuckDBPyConnection, inventory: Inventory | None) -> None:
-    from pipeline.entities import entity_rows  # local: keeps the import graph one-way
-
     gpu_rows = inventory.gpu_rows() if inventory else []
     gpus = pa.Table.from_pylist(gpu_rows, schema=_INVENTORY_GPUS)
     entities = pa.Table.from_pylist(entity_rows(inventory) if inventory else [], schema=_INVENTORY_ENTITIES)
@@ -204,17 +212,6 @@ _INVENTORY_ENTITIES = pa.schema(
 )
 
 
-def load_inventory_if_any(data_dir: Path) -> Inventory | None:
-    path = data_dir / INVENTORY_FILE
-    return load_inventory(path) if path.exists() else None
-
-
-def clusters(data_dir: Path) -> list[str]:
-    """The inventory's clusters (the cluster partitions), in inventory order."""
-    inventory = load_inventory_if_any(data_dir)
-    return [c.name for f in inventory.fleets for c in f.clusters] if inventory else []
-
-
 def cluster_inventory(inventory: Inventory, cluster: str) -> Inventory:
     """The inventory cut down to one cluster (its fleet holding only that cluster)."""
     for fleet in inventory.fleets:
@@ -224,49 +221,21 @@ def cluster_inventory(inventory: Inventory, cluster: str) -> Inventory:
     raise WarehouseError(f"cluster {cluster!r} is not in the inventory")
 
 
-def cluster_members(inventory: Inventory, cluster: str) -> tuple[list[str], list[str]]:
-    """The cluster's host names and inference endpoint names."""
-    hosts = [h for _, c, h in inventory.iter_hosts() if c.name == cluster]
-    return [h.name for h in hosts], [e.name for h in hosts for e in h.endpoints]
-
-
-def host_filter(inventory: Inventory | None, cluster: str):
-    """Whether a host's files belong to ``cluster`` (for UNASSIGNED: hosts the inventory lacks)."""
-    known = {h.name for _, _, h in inventory.iter_hosts()} if inventory else set()
-    if cluster == UNASSIGNED:
-        return lambda host: host not in known
-    members = set(cluster_members(inventory, cluster)[0]) if inventory else set()
-    return lambda host: host in members
-
-
-def host_of(path: Path) -> str | None:
-    return next((part.split("=", 1)[1] for part in path.parts if part.startswith("host=")), None)
-
-
-def remove_stale_parts(data_dir: Path, date: str, clusters: list[str]) -> list[Path]:
+def remove_stale_parts(data_dir: Path, date: str, clusters: list[str], url: str | None = None) -> list[Path]:
     """Delete the day's parts of clusters that are not among ``clusters`` (a cluster gone from
     the inventory, or hosts once unassigned and now listed), so a re-run day holds exactly
-    its current cluster-days' rows. Returns the folders removed."""
+    its current cluster-days' rows; with an ``s3://`` ``url``, its objects too. Returns the local folders removed."""
     keep = {f"cluster={c}" for c in clusters}
     stale = [f for f in (data_dir / DERIVED_DIR).glob(f"*/date={date}/cluster=*") if f.is_dir() and f.name not in keep]
     for folder in stale:
         shutil.rmtree(folder)
+    if url is not None:
+        remote.delete_stale_objects(url, date, clusters)  # no-op for a local data dir
     return stale
 
 
-def day_clusters(data_dir: Path, date: str) -> list[str]:
-    """The day's cluster-days: the inventory's clusters, and UNASSIGNED when the day has power
-    files of hosts the inventory does not list (they are computed per GPU and named by a check,
-    never dropped)."""
-    names = clusters(data_dir)
-    unknown = host_filter(load_inventory_if_any(data_dir), UNASSIGNED)
-    if any(unknown(host_of(f)) for f in raw_files(data_dir, "power", date)):
-        names.append(UNASSIGNED)
-    return names
-
-
 def _in_list(column: str, values: list[str]) -> str:
-    return f"{column} IN ({', '.join(_quote(v) for v in values)})" if values else "false"
+    return f"{column} IN ({', '.join(literal(v) for v in values)})" if values else "false"
 
 
 def create_views(
@@ -304,8 +273,8 @@ def create_views(
             listed = ", ".join(path_literal(f) for f in files)
             con.execute(f"SET VARIABLE files_{name} = [{listed}]::VARCHAR[]")
     if scope is not None:
-        con.execute(f"SET VARIABLE scope = {_quote('cluster' if scope.cluster else 'fleet')}")
-        con.execute(f"SET VARIABLE cluster = {_quote(scope.cluster) if scope.cluster else 'NULL'}")
+        con.execute(f"SET VARIABLE scope = {literal('cluster' if scope.cluster else 'fleet')}")
+        con.execute(f"SET VARIABLE cluster = {literal(scope.cluster) if scope.cluster else 'NULL'}")
     for table in derived_tables(data_dir):
         if not (scope and scope.fleet and table in PER_GPU_TABLES):
             con.execute(_derived_view_sql(data_dir, table, scope, con))
@@ -317,9 +286,7 @@ def create_views(
         if table not in present:
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
     _create_inventory_tables(con, inventory)
-    from pipeline import quarantine  # local: quarantine reads raw_files from here
-
-    con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {quarantine.view_sql(data_dir)}")
+    con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)
 
@@ -330,9 +297,13 @@ def compute_connection(
     date: str | None = None,
     raw_overrides: dict[str, list[Path]] | None = None,
     scope: Scope | None = None,
+    *,
+    memory: str | None = None,
+    threads: int | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """An in-memory DuckDB with every dataset as a view and ``partition_date`` set."""
-    config = duckdb_config()
+    """An in-memory DuckDB with every dataset as a view and ``partition_date`` set; ``memory``
+    and ``threads`` bound it (unset: the settings, see :func:`duckdb_config`)."""
+    config = duckdb_config(memory, threads)
     spill = data_dir / ".duckdb_tmp"
     spill.mkdir(parents=True, exist_ok=True)
     config["temp_directory"] = str(spill)
@@ -344,7 +315,7 @@ def compute_connection(
             if not _DATE.match(date):
                 raise ValueError(f"bad partition date {date!r}")
             con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
-        con.execute(f"SET VARIABLE data_dir = {_quote(str(data_dir))}")
+        con.execute(f"SET VARIABLE data_dir = {literal(str(data_dir))}")
         create_views(con, data_dir, raw_overrides=raw_overrides, scope=scope)
         yield con
     finally:
@@ -382,7 +353,7 @@ def write_partition(
     try:
         v2 = ", PARQUET_VERSION V2" if table in PARQUET_V2_TABLES else ""
         con.execute(
-            f"COPY ({query}) TO {_quote(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000{v2})"
+            f"COPY ({query}) TO {literal(str(tmp))} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000{v2})"
         )
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
@@ -516,3 +487,12 @@ def remove_stale_tmp(data_dir: Path, older_than_s: float = 3600.0) -> list[Path]
 
 def has_data(data_dir: Path) -> bool:
     return any(raw_files(data_dir, name) for name in DATASETS)
+
+
+def reader_dir(value, date: str | None = None) -> Path:
+    """The local dir readers (``wattline sql / report / ui``) work on: the data dir itself, or for
+    S3 its mirror (pipeline/remote.py) with the catalog rebuilt when the mirror changed."""
+    work, stale = remote.mirror_for_readers(value, date)
+    if stale and (derived_tables(work) or has_data(work)):
+        publish(work)
+    return work

@@ -71,7 +71,8 @@ def headroom_bars(rows: list[dict]) -> alt.LayerChart:
 def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucket_s: int, unit: str = "W") -> alt.LayerChart:
     """area: t, role, w (bucket mean); envelope: t, w (max 2 s mean of the fleet in the bucket);
     rules: label, w (provisioned lines)."""
-    title = f"Fleet power by role ({bucket_s // 60 if bucket_s % 60 == 0 else bucket_s}{' min' if bucket_s % 60 == 0 else ' s'} means, stacked) with the fleet's 2 s max envelope"
+    unit = f"{bucket_s // 60} min" if bucket_s % 60 == 0 else f"{bucket_s} s"
+    title = f"Fleet power by role ({unit} means, stacked) with the fleet's 2 s max envelope"
     stack = (
         alt.Chart(alt.Data(values=area))
         .mark_area(opacity=0.8)
@@ -86,14 +87,14 @@ def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucke
     env = (
         alt.Chart(alt.Data(values=envelope))
         .mark_line(color="#333333", strokeWidth=1)
-        .encode(x=_time_x(), y=alt.Y("w:Q"), tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.1f", title=f"2 s max ({unit})")])
+        .encode(
+            x=_time_x(),
+            y=alt.Y("w:Q"),
+            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.1f", title=f"2 s max ({unit})")],
+        )
     )
     rule = alt.Chart(alt.Data(values=rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y="w:Q", tooltip=["label:N"])
-    text = (
-        alt.Chart(alt.Data(values=rules))
-        .mark_text(align="left", dx=4, dy=-6, color="#a50f15", fontSize=10)
-        .encode(y="w:Q", x=alt.value(0), text="label:N")
-    )
+    text = alt.Chart(alt.Data(values=rules)).mark_text(align="left", dx=4, dy=-6, color="#a50f15", fontSize=10).encode(y="w:Q", x=alt.value(0), text="label:N")
     return alt.layer(stack, env, rule, text, title=title).properties(width=WIDTH, height=HEIGHT + 40)
 
 
@@ -145,7 +146,11 @@ def endpoint_window(power: list[dict], segments: list[dict], endpoint: str, reso
                 x=_time_x("start", fmt="%H:%M:%S"),
                 x2="end:T",
                 color=alt.Color("phase:N", scale=PHASE_COLORS, title="phase"),
-                tooltip=["phase:N", alt.Tooltip("start:T", format="%H:%M:%S.%L", formatType="utc"), alt.Tooltip("end:T", format="%H:%M:%S.%L", formatType="utc")],
+                tooltip=[
+                    "phase:N",
+                    alt.Tooltip("start:T", format="%H:%M:%S.%L", formatType="utc"),
+                    alt.Tooltip("end:T", format="%H:%M:%S.%L", formatType="utc"),
+                ],
             )
         )
     layers.append(
@@ -222,9 +227,7 @@ def coincidence_bars(rows: list[dict]) -> alt.LayerChart:
             tooltip=["level:N", "entity:N", alt.Tooltip("factor:Q", format=".3f")],
         )
     )
-    return alt.layer(bars, title="Coincidence factor per power domain (1.0 = members peak together)").properties(
-        width=WIDTH - 160, height=30 + 18 * len(rows)
-    )
+    return alt.layer(bars, title="Coincidence factor per power domain (1.0 = members peak together)").properties(width=WIDTH - 160, height=30 + 18 * len(rows))
 
 
 def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt.VConcatChart:
@@ -237,7 +240,9 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
         power_layers.append(
             alt.Chart(alt.Data(values=profile))
             .mark_area(opacity=0.2, color="#636363")
-            .encode(x=x, y=alt.Y("p5:Q", title="mean power (W)"), y2="p95:Q", detail="role:N", tooltip=["role:N", "hour:Q", alt.Tooltip("mean:Q", format=",.0f")])
+            .encode(
+                x=x, y=alt.Y("p5:Q", title="mean power (W)"), y2="p95:Q", detail="role:N", tooltip=["role:N", "hour:Q", alt.Tooltip("mean:Q", format=",.0f")]
+            )
         )
     power_layers.append(
         alt.Chart(alt.Data(values=power))
@@ -268,7 +273,7 @@ def day_ramp(n: int, light: str = "#9ecae1", dark: str = "#08306b") -> list[str]
     b = [int(dark[i : i + 2], 16) for i in (1, 3, 5)]
     if n <= 1:
         return [dark]
-    return ["#" + "".join(f"{round(x + (y - x) * k / (n - 1)):02x}" for x, y in zip(a, b)) for k in range(n)]
+    return ["#" + "".join(f"{round(x + (y - x) * k / (n - 1)):02x}" for x, y in zip(a, b, strict=False)) for k in range(n)]
 
 
 def coverage_bars(rows: list[dict]) -> alt.LayerChart:

@@ -19,6 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors.settings import load
 from pipeline.constants import REPORTS_DIR
 from reports import charts
 from reports.data import Reader, run_history
@@ -27,19 +28,17 @@ from reports.sections.base import Chart, Code, Ctx, Note, Section, Table
 
 log = logging.getLogger(__name__)
 
-REPORTS_DIR_ENV = "WATTLINE_REPORTS_DIR"
-PNG_ENV = "WATTLINE_REPORT_PNG"
 MAX_HTML_BYTES = 5 * 1024 * 1024
 
 
 def default_out_dir() -> Path:
     """``$WATTLINE_REPORTS_DIR`` if set, else the repo's ``reports/out``."""
-    value = os.environ.get(REPORTS_DIR_ENV)
+    value = load().reports_dir
     return Path(value).expanduser().resolve() if value else REPORTS_DIR
 
 
 def png_enabled() -> bool:
-    return os.environ.get(PNG_ENV, "on").lower() not in ("off", "0", "false", "no")
+    return load().report_png
 
 
 @dataclass
@@ -229,8 +228,9 @@ def render_html(report: Report, specs: dict[str, dict], data_dir: Path) -> str:
     parts = []
     for i, s in enumerate(report.sections, 1):
         badge = '<span class="badge partial">partial</span>' if s.missing or s.error else ""
-        parts.append(f'<section id="{s.key}" data-section="{s.key}"><h2>{i}. {html.escape(s.title)}{badge}</h2>' + "".join(_block(b) for b in s.blocks) + "</section>")
-    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        head = f'<section id="{s.key}" data-section="{s.key}"><h2>{i}. {html.escape(s.title)}{badge}</h2>'
+        parts.append(head + "".join(_block(b) for b in s.blocks) + "</section>")
+    generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -244,7 +244,8 @@ def render_html(report: Report, specs: dict[str, dict], data_dir: Path) -> str:
 </head>
 <body>
 <header><h1>wattline daily report: {report.date} (UTC)</h1>
-<p>Data dir {html.escape(str(data_dir))} · generated {generated} · numbers from the warehouse tables named in each caption (query them with <code>wattline sql</code>)</p></header>
+<p>Data dir {html.escape(str(data_dir))} · generated {generated} ·
+numbers from the warehouse tables named in each caption (query them with <code>wattline sql</code>)</p></header>
 <nav>{nav}</nav>
 <main>
 {''.join(parts)}

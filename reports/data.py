@@ -17,9 +17,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from pipeline.constants import DAGSTER_HOME_DIR, DERIVED_DIR, QUARANTINE_DIR
+from collectors.contract import QUARANTINE_DIR
+from pipeline.constants import CLUSTER_DIM, DAGSTER_HOME_DIR, DERIVED_DIR
+from pipeline.partitions import cluster_day_key
+from pipeline.readonly import ReadOnlyError, connect_readonly
 from pipeline.sqltext import literal, pattern_literal
-
 
 quote = literal  # the pipeline's one quoting helper
 
@@ -39,9 +41,7 @@ class Reader:
                 self._columns.setdefault(table, set()).add(column)
 
     @classmethod
-    def open(cls, data_dir: Path) -> "Reader":
-        from pipeline.readonly import ReadOnlyError, connect_readonly
-
+    def open(cls, data_dir: Path) -> Reader:
         try:
             return cls(data_dir, connect_readonly(data_dir))
         except (ReadOnlyError, duckdb.Error):
@@ -168,8 +168,6 @@ def run_history(data_dir: Path, date: str, instance=None, assets: list[str] | No
 def _history_from(instance, date: str, assets: list[str] | None) -> RunHistory:
     from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, RunsFilter
 
-    from pipeline.partitions import CLUSTER_DIM, cluster_day_key
-
     history = RunHistory(True)
     # the fleet-day's runs (partition D) and the cluster-days' (partition date D, any cluster)
     records = instance.get_run_records(RunsFilter(tags={"dagster/partition": date}), limit=50)
@@ -219,7 +217,7 @@ def _history_from(instance, date: str, assets: list[str] | None) -> RunHistory:
 
 
 def fmt_ts(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # --- quarantine ---------------------------------------------------------------------------

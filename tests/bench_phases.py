@@ -42,8 +42,10 @@ def write_day(data_dir: Path, hours: float = 24, seed: int = 0) -> int:
         end = ft + decode
         n_pre = np.zeros(n_slots + 1)
         n_dec = np.zeros(n_slots + 1)
-        np.add.at(n_pre, ps.astype(int), 1); np.add.at(n_pre, np.ceil(ft).astype(int), -1)
-        np.add.at(n_dec, ft.astype(int), 1); np.add.at(n_dec, np.ceil(end).astype(int), -1)
+        np.add.at(n_pre, ps.astype(int), 1)
+        np.add.at(n_pre, np.ceil(ft).astype(int), -1)
+        np.add.at(n_dec, ft.astype(int), 1)
+        np.add.at(n_dec, np.ceil(end).astype(int), -1)
         n_pre, n_dec = np.cumsum(n_pre)[:n_slots], np.cumsum(n_dec)[:n_slots]
         base = np.where(n_pre > 0, 760.0, np.where(n_dec > 0, 230 + 8 * n_dec, 120.0))
         t = t0 + np.arange(n_slots, dtype=np.int64) * 100_000_000 + 50_000_000

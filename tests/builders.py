@@ -16,7 +16,7 @@ DAY = dt.date(2026, 11, 30)
 
 
 def day_start_ns(day: dt.date = DAY) -> int:
-    return int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc).timestamp()) * 10**9
+    return int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 10**9
 
 
 def power_table(host: str, gpu: int, t_ns: np.ndarray, power_w: np.ndarray, source: str = "nvml-field") -> pa.Table:

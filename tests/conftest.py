@@ -25,7 +25,6 @@ def data_dir(tmp_path):
 # S3-compatible test server (moto, 127.0.0.1) and a fresh bucket per test: see tests/s3_server.py.
 from tests.s3_server import s3, s3_server  # noqa: E402,F401
 
-
 # CI (env CI set, as .ci/run does) must run the browser tests: a run in which a collected
 # `browser` test was skipped or deselected fails, so they can never pass silently.
 _browser = {"collected": 0, "ran": 0}

@@ -35,7 +35,7 @@ def series(table: pa.Table, gpu: int, source: str) -> list[tuple[int, dict]]:
 
 def max_gap_s(rows) -> float:
     t = sorted(pa.array([r["ts"] for r in rows], pa.timestamp("ns", "UTC")).cast(pa.int64()).to_pylist())
-    return max((b - a for a, b in zip(t, t[1:])), default=0) / 1e9
+    return max((b - a for a, b in zip(t, t[1:], strict=False)), default=0) / 1e9
 
 
 def collector_process(data_dir: Path, fake: dict, *args: str, **popen) -> subprocess.Popen:

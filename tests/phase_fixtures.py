@@ -42,7 +42,7 @@ def requests_table(rows: dict, endpoint: str = "ep-a", offset_s: float = 0.0) ->
     def ts(values):
         return pa.array([None if v is None else T0 + round((v + offset_s) * 1e9) for v in values], pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
 
-    cols = list(zip(*rows.values()))
+    cols = list(zip(*rows.values(), strict=False))
     return pa.table({
         "request_id": list(rows),
         "endpoint": [endpoint] * len(rows),
@@ -60,7 +60,7 @@ def slot_labels(rows: dict = REQUESTS_S, seconds: int = SECONDS) -> tuple[np.nda
     """Per 100 ms slot: (n_prefill, n_decode), with D's fallback applied to E by hand."""
     n_pre = np.zeros(seconds * 10, int)
     n_dec = np.zeros(seconds * 10, int)
-    for rid, (arr, ps, ft, end, _, _) in rows.items():
+    for rid, (_arr, ps, ft, end, _, _) in rows.items():
         ps = 30.5 if rid == "E" else ps
         for a, b, n in ((ps, ft, n_pre), (ft, end, n_dec)):
             lo, hi = int(np.floor(round(a * 10, 6))), int(np.ceil(round(b * 10, 6)))

@@ -78,9 +78,9 @@ def write_a100_smoke(data_dir: Path, run: str) -> str:
     r = json.loads((src / "requests.json").read_text())
     itl = [x if isinstance(x, float) else None for x in r["itls"]]
     arrival = [int(t * 1e9) for t in r["request_timestamps"]]
-    first = [a + int(ttft * 1e9) for a, ttft in zip(arrival, r["ttfts"])]
+    first = [a + int(ttft * 1e9) for a, ttft in zip(arrival, r["ttfts"], strict=False)]
     end = [f + int(i * (n - 1) * 1e9) if i is not None else f + int(sum(lst) * 1e9)
-           for f, i, n, lst in zip(first, itl, r["output_lens"], r["itls"])]
+           for f, i, n, lst in zip(first, itl, r["output_lens"], r["itls"], strict=False)]
     df = pl.DataFrame({
         "request_id": [f"{run}-{i}" for i in range(len(arrival))], "endpoint": "qwen3-8b",
         "arrival_ts": arrival, "prefill_start_ts": [None] * len(arrival), "first_token_ts": first, "end_ts": end,

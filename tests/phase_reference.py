@@ -57,7 +57,7 @@ def attribute(requests: list[Request], energy, lo_ns: int, hi_ns: int) -> tuple[
     cuts = sorted(c for c in cuts if lo_ns <= c <= hi_ns)
     charged = {r.request_id: [0.0, 0.0] for r in requests}
     totals = {"prefill": [0.0, 0.0], "decode": [0.0, 0.0], "idle": [0.0, 0.0]}
-    for x, y in zip(cuts, cuts[1:]):
+    for x, y in zip(cuts, cuts[1:], strict=False):
         pre = [r for r in requests if r.prefill_start_ns <= x and y <= r.first_token_ns]
         dec = [r for r in requests if r.first_token_ns <= x and y <= r.end_ns]
         e = energy(x, y)
@@ -71,7 +71,7 @@ def attribute(requests: list[Request], energy, lo_ns: int, hi_ns: int) -> tuple[
             rates = [max(r.prompt_tokens, 1) / (r.first_token_ns - r.prefill_start_ns) for r in who]
         else:
             rates = [max(r.output_tokens, 1) / (r.end_ns - r.first_token_ns) for r in who]
-        for r, rate in zip(who, rates):
+        for r, rate in zip(who, rates, strict=False):
             charged[r.request_id][0 if pre else 1] += e * rate / sum(rates)
     return {k: tuple(v) for k, v in charged.items()}, {k: tuple(v) for k, v in totals.items()}
 

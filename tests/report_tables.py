@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from pipeline import warehouse
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _ts(date: str, seconds: float) -> dt.datetime:
@@ -33,24 +33,114 @@ def _schema(*fields) -> pa.Schema:
 
 
 SCHEMAS = {
-    "swing_stats": _schema("date:d", "level:s", "entity:s", "window_s:f", "series:s", "max_swing_w:f", "max_swing_pct:f", "p50_swing_w:f", "p99_swing_w:f",
-                           "max_ramp_w_per_s:f", "windows_over_10pct:i", "windows_over_25pct:i", "provisioned_w:f"),
-    "power_summary": _schema("date:d", "level:s", "entity:s", "mean_w:f", "p99_w:f", "p999_w:f", "max_w:f", "mean_pct:f", "max_pct:f", "peak_to_avg:f",
-                             "energy_kwh:f", "above_tdp_share:f", "idle_share:f", "provisioned_w:f"),
+    "swing_stats": _schema(
+        "date:d",
+        "level:s",
+        "entity:s",
+        "window_s:f",
+        "series:s",
+        "max_swing_w:f",
+        "max_swing_pct:f",
+        "p50_swing_w:f",
+        "p99_swing_w:f",
+        "max_ramp_w_per_s:f",
+        "windows_over_10pct:i",
+        "windows_over_25pct:i",
+        "provisioned_w:f",
+    ),
+    "power_summary": _schema(
+        "date:d",
+        "level:s",
+        "entity:s",
+        "mean_w:f",
+        "p99_w:f",
+        "p999_w:f",
+        "max_w:f",
+        "mean_pct:f",
+        "max_pct:f",
+        "peak_to_avg:f",
+        "energy_kwh:f",
+        "above_tdp_share:f",
+        "idle_share:f",
+        "provisioned_w:f",
+    ),
     "training_vs_inference": _schema("date:d", "role:s", "peak_pct:f", "mean_pct:f", "max_2s_swing_pct:f", "reference_2s_swing_pct:f"),
     "endpoint_correlation": _schema("date:d", "a:s", "b:s", "pearson_1s:f", "spike_cooccurrence:f", "best_lag_s:f"),
     "coincidence": _schema("date:d", "level:s", "entity:s", "coincidence_factor:f", "smoothing_ratio:f", "members:i"),
-    "diurnal_profile": _schema("role:s", "entity:s", "dow:i", "hour:i", "mean_w:f", "p5_w:f", "p95_w:f", "requests_per_s:f", "prompt_tokens_per_s:f",
-                               "output_tokens_per_s:f", "j_per_output_token:f", "days:i"),
-    "power_headroom": _schema("date:d", "level:s", "entity:s", "provisioned_w:f", "p99_2s_w:f", "p999_2s_w:f", "max_2s_w:f", "headroom_pct:f", "extra_hosts_estimate:f"),
-    "training_energy": _schema("date:d", "job:s", "steps:i", "median_step_s:f", "j_per_step:f", "j_per_token:f", "step_mean_w:f", "gap_mean_w:f", "gap_energy_share:f",
-                               "gap_time_share:f", "boundary_kind:s", "boundary_drop_median_w:f", "boundary_drop_max_w:f", "source:s"),
-    "phase_segments": _schema("date:d", "endpoint:s", "host:s", "gpu:i", "start_ts:t", "end_ts:t", "phase:s", "source:s", "mean_w:f", "peak_w:f", "energy_j:f",
-                              "prompt_tokens:i", "output_tokens:i", "above_tdp:b"),
-    "request_energy": _schema("date:d", "request_id:s", "endpoint:s", "prefill_j:f", "decode_j:f", "total_j:f", "j_per_prompt_token:f", "j_per_output_token:f",
-                              "prefill_start_estimated:b"),
-    "energy_per_token": _schema("date:d", "endpoint:s", "bucket_kind:s", "bucket:s", "j_per_prompt_token:f", "j_per_output_token:f", "j_per_request:f", "prefill_mean_w:f",
-                                "decode_mean_w:f", "prefill_time_share:f", "prefill_energy_share:f", "tdp_exceedances:i"),
+    "diurnal_profile": _schema(
+        "role:s",
+        "entity:s",
+        "dow:i",
+        "hour:i",
+        "mean_w:f",
+        "p5_w:f",
+        "p95_w:f",
+        "requests_per_s:f",
+        "prompt_tokens_per_s:f",
+        "output_tokens_per_s:f",
+        "j_per_output_token:f",
+        "days:i",
+    ),
+    "power_headroom": _schema(
+        "date:d", "level:s", "entity:s", "provisioned_w:f", "p99_2s_w:f", "p999_2s_w:f", "max_2s_w:f", "headroom_pct:f", "extra_hosts_estimate:f"
+    ),
+    "training_energy": _schema(
+        "date:d",
+        "job:s",
+        "steps:i",
+        "median_step_s:f",
+        "j_per_step:f",
+        "j_per_token:f",
+        "step_mean_w:f",
+        "gap_mean_w:f",
+        "gap_energy_share:f",
+        "gap_time_share:f",
+        "boundary_kind:s",
+        "boundary_drop_median_w:f",
+        "boundary_drop_max_w:f",
+        "source:s",
+    ),
+    "phase_segments": _schema(
+        "date:d",
+        "endpoint:s",
+        "host:s",
+        "gpu:i",
+        "start_ts:t",
+        "end_ts:t",
+        "phase:s",
+        "source:s",
+        "mean_w:f",
+        "peak_w:f",
+        "energy_j:f",
+        "prompt_tokens:i",
+        "output_tokens:i",
+        "above_tdp:b",
+    ),
+    "request_energy": _schema(
+        "date:d",
+        "request_id:s",
+        "endpoint:s",
+        "prefill_j:f",
+        "decode_j:f",
+        "total_j:f",
+        "j_per_prompt_token:f",
+        "j_per_output_token:f",
+        "prefill_start_estimated:b",
+    ),
+    "energy_per_token": _schema(
+        "date:d",
+        "endpoint:s",
+        "bucket_kind:s",
+        "bucket:s",
+        "j_per_prompt_token:f",
+        "j_per_output_token:f",
+        "j_per_request:f",
+        "prefill_mean_w:f",
+        "decode_mean_w:f",
+        "prefill_time_share:f",
+        "prefill_energy_share:f",
+        "tdp_exceedances:i",
+    ),
 }
 
 # Which report sections need which table (they say "not available yet" without it).
@@ -65,7 +155,9 @@ SECTION_OF = {
 }
 
 
-def analytics_rows(date: str, *, hosts: list[str], clusters: list[str], endpoints: list[str], gpus: list[tuple[str, int]], seconds: float = 600) -> dict[str, list[dict]]:
+def analytics_rows(
+    date: str, *, hosts: list[str], clusters: list[str], endpoints: list[str], gpus: list[tuple[str, int]], seconds: float = 600
+) -> dict[str, list[dict]]:
     d = dt.date.fromisoformat(date)
     rows: dict[str, list[dict]] = {name: [] for name in SCHEMAS}
     levels = [("role", "training", 1500.0), ("role", "inference", 1400.0), ("fleet", "test", 4000.0)]
@@ -75,45 +167,196 @@ def analytics_rows(date: str, *, hosts: list[str], clusters: list[str], endpoint
         for window in (1.0, 2.0, 10.0, 60.0):
             for series in ("instant", "avg1s"):
                 swing = (1200.0 if train else 50.0) * (1 if series == "instant" else 0.8)
-                rows["swing_stats"].append(dict(date=d, level=level, entity=entity, window_s=window, series=series, max_swing_w=swing, max_swing_pct=100 * swing / prov,
-                                                p50_swing_w=swing / 2, p99_swing_w=swing * 0.9, max_ramp_w_per_s=swing * 10, windows_over_10pct=3, windows_over_25pct=1, provisioned_w=prov))
-        rows["power_summary"].append(dict(date=d, level=level, entity=entity, mean_w=prov * 0.4, p99_w=prov * 0.8, p999_w=prov * 0.85, max_w=prov * 0.9, mean_pct=40.0, max_pct=90.0,
-                                          peak_to_avg=2.25, energy_kwh=prov * 0.4 * seconds / 3.6e6, above_tdp_share=0.01, idle_share=0.1, provisioned_w=prov))
+                rows["swing_stats"].append(
+                    dict(
+                        date=d,
+                        level=level,
+                        entity=entity,
+                        window_s=window,
+                        series=series,
+                        max_swing_w=swing,
+                        max_swing_pct=100 * swing / prov,
+                        p50_swing_w=swing / 2,
+                        p99_swing_w=swing * 0.9,
+                        max_ramp_w_per_s=swing * 10,
+                        windows_over_10pct=3,
+                        windows_over_25pct=1,
+                        provisioned_w=prov,
+                    )
+                )
+        rows["power_summary"].append(
+            dict(
+                date=d,
+                level=level,
+                entity=entity,
+                mean_w=prov * 0.4,
+                p99_w=prov * 0.8,
+                p999_w=prov * 0.85,
+                max_w=prov * 0.9,
+                mean_pct=40.0,
+                max_pct=90.0,
+                peak_to_avg=2.25,
+                energy_kwh=prov * 0.4 * seconds / 3.6e6,
+                above_tdp_share=0.01,
+                idle_share=0.1,
+                provisioned_w=prov,
+            )
+        )
         if level in ("host", "cluster"):
-            rows["power_headroom"].append(dict(date=d, level=level, entity=entity, provisioned_w=prov, p99_2s_w=prov * 0.6, p999_2s_w=prov * 0.7, max_2s_w=prov * 0.75,
-                                               headroom_pct=25.0, extra_hosts_estimate=1.5))
+            rows["power_headroom"].append(
+                dict(
+                    date=d,
+                    level=level,
+                    entity=entity,
+                    provisioned_w=prov,
+                    p99_2s_w=prov * 0.6,
+                    p999_2s_w=prov * 0.7,
+                    max_2s_w=prov * 0.75,
+                    headroom_pct=25.0,
+                    extra_hosts_estimate=1.5,
+                )
+            )
         if level != "gpu":
             rows["coincidence"].append(dict(date=d, level=level, entity=entity, coincidence_factor=0.95 if train else 0.55, smoothing_ratio=0.7, members=2))
     for role in ("training", "inference"):
-        rows["training_vs_inference"].append(dict(date=d, role=role, peak_pct=90.0, mean_pct=40.0, max_2s_swing_pct=80.0 if role == "training" else 3.6,
-                                                  reference_2s_swing_pct=37.5 if role == "training" else 9.0))
+        rows["training_vs_inference"].append(
+            dict(
+                date=d,
+                role=role,
+                peak_pct=90.0,
+                mean_pct=40.0,
+                max_2s_swing_pct=80.0 if role == "training" else 3.6,
+                reference_2s_swing_pct=37.5 if role == "training" else 9.0,
+            )
+        )
     for i, a in enumerate(endpoints):
-        for b in endpoints[i + 1:]:
+        for b in endpoints[i + 1 :]:
             rows["endpoint_correlation"].append(dict(date=d, a=a, b=b, pearson_1s=0.1, spike_cooccurrence=0.05, best_lag_s=0.0))
     for role, entity in [("training", "training"), ("inference", "inference")] + [("inference", e) for e in endpoints]:
         for hour in range(24):
-            rows["diurnal_profile"].append(dict(role=role, entity=entity, dow=None, hour=hour, mean_w=1000.0 + 20 * hour, p5_w=900.0 + 20 * hour, p95_w=1100.0 + 20 * hour,
-                                                requests_per_s=0.5 + hour / 10, prompt_tokens_per_s=500.0, output_tokens_per_s=80.0, j_per_output_token=2.0, days=1))
-    rows["training_energy"].append(dict(date=d, job="job-a", steps=150, median_step_s=4.0, j_per_step=5600.0, j_per_token=None, step_mean_w=1400.0, gap_mean_w=200.0,
-                                        gap_energy_share=0.07, gap_time_share=0.5, boundary_kind="step", boundary_drop_median_w=1200.0, boundary_drop_max_w=1200.0, source="power"))
+            rows["diurnal_profile"].append(
+                dict(
+                    role=role,
+                    entity=entity,
+                    dow=None,
+                    hour=hour,
+                    mean_w=1000.0 + 20 * hour,
+                    p5_w=900.0 + 20 * hour,
+                    p95_w=1100.0 + 20 * hour,
+                    requests_per_s=0.5 + hour / 10,
+                    prompt_tokens_per_s=500.0,
+                    output_tokens_per_s=80.0,
+                    j_per_output_token=2.0,
+                    days=1,
+                )
+            )
+    rows["training_energy"].append(
+        dict(
+            date=d,
+            job="job-a",
+            steps=150,
+            median_step_s=4.0,
+            j_per_step=5600.0,
+            j_per_token=None,
+            step_mean_w=1400.0,
+            gap_mean_w=200.0,
+            gap_energy_share=0.07,
+            gap_time_share=0.5,
+            boundary_kind="step",
+            boundary_drop_median_w=1200.0,
+            boundary_drop_max_w=1200.0,
+            source="power",
+        )
+    )
     for ep in endpoints:
         ep_gpus = gpus[:2] if ep == endpoints[0] else gpus[2:4] or gpus[:2]
         for host, gpu in ep_gpus:
             t = 0.0
             while t < seconds:
-                rows["phase_segments"].append(dict(date=d, endpoint=ep, host=host, gpu=gpu, start_ts=_ts(date, t), end_ts=_ts(date, t + 1.0), phase="prefill", source="requests",
-                                                   mean_w=650.0, peak_w=900.0, energy_j=650.0, prompt_tokens=2000, output_tokens=0, above_tdp=True))
-                rows["phase_segments"].append(dict(date=d, endpoint=ep, host=host, gpu=gpu, start_ts=_ts(date, t + 1.0), end_ts=_ts(date, t + 9.0), phase="decode", source="requests",
-                                                   mean_w=260.0, peak_w=300.0, energy_j=2080.0, prompt_tokens=0, output_tokens=400, above_tdp=False))
+                rows["phase_segments"].append(
+                    dict(
+                        date=d,
+                        endpoint=ep,
+                        host=host,
+                        gpu=gpu,
+                        start_ts=_ts(date, t),
+                        end_ts=_ts(date, t + 1.0),
+                        phase="prefill",
+                        source="requests",
+                        mean_w=650.0,
+                        peak_w=900.0,
+                        energy_j=650.0,
+                        prompt_tokens=2000,
+                        output_tokens=0,
+                        above_tdp=True,
+                    )
+                )
+                rows["phase_segments"].append(
+                    dict(
+                        date=d,
+                        endpoint=ep,
+                        host=host,
+                        gpu=gpu,
+                        start_ts=_ts(date, t + 1.0),
+                        end_ts=_ts(date, t + 9.0),
+                        phase="decode",
+                        source="requests",
+                        mean_w=260.0,
+                        peak_w=300.0,
+                        energy_j=2080.0,
+                        prompt_tokens=0,
+                        output_tokens=400,
+                        above_tdp=False,
+                    )
+                )
                 t += 10.0
         for k in range(5):
-            rows["request_energy"].append(dict(date=d, request_id=f"{ep}-{k}", endpoint=ep, prefill_j=65.0, decode_j=208.0, total_j=273.0, j_per_prompt_token=0.325, j_per_output_token=5.2,
-                                               prefill_start_estimated=False))
-        rows["energy_per_token"].append(dict(date=d, endpoint=ep, bucket_kind="all", bucket="all", j_per_prompt_token=0.325, j_per_output_token=5.2, j_per_request=273.0,
-                                             prefill_mean_w=650.0, decode_mean_w=260.0, prefill_time_share=0.1, prefill_energy_share=0.24, tdp_exceedances=60))
+            rows["request_energy"].append(
+                dict(
+                    date=d,
+                    request_id=f"{ep}-{k}",
+                    endpoint=ep,
+                    prefill_j=65.0,
+                    decode_j=208.0,
+                    total_j=273.0,
+                    j_per_prompt_token=0.325,
+                    j_per_output_token=5.2,
+                    prefill_start_estimated=False,
+                )
+            )
+        rows["energy_per_token"].append(
+            dict(
+                date=d,
+                endpoint=ep,
+                bucket_kind="all",
+                bucket="all",
+                j_per_prompt_token=0.325,
+                j_per_output_token=5.2,
+                j_per_request=273.0,
+                prefill_mean_w=650.0,
+                decode_mean_w=260.0,
+                prefill_time_share=0.1,
+                prefill_energy_share=0.24,
+                tdp_exceedances=60,
+            )
+        )
         for bucket, factor in (("1", 1.0), ("2-3", 0.7), ("4-7", 0.5), ("16+", 0.3), ("8-15", 0.4)):
-            rows["energy_per_token"].append(dict(date=d, endpoint=ep, bucket_kind="batch_size", bucket=bucket, j_per_prompt_token=0.325 * factor, j_per_output_token=5.2 * factor,
-                                                 j_per_request=273.0 * factor, prefill_mean_w=650.0, decode_mean_w=260.0, prefill_time_share=0.1, prefill_energy_share=0.24, tdp_exceedances=1))
+            rows["energy_per_token"].append(
+                dict(
+                    date=d,
+                    endpoint=ep,
+                    bucket_kind="batch_size",
+                    bucket=bucket,
+                    j_per_prompt_token=0.325 * factor,
+                    j_per_output_token=5.2 * factor,
+                    j_per_request=273.0 * factor,
+                    prefill_mean_w=650.0,
+                    decode_mean_w=260.0,
+                    prefill_time_share=0.1,
+                    prefill_energy_share=0.24,
+                    tdp_exceedances=1,
+                )
+            )
     return rows
 
 

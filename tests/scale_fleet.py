@@ -43,7 +43,7 @@ def write_scale_fleet(data_dir: Path, date: str):
         inv_clusters.append({"name": cname, "hosts": inv_hosts})
     dump_inventory(parse_inventory({"fleets": [{"name": "big", "clusters": inv_clusters}]}), data_dir / "inventory.yaml")
 
-    day = dt.datetime.fromisoformat(date).replace(tzinfo=dt.timezone.utc)
+    day = dt.datetime.fromisoformat(date).replace(tzinfo=dt.UTC)
     seconds = np.arange(86400)
     ts = pa.array((int(day.timestamp()) + seconds) * 10**9, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
     rng = np.random.default_rng(0)

@@ -6,10 +6,10 @@ import json
 
 from dagster import DagsterInstance, build_schedule_context, build_sensor_context, partition_loading_context
 
+from collectors.parquet_sink import write_dataset
 from pipeline.definitions import defs
 from pipeline.resources import WarehouseResource
 from tests.builders import DAY, power_table, square_wave, write_square_fleet
-from collectors.parquet_sink import write_dataset
 
 
 def _evaluate(data_dir, cursor=None, instance=None):
@@ -47,7 +47,7 @@ def test_sensor_runs_a_day_when_its_parquet_lands_and_again_when_late_data_arriv
 
 
 def test_sensor_skips_today(data_dir):
-    today = dt.datetime.now(dt.timezone.utc)
+    today = dt.datetime.now(dt.UTC)
     start = int(today.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()) * 10**9
     t, p = square_wave(5, 1, 100, 200, start_ns=start)
     write_dataset(power_table("h", 0, t, p), data_dir, "power")
@@ -63,7 +63,7 @@ def test_sensor_registers_the_inventorys_clusters(data_dir):
 
 def test_schedule_materializes_yesterdays_cluster_days(tmp_path):
     with DagsterInstance.local_temp(str(tmp_path)) as instance:
-        when = dt.datetime(2026, 12, 1, 1, 15, tzinfo=dt.timezone.utc)
+        when = dt.datetime(2026, 12, 1, 1, 15, tzinfo=dt.UTC)
         context = build_schedule_context(
             instance=instance, scheduled_execution_time=when, repository_def=defs.get_repository_def()
         )

@@ -86,6 +86,18 @@ def test_inventory_errors_name_the_bad_key(tmp_path):
     no_tdp = {"fleets": [{"name": "f", "clusters": [{"name": "c", "hosts": [{"name": "h", "role": "training", "gpus": [{"index": 0}]}]}]}]}
     with pytest.raises(InventoryError, match=r"hosts\[0\]\.gpus\[0\]\.tdp_w: Field required"):
         parse_inventory(no_tdp)
-    wrong_gpu = {"fleets": [{"name": "f", "clusters": [{"name": "c", "hosts": [{"name": "h", "role": "inference", "gpus": [{"index": 0, "tdp_w": 700}], "endpoints": [{"name": "e", "gpus": [3]}]}]}]}]}
+    wrong_gpu = {
+        "fleets": [
+            {
+                "name": "f",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "hosts": [{"name": "h", "role": "inference", "gpus": [{"index": 0, "tdp_w": 700}], "endpoints": [{"name": "e", "gpus": [3]}]}],
+                    }
+                ],
+            }
+        ]
+    }
     with pytest.raises(InventoryError, match=r"'e' uses GPU\(s\) \[3\]"):
         parse_inventory(wrong_gpu)

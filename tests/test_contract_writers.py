@@ -70,9 +70,9 @@ def _reference_1s(low: float, high: float) -> list[tuple[dt.datetime, float]]:
     t_ns, p = square_wave(SECONDS, 4.0, low, high)
     second = (t_ns // 10**9) * 10**9
     out = {}
-    for s, w in zip(second.tolist(), p.tolist()):
+    for s, w in zip(second.tolist(), p.tolist(), strict=False):
         out.setdefault(s, []).append(w)
-    return [(dt.datetime.fromtimestamp(s / 1e9, dt.timezone.utc), sum(v) / len(v)) for s, v in sorted(out.items())]
+    return [(dt.datetime.fromtimestamp(s / 1e9, dt.UTC), sum(v) / len(v)) for s, v in sorted(out.items())]
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +87,20 @@ def day(tmp_path_factory):
         writer(path, host, gpu, t_ns, p)
     drifted = _folder(data_dir, "train-0") / "train-0-0-strings.parquet"
     t_ns, p = square_wave(SECONDS, 4.0, 1.0, 1.0)
-    pd.DataFrame({"ts": pd.to_datetime(t_ns, utc=True), "host": "train-0", "gpu": 0, "power_w": [f"{w:.1f}" for w in p], "source": "site-exporter"}).to_parquet(drifted)
+    pd.DataFrame({"ts": pd.to_datetime(t_ns, utc=True), "host": "train-0", "gpu": 0, "power_w": [f"{w:.1f}" for w in p], "source": "site-exporter"}).to_parquet(
+        drifted
+    )
     originals = {key: pq.read_schema(path) for key, path in files.items()}
     outcome = run_day(data_dir, DATE, selection=["power_1s"], fleet_day=False)
-    return {"dir": data_dir, "files": files, "drifted": drifted, "originals": originals, "outcome": outcome,
-            "checks": {c.check: c for c in outcome.failed_checks}, "power_1s": read_day(data_dir, "power_1s", DATE)}
+    return {
+        "dir": data_dir,
+        "files": files,
+        "drifted": drifted,
+        "originals": originals,
+        "outcome": outcome,
+        "checks": {c.check: c for c in outcome.failed_checks},
+        "power_1s": read_day(data_dir, "power_1s", DATE),
+    }
 
 
 def test_each_writer_s_defaults_are_what_the_issue_says(day):
@@ -109,7 +118,7 @@ def test_the_day_is_computed_with_every_host_equal_to_the_raw_samples(day):
     table = day["power_1s"]
     for (host, gpu), (low, high) in WAVES.items():
         rows = table.filter(pa.compute.and_(pa.compute.equal(table["host"], host), pa.compute.equal(table["gpu"], gpu))).sort_by("ts")
-        got = list(zip(rows["ts"].to_pylist(), rows["mean_w"].to_pylist()))
+        got = list(zip(rows["ts"].to_pylist(), rows["mean_w"].to_pylist(), strict=False))
         want = _reference_1s(low, high)
         assert [t for t, _ in got] == [t for t, _ in want], (host, gpu)  # naive read as UTC: no shift
         assert np.allclose([w for _, w in got], [w for _, w in want], atol=1e-3), (host, gpu)
@@ -170,8 +179,15 @@ def test_conversions_that_are_not_lossless_stay_problems():
     ns = pa.table({"ts": pa.array([1_764_460_800_000_000_999], pa.timestamp("ns"))})
     got, _ = convert(base.slice(0, 1).set_column(0, "ts", ns["ts"]), POWER)
     assert got["ts"][0].value == 1_764_460_800_000_000
-    req = pa.table({"request_id": ["a"], "endpoint": ["e"], "arrival_ts": pa.array([1_764_460_800_000_000_999], pa.timestamp("ns")),
-                    "prompt_tokens": pa.array([5], pa.int64()), "output_tokens": pa.array([7], pa.int64())})
+    req = pa.table(
+        {
+            "request_id": ["a"],
+            "endpoint": ["e"],
+            "arrival_ts": pa.array([1_764_460_800_000_000_999], pa.timestamp("ns")),
+            "prompt_tokens": pa.array([5], pa.int64()),
+            "output_tokens": pa.array([7], pa.int64()),
+        }
+    )
     got, plan = convert(req, REQUESTS)
     assert got["arrival_ts"][0].value == 1_764_460_800_000_000_999 and plan.naive == ["arrival_ts"]
     assert plan.absent == ["prefill_start_ts", "first_token_ts", "end_ts", "status"]
@@ -184,7 +200,9 @@ def _check_dir(tmp_path):
     pq.write_table(power_table("h", 0, t_ns, p), folder / "good.parquet")
     pq.write_table(power_table("h", 3, t_ns, p).select(["ts", "host", "gpu", "power_w", "source"]), folder / "minimal.parquet")
     write_pandas(folder / "castable.parquet", "h", 1, t_ns, p)
-    pd.DataFrame({"ts": pd.to_datetime(t_ns, utc=True), "host": "h", "gpu": 2, "power_w": [str(w) for w in p], "source": "x"}).to_parquet(folder / "bad.parquet")
+    pd.DataFrame({"ts": pd.to_datetime(t_ns, utc=True), "host": "h", "gpu": 2, "power_w": [str(w) for w in p], "source": "x"}).to_parquet(
+        folder / "bad.parquet"
+    )
     return folder
 
 

@@ -18,7 +18,7 @@ DATA = Path(__file__).resolve().parent / "data" / "nvidia-smi"
 H100 = DATA / "h100-qwen3-8b.csv"
 A100 = DATA / "a100-smoke-run-1784415083.csv"
 BURST = DATA / "a100-burstgpt.csv"
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _quarantine(data_dir):

@@ -124,11 +124,11 @@ def test_a_dead_webhook_never_delays_sampling(tmp_path):
     t = read_power(tmp_path / "data")
     for g in (0, 1):
         ts = pa.array([r["ts"] for r in series(t, g, "nvml-field")], pa.timestamp("ns", "UTC")).cast(pa.int64()).to_pylist()
-        gaps = [(b - a) / 1e6 for a, b in zip(ts, ts[1:])]
+        gaps = [(b - a) / 1e6 for a, b in zip(ts, ts[1:], strict=False)]
         assert len(ts) >= 50 and statistics.median(gaps) == pytest.approx(100, abs=3)
         assert max(gaps) < 250, max(gaps)  # no tick lost (slack for a busy 2-core CI machine)
         bts = pa.array([r["ts"] for r in series(t, g, "nvml-buffer")], pa.timestamp("ns", "UTC")).cast(pa.int64()).to_pylist()
-        assert max((b - a) / 1e6 for a, b in zip(bts, bts[1:])) == 20.0  # the buffer trace has no hole
+        assert max((b - a) / 1e6 for a, b in zip(bts, bts[1:], strict=False)) == 20.0  # the buffer trace has no hole
 
 
 # -- bad input: one line -----------------------------------------------------------------------------

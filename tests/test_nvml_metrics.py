@@ -10,8 +10,7 @@ import time
 import pytest
 
 from tests.cli_util import invoke
-from tests.live_helpers import (PrometheusServer, free_port, grid_window, host_window, pick, scrape,
-                                wait_for_endpoint)
+from tests.live_helpers import PrometheusServer, free_port, grid_window, host_window, pick, scrape, wait_for_endpoint
 from tests.nvml_helpers import collector_process
 
 WINDOWS = (2, 10, 60)

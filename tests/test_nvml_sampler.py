@@ -40,7 +40,7 @@ def test_one_field_call_per_tick_on_driver_timestamps_without_drift(tmp_path):
         assert 17 <= len(rows) <= 23, len(rows)  # 2 s at 100 ms, plus the final tick
         ts = _ts(rows)
         assert min(ts) / 1e9 > t0 + 4.0  # the driver's clock (5 s ahead), not the host's
-        assert statistics.median(b - a for a, b in zip(ts, ts[1:])) == pytest.approx(1e8, rel=0.05)
+        assert statistics.median(b - a for a, b in zip(ts, ts[1:], strict=False)) == pytest.approx(1e8, rel=0.05)
         assert all(r["power_w"] > 0 and r["power_avg_w"] > 0 for r in rows)
     field_rows = sum(1 for r in t.to_pylist() if r["source"] == "nvml-field")
     assert fake.CALLS["nvmlDeviceGetFieldValues"] == field_rows  # instant + average in ONE call per row
@@ -62,8 +62,8 @@ def test_buffer_trace_is_deduplicated_at_driver_resolution(tmp_path):
     for g in (0, 1):
         ts = _ts(series(t, g, "nvml-buffer"))
         assert len(ts) == len(set(ts)) and ts == sorted(ts)
-        assert statistics.median(b - a for a, b in zip(ts, ts[1:])) / 1e6 == pytest.approx(20, abs=2)
-        assert max(b - a for a, b in zip(ts, ts[1:])) < 60e6  # drained often enough: no hole
+        assert statistics.median(b - a for a, b in zip(ts, ts[1:], strict=False)) / 1e6 == pytest.approx(20, abs=2)
+        assert max(b - a for a, b in zip(ts, ts[1:], strict=False)) < 60e6  # drained often enough: no hole
     assert c.counters.get("buffer_overruns", 0) == 0
 
 
@@ -94,7 +94,7 @@ def test_energy_counter_reset_is_never_negative_energy(tmp_path):
     for g in (0, 1):
         e = [r["energy_j"] for r in series(t, g, "nvml-field") if r["energy_j"] is not None]
         assert len(e) >= 10
-        assert all(b >= a for a, b in zip(e, e[1:]))
+        assert all(b >= a for a, b in zip(e, e[1:], strict=False))
     assert c.counters.get("energy_resets", gpu=0) == 1
     assert c.counters.get("energy_backwards", gpu=1) == 1  # the glitch GPU exists now (it was GPU 1 of 1)
 
@@ -112,7 +112,7 @@ def test_a_stalled_call_is_isolated_so_other_gpus_have_no_gap(tmp_path):
 def test_disk_full_mid_run_never_stops_sampling_and_nothing_is_lost(tmp_path):
     import errno
 
-    from collectors.parquet_sink import write_parquet_atomic
+    from collectors.atomic import write_parquet_atomic
 
     t_start = time.monotonic()
 

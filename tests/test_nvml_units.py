@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from collectors.atomic import write_parquet_atomic
 from collectors.contract import POWER, check_file_schema, epoch_ns
 from collectors.nvml.buffer_drain import BufferCursor
 from collectors.nvml.cli import CollectError, parse_gpus, parse_seconds
@@ -18,7 +19,6 @@ from collectors.nvml.counters import Counters
 from collectors.nvml.energy import EnergyCounter
 from collectors.nvml.flusher import Flusher
 from collectors.nvml.rows import BUFFER, FIELD, rows_to_table
-from collectors.parquet_sink import write_parquet_atomic
 
 HOUR_NS = 3_600_000_000_000
 
@@ -165,7 +165,7 @@ def test_compaction_splits_the_real_average_it_cannot_dictionary(tmp_path):
     import csv
     from pathlib import Path
 
-    from collectors.parquet_sink import parquet_options
+    from collectors.atomic import parquet_options
 
     with open(Path(__file__).parent / "data" / "h200_capture_2" / "power_100ms.csv") as fh:
         real = list(csv.DictReader(fh))

@@ -21,13 +21,13 @@ import pytest
 import requests as http
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collectors.parquet_sink import write_dataset
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.otlp_receiver import Receiver, serve
 from collectors.requests.quarantine import read_quarantine
 from pipeline.runner import run_day

@@ -19,8 +19,8 @@ import pytest
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
+from pipeline.assets.inference_phases import power_resolution
 from pipeline.runner import run_day
-from pipeline.assets.phases import power_resolution
 from pipeline.warehouse import compute_connection, read_day
 from tests.phase_real import _requests, write_h200_capture
 from tests.phase_reference import Request, attribute, interval_energy_j, iou
@@ -142,7 +142,9 @@ def test_power_resolution_is_reported(cap4):
     _, _, ref = cap4
     with compute_connection(ref["data_dir"], ref["date"]) as con:
         got = power_resolution(con)
-    assert got == {"llm-8b-cb-0": {"nvml-buffer": {"sample_interval_ms": 20.0, "power_only": "resolves prefills of a few samples, continuous batching's included"}}}
+    assert got == {
+        "llm-8b-cb-0": {"nvml-buffer": {"sample_interval_ms": 20.0, "power_only": "resolves prefills of a few samples, continuous batching's included"}}
+    }
 
 
 # Power-only prefill detection at native resolution (issue 15, item 3). The reference is the logged
@@ -161,9 +163,9 @@ def test_power_only_prefills_match_the_logged_prefills(request, name):
     lo = min(r.prefill_start_ns for r in ref["requests"])
     hi = max(r.end_ns for r in ref["requests"])
     power = [
-        (max(a, lo), min(b, hi)) for a, b in con.execute(
-            "SELECT epoch_ns(start_ts), epoch_ns(end_ts) FROM phase_segments WHERE source = 'power' AND phase = 'prefill'"
-        ).fetchall() if b > lo and a < hi
+        (max(a, lo), min(b, hi))
+        for a, b in con.execute("SELECT epoch_ns(start_ts), epoch_ns(end_ts) FROM phase_segments WHERE source = 'power' AND phase = 'prefill'").fetchall()
+        if b > lo and a < hi
     ]
     got = iou(power, logged)
     print(f"{name}: power-only prefill IoU {got:.3f} over {len(power)} segments")
@@ -172,8 +174,10 @@ def test_power_only_prefills_match_the_logged_prefills(request, name):
     t, _ = _buffer(ref["data_dir"]) if name == "cap4" else (None, None)
     if t is not None:
         samples = set((t // 1000).tolist())
-        assert all(a // 1000 in samples and b // 1000 in samples for a, b in con.execute(
-            "SELECT epoch_ns(start_ts), epoch_ns(end_ts) FROM phase_segments WHERE source = 'power'").fetchall())
+        assert all(
+            a // 1000 in samples and b // 1000 in samples
+            for a, b in con.execute("SELECT epoch_ns(start_ts), epoch_ns(end_ts) FROM phase_segments WHERE source = 'power'").fetchall()
+        )
 
 
 def test_power_segment_energies_come_from_the_curve(cap4):

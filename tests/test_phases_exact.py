@@ -86,7 +86,7 @@ def test_prefill_segments_exact_and_iou_one(exact):
     logged = [(T0 + round(ps * 1e9), T0 + round(ft * 1e9)) for _, ps, ft, *_ in REQ.values()]
     assert [(a, b) for a, b, *_ in segs] == logged
     assert iou([(a, b) for a, b, *_ in segs], logged) == 1.0
-    for (a, b, e, mean_w, peak_w, above), k in zip(segs, (1, 3, 5)):
+    for (a, b, e, mean_w, peak_w, above), k in zip(segs, (1, 3, 5), strict=False):
         assert e == pytest.approx(closed_form_j(k), rel=1e-6)
         assert mean_w == pytest.approx(e / ((b - a) / 1e9), rel=1e-6)
         assert peak_w == P_PRE and above

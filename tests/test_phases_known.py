@@ -6,16 +6,14 @@ the independent reference of tests/phase_reference.py (piecewise-linear power be
 
 import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.parquet_sink import write_dataset
-
 from pipeline.runner import run_day
+from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
 from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, REQUESTS_S, SECONDS, T0, endpoint_inventory, requests_table, slot_labels, write_known_endpoint
 from tests.phase_reference import Request, attribute, interval_energy_j
-from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 

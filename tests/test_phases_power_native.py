@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from collectors.parquet_sink import write_dataset
-from pipeline.assets.phases import power_resolution
+from pipeline.assets.inference_phases import power_resolution
 from pipeline.phases.power_detect import detect
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
@@ -50,13 +50,13 @@ def test_prefills_of_30_70_130_ms_at_20_ms():
     got = _prefills(runs)
     # exactly the three prefills, each from the sample before it to the sample after it
     assert got == [(200 * MS, 240 * MS), (600 * MS, 680 * MS), (1000 * MS, 1140 * MS)]
-    for (a, b), (lo, hi) in zip(PREFILLS_MS, got):
+    for (a, b), (lo, hi) in zip(PREFILLS_MS, got, strict=False):
         assert abs(lo - a * MS) <= 10 * MS and abs(hi - b * MS) <= 10 * MS  # within half a sample
     true = [(a * MS, b * MS) for a, b in PREFILLS_MS]
-    assert [iou([g], [t]) for g, t in zip(got, true)] == [pytest.approx(30 / 40), pytest.approx(70 / 80), pytest.approx(130 / 140)]
+    assert [iou([g], [t]) for g, t in zip(got, true, strict=False)] == [pytest.approx(30 / 40), pytest.approx(70 / 80), pytest.approx(130 / 140)]
     # runs partition the time: contiguous, the rest is decode
     rows = runs.sort("lo").rows()
-    assert all(r[3] == s[2] for r, s in zip(rows, rows[1:]))
+    assert all(r[3] == s[2] for r, s in zip(rows, rows[1:], strict=False))
     assert set(runs.filter(pl.col("ph") != 2)["ph"].to_list()) == {1}
     assert runs.filter(pl.col("ph") == 2)["peak_w"].max() == pytest.approx(PREFILL_W)
 

@@ -3,16 +3,14 @@ as ground truth for the power-only segmentation, the A100 vLLM smoke runs (power
 timings, no prefill_start), and vLLM engine counters for runs without request logs."""
 
 import duckdb
-import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
+from pipeline.assets.inference_phases import power_resolution
 from pipeline.phases.checks import segmentation_agreement
 from pipeline.runner import run_day
+from pipeline.warehouse import compute_connection, read_day
 from tests.phase_engine import engine_agreement
 from tests.phase_real import write_a100_smoke, write_engine_run, write_h200_capture
-from pipeline.assets.phases import power_resolution
-from pipeline.warehouse import compute_connection, read_day
 
 ASSETS = ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "phase_segments", "request_energy"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from collectors.simulate import simulate
 from pipeline import warehouse
-from pipeline.assets.phases import power_gpus
+from pipeline.assets.inference_phases import power_gpus
 from pipeline.phases.checks import power_segmentation_agreement, segmentation_agreement
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day

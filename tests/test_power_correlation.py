@@ -4,14 +4,13 @@ import math
 
 import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from tests.builders import DAY, day_start_ns, power_table
 from pipeline.warehouse import read_day
+from tests.builders import DAY, day_start_ns, power_table
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "endpoint_correlation", "coincidence"]

@@ -3,14 +3,13 @@
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.contract import REQUESTS
 from collectors.parquet_sink import write_dataset
-from pipeline.assetkit import statements
 from pipeline.runner import run_day
-from pipeline.warehouse import read_day, compute_connection
+from pipeline.tables import statements
+from pipeline.warehouse import compute_connection, read_day
 from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
 
 DATE = DAY.isoformat()
@@ -92,7 +91,7 @@ def test_time_zone_relabels_hours(built):
     data_dir, *_ = built
     with compute_connection(data_dir, DATE) as con:
         con.execute("SET VARIABLE diurnal_tz = 'Asia/Tokyo'")  # UTC+9, no daylight saving
-        prepare, query = statements("diurnal_profile")
+        prepare, query = statements("diurnal_profile/diurnal_profile")
         rows = con.execute(f"select hour, mean_w from ({query}) where entity = 'ep-a' and mean_w is not null").fetchall()
     assert rows == [((PEAK_HOUR_UTC + 9) % 24, pytest.approx(600.0, rel=1e-3))]
 

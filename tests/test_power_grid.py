@@ -2,13 +2,12 @@
 
 import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from tests.builders import DAY, day_start_ns, power_table, square_wave, two_host_inventory
 from pipeline.warehouse import read_day
+from tests.builders import DAY, day_start_ns, power_table, square_wave, two_host_inventory
 
 DATE = DAY.isoformat()
 
@@ -43,7 +42,9 @@ def grid(tmp_path_factory):
 def test_slot_means_and_counts(grid):
     con, _ = grid
     # 50 Hz buffer: 5 samples per slot, values 100..104 → mean exactly 102; the 999 W field trace is not mixed in.
-    assert con.execute("select count(*), min(samples), max(samples), min(power_w), max(power_w), any_value(source) from g where host='train-0' and gpu=0").fetchone() == (600, 5, 5, 102.0, 102.0, "nvml-buffer")
+    assert con.execute(
+        "select count(*), min(samples), max(samples), min(power_w), max(power_w), any_value(source) from g where host='train-0' and gpu=0"
+    ).fetchone() == (600, 5, 5, 102.0, 102.0, "nvml-buffer")
     wave = con.execute("select power_w from g where host='train-0' and gpu=1 order by ts").fetchall()
     assert [w for (w,) in wave[:45]] == [700.0] * 20 + [100.0] * 20 + [700.0] * 5
     # 4 Hz: 240 samples in 240 distinct slots of 600.

@@ -2,14 +2,13 @@
 
 import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from tests.builders import DAY, day_start_ns, power_table, square_wave
 from pipeline.warehouse import read_day
+from tests.builders import DAY, day_start_ns, power_table, square_wave
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_headroom"]

@@ -3,13 +3,12 @@ harder than independent inference endpoints, and its GPUs' peaks coincide; the 1
 part of the swing."""
 
 import duckdb
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.simulate import simulate
 from pipeline.runner import run_day
-from tests.builders import DAY
 from pipeline.warehouse import read_day
+from tests.builders import DAY
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary",

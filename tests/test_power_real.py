@@ -6,7 +6,6 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.contract import POWER

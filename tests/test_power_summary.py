@@ -1,12 +1,11 @@
 """power_summary and training_vs_inference on the constructed square-wave fleet (known answers)."""
 
 import duckdb
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.runner import run_day
-from tests.builders import DAY, write_square_fleet
 from pipeline.warehouse import read_day
+from tests.builders import DAY, write_square_fleet
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary", "training_vs_inference"]

@@ -2,13 +2,12 @@
 
 import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from tests.builders import DAY, power_table, square_wave, two_host_inventory
 from pipeline.warehouse import read_day
+from tests.builders import DAY, power_table, square_wave, two_host_inventory
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats"]
@@ -44,7 +43,8 @@ def swings(tmp_path_factory):
 
 def _row(con, level, entity, window_s, series="instant"):
     return con.execute(
-        "select max_swing_w, max_swing_pct, p50_swing_w, p99_swing_w, max_ramp_w_per_s, windows_over_10pct, windows_over_25pct, provisioned_w, windows_complete, windows_incomplete "
+        "select max_swing_w, max_swing_pct, p50_swing_w, p99_swing_w, max_ramp_w_per_s, windows_over_10pct, "
+        "windows_over_25pct, provisioned_w, windows_complete, windows_incomplete "
         "from swing_stats where level=? and entity=? and window_s=? and series=?",
         [level, entity, window_s, series],
     ).fetchone()

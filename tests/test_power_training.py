@@ -4,15 +4,14 @@ without job events."""
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from collectors.contract import JOB_EVENTS
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from tests.builders import DAY, day_start_ns, power_table
 from pipeline.warehouse import read_day
+from tests.builders import DAY, day_start_ns, power_table
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "energy_curve", "power_100ms", "training_energy"]

@@ -187,7 +187,7 @@ def test_imported_day_equals_the_recorded_series(prometheus, tmp_path):
     e1 = exporter.energy1
     assert res.energy_j((HOST, 1)) == pytest.approx((e1[RESET_AT - 1] - e1[0] + e1[-1] - e1[RESET_AT]) / 1000)
     # `wattline run`: power_1s integrates the imported 1 s averages to the same energy
-    days = sorted({dt.datetime.fromtimestamp(base_s + k, dt.timezone.utc).date().isoformat() for k in (0, COUNT - 1)})
+    days = sorted({dt.datetime.fromtimestamp(base_s + k, dt.UTC).date().isoformat() for k in (0, COUNT - 1)})
     total = {0: 0.0, 1: 0.0}
     swings = []
     for day in days:
@@ -212,7 +212,7 @@ def test_imported_day_equals_the_recorded_series(prometheus, tmp_path):
 def test_cli_import_and_stub_inventory(prometheus, tmp_path):
     url, base_s, _ = prometheus
     data = tmp_path / "data"
-    start = dt.datetime.fromtimestamp(base_s, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    start = dt.datetime.fromtimestamp(base_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = invoke("import", "prometheus", "--url", url, "--start", start, "--end", str(base_s + COUNT - 1),
                     "--data-dir", str(data))
     assert result.exit_code == 0, result.output

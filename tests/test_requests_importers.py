@@ -21,14 +21,14 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.requests.azure import azure_arrivals
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from pipeline.cli import main
 
 DATA = Path(__file__).parent / "data"
 CODE_SLICE = DATA / "azure" / "code_slice.csv"
 VLLM_RUNS = sorted((DATA / "vllm").glob("run-*/requests.json"))
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def stored(data_dir: Path) -> pl.DataFrame:
@@ -117,7 +117,7 @@ def test_azure_2024_mixed_precision_and_bad_rows(tmp_path):
     )
     assert {f"az-{day + 1_500_000_000}-30-5", f"az-{day + 1_500_000_000}-30-5-1"} <= set(df["request_id"])
     q = pl.from_arrow(read_quarantine(tmp_path / "d")).sort("line_no")
-    assert list(zip(q["line_no"], q["reason"])) == [
+    assert list(zip(q["line_no"], q["reason"], strict=False)) == [
         (6, "ContextTokens is negative"),
         (7, "TIMESTAMP: not a timestamp"),
         (8, "expected 3 fields, got 2"),

@@ -12,14 +12,14 @@ import pyarrow.dataset as pads
 import pytest
 from click.testing import CliRunner
 
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.jsonl import parse_lines
 from collectors.requests.lines import LineReader
 from collectors.requests.quarantine import read_quarantine
 from collectors.requests.timestamps import BadTimestamp, epoch_to_ns, rfc3339_to_ns, to_ns
 from pipeline.cli import main
 
-T0 = dt.datetime(2026, 12, 2, 13, 5, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 12, 2, 13, 5, tzinfo=dt.UTC)
 T0_S = int(T0.timestamp())
 
 
@@ -141,7 +141,7 @@ def test_each_bad_input_class_is_quarantined_with_its_reason(tmp_path):
     assert (summary.ingested, summary.quarantined, summary.duplicates) == (5, len(bad), 0)
     assert stored(data)["request_id"].to_list() == [f"r{i}" for i in range(5)]
     q = pl.from_arrow(read_quarantine(data)).sort("line_no")
-    reasons = dict(zip(q["line_no"], q["reason"]))
+    reasons = dict(zip(q["line_no"], q["reason"], strict=False))
     expected = [
         "invalid JSON",
         "missing field request_id",

@@ -15,7 +15,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from collectors.requests import checkpoint as checkpoint_mod
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from collectors.requests.tail import Follower
 

@@ -186,7 +186,8 @@ def test_unassigned_hosts_and_stale_parts_on_s3(built):
     src = root.list(f"power/date={DATE}/host=in-0/*.parquet")[0]
     table = root.read_parquet(src)
     ghost = f"power/date={DATE}/host=ghost-0/part-0.parquet"
-    root.write_parquet(ghost, table.set_column(table.schema.get_field_index("host"), "host", pa.array(["ghost-0"] * table.num_rows, table.schema.field("host").type)))
+    hosts = pa.array(["ghost-0"] * table.num_rows, table.schema.field("host").type)
+    root.write_parquet(ghost, table.set_column(table.schema.get_field_index("host"), "host", hosts))
     stale = f"derived/swing_stats/date={DATE}/cluster=c-gone/part-0.parquet"
     root.write_bytes(stale, root.read_bytes(f"derived/swing_stats/date={DATE}/cluster=c-mixed/part-0.parquet"))
 

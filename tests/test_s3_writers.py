@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from collectors.simulate import simulate
 from collectors.storage import DataRoot
@@ -77,7 +76,7 @@ def _request_line(i: int, **extra) -> bytes:
 
 
 def test_request_jsonl_ingest_to_s3_quarantines_the_bad_line_and_is_idempotent(s3, tmp_path):
-    from collectors.requests.ingest import Ingestor
+    from collectors.requests.ingestor import Ingestor
     from collectors.requests.quarantine import read_quarantine
 
     log = tmp_path / "gateway.jsonl"
@@ -103,7 +102,7 @@ def test_request_jsonl_ingest_to_s3_quarantines_the_bad_line_and_is_idempotent(s
 
 
 def test_request_follow_to_s3_keeps_a_local_checkpoint(s3, tmp_path):
-    from collectors.requests.ingest import Ingestor
+    from collectors.requests.ingestor import Ingestor
     from collectors.requests.tail import Follower
 
     log = tmp_path / "logs" / "app.jsonl"

@@ -69,7 +69,7 @@ def test_two_workers_ran_cluster_days_at_the_same_time(builds):
         records = instance.get_run_records(RunsFilter(run_ids=parallel.run_ids))
     spans = sorted((r.start_time, r.end_time) for r in records if r.dagster_run.job_name == "cluster_day_job")
     assert len(spans) == len(CLUSTERS)
-    assert any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
+    assert any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False)), spans
 
 
 def _con(data_dir):

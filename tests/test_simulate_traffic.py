@@ -20,7 +20,7 @@ DATA = Path(__file__).parent / "data" / "azure"
 def _trace(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     with gzip.open(DATA / f"AzureLLMInferenceTrace_{name}.csv.gz", "rt", newline="") as f:
         rows = list(csv.reader(f))[1:]
-    t = np.sort([dt.datetime.fromisoformat(r[0][:26]).replace(tzinfo=dt.timezone.utc).timestamp() for r in rows])
+    t = np.sort([dt.datetime.fromisoformat(r[0][:26]).replace(tzinfo=dt.UTC).timestamp() for r in rows])
     return t - t[0], np.array([int(r[1]) for r in rows]), np.array([int(r[2]) for r in rows])
 
 

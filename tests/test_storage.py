@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from collectors import parquet_sink
+from collectors import atomic
 from collectors.storage import DataRoot, resolve_data_root
 
 
@@ -67,10 +67,10 @@ def test_round_trip_write_list_read_move_delete(root, tmp_path):
 def test_writer_temp_files_are_never_listed(tmp_path, s3):
     local = DataRoot.open(tmp_path / "d")
     (tmp_path / "d/power/date=2026-12-01/host=h").mkdir(parents=True)
-    (tmp_path / "d/power/date=2026-12-01/host=h" / f"{parquet_sink.TMP_PREFIX}x.parquet").write_bytes(b"partial")
+    (tmp_path / "d/power/date=2026-12-01/host=h" / f"{atomic.TMP_PREFIX}x.parquet").write_bytes(b"partial")
     assert local.list("power/date=*/host=*/*.parquet") == []
     remote = DataRoot.open(s3.url("p"))
-    s3.put(f"p/power/date=2026-12-01/host=h/{parquet_sink.TMP_PREFIX}x.parquet", b"partial")
+    s3.put(f"p/power/date=2026-12-01/host=h/{atomic.TMP_PREFIX}x.parquet", b"partial")
     s3.put("p/power/date=2026-12-01/host=h/ok.parquet", b"whole")
     assert remote.list("power/date=*/host=*/*.parquet") == ["power/date=2026-12-01/host=h/ok.parquet"]
 
@@ -93,7 +93,7 @@ def test_stage_downloads_once_and_is_a_no_op_locally(root, tmp_path):
 
 def test_upload_publishes_a_local_file(root, tmp_path):
     local = tmp_path / "out.parquet"
-    parquet_sink.write_parquet_atomic(_table(4), local)
+    atomic.write_parquet_atomic(_table(4), local)
     root.upload(local, "derived/power_1s/date=2026-12-01/part-0.parquet")
     assert root.read_parquet("derived/power_1s/date=2026-12-01/part-0.parquet").num_rows == 4
     assert root.read_bytes("derived/power_1s/date=2026-12-01/part-0.parquet") == local.read_bytes()
@@ -132,18 +132,18 @@ def test_an_interrupted_write_leaves_no_object_and_keeps_the_old_one(root, monke
     key = "power/date=2026-12-01/host=h/sim.parquet"
     root.write_parquet(key, _table(2))
     old = root.read_bytes(key)
-    real = parquet_sink.write_parquet_to
+    real = atomic.write_parquet_to
 
     def dies_half_way(table, sink, row_group_size=1_000_000):
         sink.write(b"PAR1 and then some bytes")  # part of a file reached the sink...
         raise KeyboardInterrupt  # ...then the writer is interrupted
 
-    monkeypatch.setattr(parquet_sink, "write_parquet_to", dies_half_way)
+    monkeypatch.setattr(atomic, "write_parquet_to", dies_half_way)
     with pytest.raises(KeyboardInterrupt):
         root.write_parquet(key, _table(50))
     with pytest.raises(KeyboardInterrupt):
         root.write_parquet("power/date=2026-12-01/host=h/new.parquet", _table(50))
-    monkeypatch.setattr(parquet_sink, "write_parquet_to", real)
+    monkeypatch.setattr(atomic, "write_parquet_to", real)
     assert root.read_bytes(key) == old
     assert root.list("power/date=*/host=*/*") == [key]
     if root.is_local:

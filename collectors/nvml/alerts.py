@@ -86,7 +86,7 @@ class Rule(_Strict):
         return parse_duration_s(v)
 
     @model_validator(mode="after")
-    def _quantity_fits_level(self) -> "Rule":
+    def _quantity_fits_level(self) -> Rule:
         known = GPU_QUANTITIES if self.level == "gpu" else HOST_QUANTITIES
         if self.quantity not in known:
             raise ValueError(f"quantity {self.quantity!r} is not one of the {self.level}-level quantities "
@@ -106,7 +106,7 @@ class AlertsFile(_Strict):
     webhook: Webhook | None = None
 
     @model_validator(mode="after")
-    def _names_unique(self) -> "AlertsFile":
+    def _names_unique(self) -> AlertsFile:
         names = [r.name for r in self.rules]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -155,7 +155,7 @@ class AlertEngine:
     and resolves at the first sample where the condition no longer holds.
     """
 
-    def __init__(self, rules: AlertsFile, notifier: "WebhookNotifier | None" = None):
+    def __init__(self, rules: AlertsFile, notifier: WebhookNotifier | None = None):
         self.file = rules
         self.by_level = {lv: [r for r in rules.rules if r.level == lv] for lv in ("gpu", "host")}
         self.state: dict = {}

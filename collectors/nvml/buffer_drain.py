@@ -23,7 +23,7 @@ class BufferCursor:
         if not new:
             return [], 0, 0
         if len(new) > 2:
-            gaps = sorted(b[0] - a[0] for a, b in zip(new, new[1:]))
+            gaps = sorted(b[0] - a[0] for a, b in zip(new, new[1:], strict=False))
             self.spacing_us = max(1, gaps[len(gaps) // 2])
         overrun, lost = 0, 0
         if self.last_seen_us:

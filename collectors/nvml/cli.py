@@ -13,9 +13,8 @@ import click
 
 from collectors.names import BadName, check_path_name
 from collectors.nvml.nvml_source import NVML_MODULE_ENV, NvmlUnavailable
+from collectors.settings import DATA_DIR_ENV
 from collectors.storage import resolve_data_root
-
-DATA_DIR_ENV = "WATTLINE_DATA_DIR"  # same variable as pipeline.constants
 
 
 class CollectError(click.ClickException):

@@ -29,9 +29,9 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.atomic import TMP_PREFIX, fsync_dir, parquet_options
 from collectors.contract import POWER, conform
 from collectors.names import check_path_name
-from collectors.parquet_sink import TMP_PREFIX, fsync_dir, parquet_options
 from collectors.nvml.flusher import FILE_PREFIX
 from collectors.nvml.rows import sort_power
 from collectors.storage import DataRoot

@@ -238,7 +238,7 @@ class SamplerLoop(threading.Thread):
             s.guarded_tick()
             self.busy = None
 
-    def split_stalled(self, now: float, stall_s: float) -> "SamplerLoop | None":
+    def split_stalled(self, now: float, stall_s: float) -> SamplerLoop | None:
         """If this loop is blocked on one GPU for > stall_s, keep only that GPU here and return a new
         loop (not started) for the others, on the same tick grid."""
         busy = self.busy

@@ -14,8 +14,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from collectors.nvml.alerts import AlertEngine
@@ -104,7 +104,7 @@ class LiveMetrics:
                 g.limit_w = limit_w
                 if g.tdp_w is None:
                     g.windows.threshold_w = limit_w
-            for rule, get in self._avg_rules:
+            for rule, _get in self._avg_rules:
                 self.alerts.observe(rule, gpu, lambda: g.labels, ts_us, avg_w)
             if g.feed_from_field and inst_w is not None:
                 self._push(g, [(ts_us, inst_w)])
@@ -172,7 +172,7 @@ class LiveMetrics:
         )}
         energy = CounterMetricFamily("wattline_gpu_energy_joules", "Energy since the driver loaded (NVML counter, continued across resets).", labels=gl)
         above = CounterMetricFamily("wattline_gpu_above_tdp_seconds", "Time with power above TDP (each sample held until the next, at most 1 s).", labels=gl)
-        for labels, inst, avg, en, tdp, above_s, last_ts, field_ts, win in gpus:
+        for labels, inst, avg, en, tdp, above_s, last_ts, _field_ts, win in gpus:
             lv = [labels[k] for k in GPU_LABELS]
             for name, v in (("wattline_gpu_power_watts", inst), ("wattline_gpu_power_average_watts", avg),
                             ("wattline_gpu_tdp_watts", tdp)):
@@ -241,11 +241,12 @@ def _collect_alerts(counts, engine: AlertEngine):
         f.add_metric([name], fired[name])
         r.add_metric([name], resolved[name])
     a = GaugeMetricFamily("wattline_alert_firing", "1 while an alert is firing.", labels=["rule", "host", "gpu"])
-    for (name, key), labels in sorted(firing.items(), key=lambda kv: str(kv[0])):
+    for (name, _key), labels in sorted(firing.items(), key=lambda kv: str(kv[0])):
         a.add_metric([name, labels.get("host", ""), labels.get("gpu", "")], 1)
     out = [f, r, a]
     if engine.notifier is not None:
-        w = CounterMetricFamily("wattline_alert_webhook_events", "Webhook deliveries by outcome: sent, failed (after retries), dropped (queue full), retried (extra attempts).", labels=["outcome"])
+        w = CounterMetricFamily("wattline_alert_webhook_events", "Webhook deliveries by outcome: sent, failed (after retries), "
+                                "dropped (queue full), retried (extra attempts).", labels=["outcome"])
         for k, v in engine.notifier.counts.items():
             w.add_metric([k], v)
         out.append(w)
@@ -331,8 +332,7 @@ def serve(live: LiveMetrics, host: str, port: int):
     server = _Server((host, port), handler)
     # a long poll interval: an idle endpoint wakes only for scrapes (a wake-up costs ~150 µs of CPU on a
     # sandboxed kernel); stop() wakes it with a request of its own
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_S}, name="metrics-http",
-                              daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_S}, name="metrics-http", daemon=True)
     thread.start()
     return server, thread
 

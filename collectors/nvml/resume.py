@@ -9,11 +9,11 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow.compute as pc
 
+from collectors.atomic import remove_stale_tmp
 from collectors.contract import DATASETS, epoch_ns
 from collectors.nvml.compact import roll_forward_in
 from collectors.nvml.flusher import FILE_PREFIX
 from collectors.nvml.rows import BUFFER
-from collectors.parquet_sink import remove_stale_tmp
 from collectors.storage import DataRoot
 
 log = logging.getLogger("wattline.collect")
@@ -61,6 +61,6 @@ def prepare(data_dir: Path | str | DataRoot, host: str) -> dict[int, int]:
             if not t.num_rows:
                 continue
             agg = t.group_by("gpu").aggregate([("ts", "max")])
-            for g, ts in zip(agg.column("gpu").to_pylist(), epoch_ns(agg.column("ts_max")).to_pylist()):
+            for g, ts in zip(agg.column("gpu").to_pylist(), epoch_ns(agg.column("ts_max")).to_pylist(), strict=False):
                 last_us[g] = max(last_us.get(g, 0), ts // 1000)
     return last_us

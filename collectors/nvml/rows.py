@@ -51,9 +51,9 @@ class RowBuffer:
 
 def rows_to_table(rows: list[tuple], host: str, uuids: dict[int, str]) -> pa.Table:
     """Row tuples → a table that follows the `power` contract (sorted by gpu, source, ts)."""
-    cols = list(zip(*rows)) if rows else [[] for _ in ROW_COLUMNS]
+    cols = list(zip(*rows, strict=False)) if rows else [[] for _ in ROW_COLUMNS]
     arrays = {}
-    for name, values in zip(ROW_COLUMNS, cols):
+    for name, values in zip(ROW_COLUMNS, cols, strict=False):
         if name == "source":
             arrays[name] = pa.array(values, pa.string()).dictionary_encode()
         else:

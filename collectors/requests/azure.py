@@ -15,8 +15,8 @@ ragged row) is split in Python into the same string columns, so the checks are t
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import polars as pl
@@ -26,24 +26,12 @@ from collectors.requests.quarantine import Reject
 from collectors.requests.records import INT32_MAX
 from collectors.requests.store import FRAME_SCHEMA
 from collectors.requests.timestamps import utc_day
+from collectors.simulate.arrivals import Arrivals
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _STR = ["ts", "prompt", "output"]
 _NEAR_NS = 60 * 1_000_000_000
 """Identical rows are numbered across blocks when within a minute of each other (time-sorted traces)."""
-
-try:  # the simulator's type, when it is installed next to this module
-    from collectors.simulate import Arrivals  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - exercised until the simulator branch is merged
-    from typing import NamedTuple
-
-    class Arrivals(NamedTuple):  # type: ignore[no-redef]
-        """Arrival offsets (s from the trace origin) and token counts, one entry per request."""
-
-        offset_s: np.ndarray
-        prompt_tokens: np.ndarray
-        output_tokens: np.ndarray
-
 
 class NotAzureTrace(ValueError):
     pass

@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from collectors.parquet_sink import fsync_dir
+from collectors.atomic import fsync_dir
 
 FINGERPRINT_BYTES = 256
 VERSION = 1

@@ -10,8 +10,9 @@ next newline, so a 1 GB line costs one read buffer.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 """1 MiB: far above any real request record, far below anything that hurts memory."""

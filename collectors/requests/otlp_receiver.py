@@ -31,7 +31,7 @@ import polars as pl
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.otlp import BadBody, Mapped, map_request, parse_json, parse_protobuf
 from collectors.requests.quarantine import Reject
 from collectors.requests.store import empty_frame

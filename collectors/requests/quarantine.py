@@ -21,9 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.contract import TS
+from collectors.contract import QUARANTINE_DIR, TS
 from collectors.storage import DataRoot
-from pipeline.constants import QUARANTINE_DIR
 
 QUARANTINE = pa.schema(
     [
@@ -59,7 +58,7 @@ def quarantine_root(data_dir: Path) -> Path:
 
 
 def today_utc() -> str:
-    return dt.datetime.now(dt.timezone.utc).date().isoformat()
+    return dt.datetime.now(dt.UTC).date().isoformat()
 
 
 def _stored_keys(root: DataRoot, folder: str) -> set[tuple]:
@@ -67,7 +66,7 @@ def _stored_keys(root: DataRoot, folder: str) -> set[tuple]:
     if not files:
         return set()
     table = root.read_parquet(files, columns=_KEY)
-    return set(zip(*(table.column(c).to_pylist() for c in _KEY)))
+    return set(zip(*(table.column(c).to_pylist() for c in _KEY), strict=False))
 
 
 def reason_kind(reason: str) -> str:

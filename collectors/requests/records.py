@@ -80,6 +80,6 @@ def validate(obj, default_endpoint: str | None = None) -> dict:
 def check_order(row: dict) -> None:
     """arrival ≤ prefill start ≤ first token ≤ end, over the fields present."""
     present = [(n, row[n]) for n in TS_FIELDS if row.get(n) is not None]
-    for (a, ta), (b, tb) in zip(present, present[1:]):
+    for (a, ta), (b, tb) in zip(present, present[1:], strict=False):
         if tb < ta:
             raise BadRecord(f"{b} before {a}")

@@ -10,18 +10,18 @@ row's arrival day, so the store is idempotent by content.
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterator
 
 import polars as pl
 import pyarrow as pa
 
 from collectors.contract import DATASETS, REQUESTS
 from collectors.parquet_sink import write_dataset
-from collectors.storage import DataRoot
 from collectors.requests.quarantine import Reject
+from collectors.storage import DataRoot
 
 KEY = ["request_id", "endpoint"]
 COLUMNS = REQUESTS.names
@@ -70,7 +70,7 @@ def day_expr() -> pl.Expr:
 
 def to_contract(frame: pl.DataFrame) -> pa.Table:
     table = frame.select(COLUMNS).to_arrow()
-    cols = [table.column(c).cast(f.type) for c, f in zip(COLUMNS, REQUESTS)]
+    cols = [table.column(c).cast(f.type) for c, f in zip(COLUMNS, REQUESTS, strict=False)]
     return pa.Table.from_arrays(cols, schema=REQUESTS)
 
 

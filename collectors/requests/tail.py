@@ -35,7 +35,7 @@ import polars as pl
 
 from collectors.requests import checkpoint
 from collectors.requests.checkpoint import Position, head_fingerprint, head_matches
-from collectors.requests.ingest import PATTERNS, Ingestor
+from collectors.requests.ingestor import PATTERNS, Ingestor
 from collectors.requests.jsonl import parse_lines
 from collectors.requests.lines import Line, LineReader
 from collectors.requests.store import empty_frame

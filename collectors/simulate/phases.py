@@ -58,5 +58,5 @@ class Timeline:
     level_w: np.ndarray
 
     @classmethod
-    def constant(cls, kind: int, level_w: float) -> "Timeline":
+    def constant(cls, kind: int, level_w: float) -> Timeline:
         return cls(np.array([-1e9]), np.array([kind], np.uint8), np.array([level_w], np.float32))

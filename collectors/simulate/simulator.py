@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from collectors import settings
 from collectors.days import write_day_problem
 from collectors.inventory import INVENTORY_FILE, Inventory, InventoryError, inventory_yaml
 from collectors.simulate import phases, power, traffic, writer
 from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within
 from collectors.simulate.fleets import resolve_fleet
-from collectors.simulate.inference import EngineResult, run_engine
+from collectors.simulate.serving_engine import EngineResult, run_engine
 from collectors.simulate.training import KIND_NAMES, HostEvents, run_job
 from collectors.storage import DataRoot
 
@@ -155,7 +156,7 @@ def _hours(window: tuple[float, float]) -> list[tuple[float, float]]:
     """A window cut at UTC hour boundaries: the collector's files hold one hour each."""
     lo, hi = window
     cuts = [lo] + [h * 3600.0 for h in range(int(lo // 3600) + 1, int(-(-hi // 3600)))] + [hi]
-    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
 def _host_power_collector(plan: _HostPlan, seed: int, epoch_ns: int, windows, data_dir, state) -> tuple[list[Path | str], int]:
@@ -178,15 +179,14 @@ def _host_power_collector(plan: _HostPlan, seed: int, epoch_ns: int, windows, da
                 gpus.append((g, gpu_uuid(seed, plan.name, g), buf, fld))
             table = writer.collector_table(plan.name, gpus)
             rows += table.num_rows
-            key = dt.datetime.fromtimestamp(epoch_ns / 1e9 + hour[0], dt.timezone.utc).strftime("%Y%m%dT%H")
+            key = dt.datetime.fromtimestamp(epoch_ns / 1e9 + hour[0], dt.UTC).strftime("%Y%m%dT%H")
             tag = hashlib.sha256(f"{seed}/{plan.name}/{key}".encode()).hexdigest()[:6]
             paths += writer.write(table, data_dir, "power", prefix=f"nvml-{key}-compacted-{tag}")
     return paths, rows
 
 
 def _workers(n_tasks: int) -> int:
-    env = os.environ.get("WATTLINE_SIM_WORKERS")
-    n = int(env) if env else min(2, os.cpu_count() or 1)
+    n = settings.load().sim_workers or min(2, os.cpu_count() or 1)
     return max(1, min(n, n_tasks))
 
 
@@ -243,13 +243,14 @@ def simulate(
         data_dir.mkdir(parents=True, exist_ok=True)
     # else an s3:// URL: stays a string, so worker processes make their own client
 
-    epoch_ns = int(dt.datetime.combine(start, dt.time(), tzinfo=dt.timezone.utc).timestamp()) * 1_000_000_000
+    epoch_ns = int(dt.datetime.combine(start, dt.time(), tzinfo=dt.UTC).timestamp()) * 1_000_000_000
     span_s = DAY_S if hours is None else hours * 3600.0
     windows = [(d * DAY_S, d * DAY_S + span_s) for d in range(days)]
     in_window = _window_mask(windows)
 
     workers = _workers(len(endpoints) + len(inv.gpu_rows()))
-    engines = dict(zip(endpoints, _map(_engine_task, [(seed, ep, windows, (arrivals or {}).get(name)) for name, ep in endpoints.items()], workers)))
+    tasks = [(seed, ep, windows, (arrivals or {}).get(name)) for name, ep in endpoints.items()]
+    engines = dict(zip(endpoints, _map(_engine_task, tasks, workers), strict=False))
     job_events: dict[str, list[HostEvents]] = {
         name: run_job(_rng(seed, "job", name), [len(g) for _, g in members], windows[-1][1]) for name, members in jobs.items()
     }
@@ -301,7 +302,9 @@ def _window_mask(windows: list[tuple[float, float]]):
 
 
 def _request_columns(engines: dict[str, EngineResult]) -> dict[str, np.ndarray]:
-    cols: dict[str, list] = {k: [] for k in ("request_id", "endpoint", "arrival_s", "prefill_start_s", "first_token_s", "end_s", "prompt_tokens", "output_tokens", "status")}
+    cols: dict[str, list] = {
+        k: [] for k in ("request_id", "endpoint", "arrival_s", "prefill_start_s", "first_token_s", "end_s", "prompt_tokens", "output_tokens", "status")
+    }
     for name, r in engines.items():
         n = len(r.arrival_s)
         cols["request_id"].append(np.array([f"{name}-{i:08d}" for i in range(n)], dtype=object))
@@ -320,7 +323,7 @@ def _event_columns(jobs: dict, job_events: dict[str, list[HostEvents]], in_windo
     cols: dict[str, list] = {k: [] for k in ("job", "host", "step", "kind", "start_s", "end_s", "tokens")}
     kind_names = np.array([KIND_NAMES.get(k, "") for k in range(len(phases.NAMES))], dtype=object)
     for name, members in jobs.items():
-        for (host, _), ev in zip(members, job_events[name]):
+        for (host, _), ev in zip(members, job_events[name], strict=False):
             m = in_window(ev.start_s)
             n = int(m.sum())
             cols["job"].append(np.full(n, name, dtype=object))

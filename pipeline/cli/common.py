@@ -9,9 +9,10 @@ from pathlib import Path
 import click
 
 from collectors.inventory import InventoryError
+from collectors.settings import DATA_DIR_ENV
 from collectors.storage import resolve_data_root
 from pipeline import warehouse
-from pipeline.constants import DATA_DIR_ENV, WAREHOUSE_FILE
+from pipeline.constants import WAREHOUSE_FILE
 
 
 class UserError(click.ClickException):

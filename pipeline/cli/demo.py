@@ -15,7 +15,8 @@ from pipeline.remote import local_dir
 EXAMPLE_QUERIES = (
     "select level, entity, round(max(power_pct), 1) as peak_pct from fleet_power_1s where level in ('role', 'cluster') group by all order by 1, 2",
     "select i.role, round(avg(p.mean_w)) as mean_w, round(max(p.max_w)) as max_w from power_1s p join inventory_gpus i using (host, gpu) group by all",
-    "select endpoint, count(*) as requests, round(median(prompt_tokens)) as median_prompt, round(median(output_tokens)) as median_output from requests group by all order by 1",
+    "select endpoint, count(*) as requests, round(median(prompt_tokens)) as median_prompt, "
+    "round(median(output_tokens)) as median_output from requests group by all order by 1",
 )
 
 
@@ -24,8 +25,9 @@ EXAMPLE_QUERIES = (
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--fleet", default="demo", show_default=True, help="demo, tiny, or an inventory YAML.")
 @click.option("--hours", type=float, default=None, help="Simulate only the first H hours of the day.")
-@click.option("--shape", type=click.Choice(["simple", "collector"]), default="simple", show_default=True,
-              help="Power rows as `wattline simulate --shape` writes them.")
+@click.option(
+    "--shape", type=click.Choice(["simple", "collector"]), default="simple", show_default=True, help="Power rows as `wattline simulate --shape` writes them."
+)
 @data_dir_option
 def command(date: str | None, seed: int, fleet: str, hours: float | None, shape: str, data_dir) -> None:
     """Simulate one day of a mixed GPU fleet, materialize every asset, write the report."""
@@ -33,7 +35,7 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, shape:
     from pipeline.runner import run_day
     from reports.daily import default_out_dir
 
-    day = parse_date(date) if date else (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+    day = parse_date(date) if date else (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
     if run_day_problem(day):
         raise UserError(run_day_problem(day))
     t0 = time.monotonic()

@@ -54,7 +54,7 @@ def _instant(value: str, flag: str) -> float:
         day = dt.date.fromisoformat(value)
     except ValueError:
         raise UserError(f"{flag} {value!r}: expected 2026-12-02T13:00:00Z, a date (UTC midnight) or Unix seconds") from None
-    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc).timestamp()
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
 
 
 def _seconds(value: str) -> float:

@@ -11,7 +11,7 @@ import click
 import yaml
 
 from collectors.inventory import InventoryError
-from collectors.requests.ingest import FORMATS, Ingestor
+from collectors.requests.ingestor import FORMATS, Ingestor
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
 from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog
@@ -114,7 +114,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote, data_dir) -> None:
     """Receive vLLM's OpenTelemetry traces (llm_request spans) as request rows, until Ctrl-C."""
     from collectors.names import remote_listen_problem, remote_listen_warning
-    from collectors.requests.otlp_receiver import Receiver, TRACES_PATH, serve
+    from collectors.requests.otlp_receiver import TRACES_PATH, Receiver, serve
 
     host, port = parse_listen(listen)
     problem = remote_listen_problem(host, allow_remote, "the OTLP receiver")

@@ -9,7 +9,7 @@ import click
 from pipeline import warehouse
 from pipeline.cli.common import UserError, data_dir_option, date_option
 from pipeline.readonly import ReadOnlyError, connect_readonly
-from pipeline.remote import reader_dir
+from pipeline.warehouse import reader_dir
 
 
 class SectionsFailed(click.ClickException):

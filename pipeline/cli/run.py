@@ -9,8 +9,9 @@ import click
 from collectors.contract import DATASETS
 from collectors.days import run_day_problem
 from collectors.inventory import InventoryError
-from pipeline import remote, warehouse
+from pipeline import remote
 from pipeline.cli.common import UserError, data_dir_option, date_option
+from pipeline.datadir import load_inventory_if_any
 
 
 def require_day_data(data_dir, date: str) -> None:
@@ -23,7 +24,7 @@ def require_day_data(data_dir, date: str) -> None:
     local = remote.work_dir(root)
     remote.stage(root, local)  # inventory.yaml, for an S3 data dir
     try:  # every asset needs it: say what is wrong before a run fails on it
-        warehouse.load_inventory_if_any(local)
+        load_inventory_if_any(local)
     except InventoryError as exc:
         raise UserError(" ".join(str(exc).split())) from None
 
@@ -33,8 +34,11 @@ def require_day_data(data_dir, date: str) -> None:
 @click.option("--select", default=None, metavar="ASSET[,ASSET...]", help="Only these assets (default: all).")
 @click.option("--timings", is_flag=True, help="Print each asset's wall time (summed over the cluster-days).")
 @click.option(
-    "--workers", type=click.IntRange(min=1), default=None,
-    help="Cluster-days built at once, each in its own process (env WATTLINE_WORKERS; default: one per core, at most one per cluster and one per 2 GiB of the default memory bound).",
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cluster-days built at once, each in its own process (env WATTLINE_WORKERS; "
+         "default: one per core, at most one per cluster and one per 2 GiB of the default memory bound).",
 )
 @data_dir_option
 def command(date: str, select: str | None, timings: bool, workers: int | None, data_dir) -> None:
@@ -69,7 +73,6 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
     )
     if not outcome.ok:
         raise SystemExit(1)
-
 
 
 def _selection(select: str | None) -> list[str] | None:

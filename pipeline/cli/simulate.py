@@ -12,7 +12,7 @@ from pipeline.cli.common import UserError, data_dir_option, parse_date, refresh_
 
 
 def _yesterday_utc() -> str:
-    return (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
 
 
 @click.command("simulate")
@@ -41,7 +41,8 @@ def command(days: int, seed: int, start: str | None, fleet: str, hours: float | 
         arrivals = None
         if replay_arrivals:
             endpoints = [e.name for _, _, host in resolve_fleet(fleet).iter_hosts() for e in host.endpoints]
-            arrivals = load_replay_arrivals(*replay_arrivals, sorted(set(endpoints)))
+            kind, trace = replay_arrivals
+            arrivals = load_replay_arrivals(kind, trace, sorted(set(endpoints)))
         summary = simulate(data_dir, start=first, days=days, seed=seed, fleet=fleet, hours=hours, arrivals=arrivals, shape=shape)
     except InventoryError as exc:
         raise UserError(str(exc)) from None

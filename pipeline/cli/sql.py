@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from pipeline.cli.common import Interrupted, UserError, data_dir_option
 from pipeline.constants import warehouse_path
 from pipeline.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, ReadOnlyError, run_query
-from pipeline.remote import reader_dir
+from pipeline.warehouse import reader_dir
 
 
 def _render_table(table: pa.Table, max_rows: int) -> str:

@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from collectors.names import remote_listen_problem, remote_listen_warning
+from collectors.settings import DATA_DIR_ENV
 from pipeline import warehouse
 from pipeline.cli.common import UserError, data_dir_option
-from pipeline.constants import DATA_DIR_ENV
 
 
 @click.command("ui")
@@ -26,8 +26,9 @@ def command(host: str, port: int, allow_remote: bool, data_dir) -> None:
     The daily schedule and the new-Parquet sensor start RUNNING; turn them off in the UI
     (Automation tab) or start with WATTLINE_AUTOMATION=off.
     """
-    from pipeline.remote import is_s3, reader_dir
+    from pipeline.remote import is_s3
     from pipeline.runner import dagster_home
+    from pipeline.warehouse import reader_dir
 
     problem = remote_listen_problem(host, allow_remote, "the Dagster UI (it launches runs that write the data dir)")
     if problem:

@@ -1,18 +1,15 @@
-"""Checks of the phase tables, run inside the asset that owns them (per partition).
+"""The phase tables' checks that SQL alone cannot do (named hooks of their Table declarations in
+pipeline/assets/inference_phases.py; the others are files in sql/<table>/checks/).
 
 - clock_skew (phase_timeline): request timestamps vs power timestamps, from how the request-based
   prefill indicator lines up with the power trace (cross-correlation over ±5 s).
 - power_segmentation_agreement (phase_segments): power-only vs request-based prefill time.
-- energy_conservation (request_energy): attributed + idle = measured energy (phase_intervals) within 0.5 %.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from dagster import AssetCheckResult, AssetCheckSeverity
-
-from pipeline import sqlfiles
-from pipeline.checks import Check
 
 SKEW_MAX_LAG_SLOTS = 50  # ±5 s
 SKEW_WARN_MS = 500
@@ -21,7 +18,6 @@ RECALL_MIN = 0.5
 """Of prefill time, at native resolution (the segments' own instants). Measured: h200-capture-2
 (20 ms buffer) and h200-capture-4 pass (docs/phases.md); capture 2 with its requests shifted by
 0.5 s fails."""
-CONSERVATION_TOLERANCE = 0.005
 
 
 def estimate_offset_ms(power_w: np.ndarray, prefill: np.ndarray, max_lag: int = SKEW_MAX_LAG_SLOTS) -> tuple[float, float, float]:
@@ -180,66 +176,3 @@ def power_segmentation_agreement(con) -> AssetCheckResult:
         metadata={"endpoints_compared": len(figures), "agreement": str(figures), "not_resolvable": str(sorted(unresolved))},
         description=". ".join(notes) or None,
     )
-
-
-def charge_all_requests(con) -> None:
-    """Temp table `_charged`: request_energy's rows for every request that touched the day,
-    including the day before's arrivals still running after midnight (their share of this day)."""
-    con.execute("SET VARIABLE request_energy_carryover = true")
-    try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _charged AS {sqlfiles.query('request_energy')}")
-    finally:
-        con.execute("RESET VARIABLE request_energy_carryover")
-
-
-def conservation_rows(con) -> list[tuple]:
-    """Per logged endpoint: (endpoint, measured J, attributed J, idle J), attributed over every
-    request in `_charged` (see charge_all_requests)."""
-    return con.execute(
-        """
-        WITH m AS (
-            SELECT endpoint, coalesce(sum(energy_j), 0) AS measured_j,
-                   coalesce(sum(energy_j) FILTER (WHERE phase = 'idle'), 0) AS idle_j
-            FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL
-        )
-        SELECT m.endpoint, m.measured_j, coalesce(a.attributed_j, 0), m.idle_j
-        FROM m LEFT JOIN (SELECT endpoint, sum(total_j) AS attributed_j FROM _charged GROUP BY ALL) AS a USING (endpoint)
-        ORDER BY 1
-        """
-    ).fetchall()
-
-
-def energy_conservation(con) -> AssetCheckResult:
-    rows = conservation_rows(con)
-    bad = {}
-    for endpoint, measured, attributed, idle in rows:
-        err = abs(attributed + idle - measured) / measured if measured else 0.0
-        if err > CONSERVATION_TOLERANCE:
-            bad[endpoint] = round(err, 5)
-    measured = sum(r[1] for r in rows)
-    attributed = sum(r[2] for r in rows)
-    idle = sum(r[3] for r in rows)
-    return AssetCheckResult(
-        check_name="energy_conservation",
-        passed=not bad,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={
-            "measured_kwh": round(measured / 3.6e6, 4),
-            "attributed_kwh": round(attributed / 3.6e6, 4),
-            "idle_kwh": round(idle / 3.6e6, 4),
-            "relative_error": round(abs(attributed + idle - measured) / measured, 6) if measured else 0.0,
-            "endpoints_off": str(bad),
-        },
-        description=f"attributed + idle differs from measured energy by > 0.5 % on {bad}" if bad else None,
-    )
-
-
-TIMELINE_CHECKS = [
-    Check("clock_skew", "Request timestamps line up with the power trace (prefill-spike cross-correlation; WARN if offset ≥ 0.5 s).", lambda con: clock_skew(con)),
-]
-SEGMENT_CHECKS = [
-    Check("power_segmentation_agreement", "Power-only prefill detection agrees with the request log (precision ≥ 0.7 and recall ≥ 0.5 of prefill time; median boundary error and energy recall reported).", lambda con: power_segmentation_agreement(con)),
-]
-ENERGY_CHECKS = [
-    Check("energy_conservation", "Energy charged to requests + idle energy = measured energy (phase_intervals, from the energy curve) within 0.5 % per endpoint.", lambda con: energy_conservation(con)),
-]

@@ -34,9 +34,22 @@ def build(ctx: Ctx) -> Section:
             for p in between:  # a table may hold both (a, b) and (b, a): show each pair once
                 unordered.setdefault(tuple(sorted((p["a"], p["b"]))), p)
             top = sorted(unordered.values(), key=lambda p: -(p["pearson_1s"] if p["pearson_1s"] is not None else -2))[:10]
-            s.add(Table(["a", "b", "Pearson r (1 s)", "spike co-occurrence (%)", "best lag (s)"],
-                        [[p["a"], p["b"], num(p["pearson_1s"], 3), num(100 * p["spike_cooccurrence"] if p["spike_cooccurrence"] is not None else None), num(p["best_lag_s"], 1)] for p in top],
-                        "Most correlated pairs (spike co-occurrence: share of one's prefill-level spikes that meet a spike of the other within ±1 s)."))
+            s.add(
+                Table(
+                    ["a", "b", "Pearson r (1 s)", "spike co-occurrence (%)", "best lag (s)"],
+                    [
+                        [
+                            p["a"],
+                            p["b"],
+                            num(p["pearson_1s"], 3),
+                            num(100 * p["spike_cooccurrence"] if p["spike_cooccurrence"] is not None else None),
+                            num(p["best_lag_s"], 1),
+                        ]
+                        for p in top
+                    ],
+                    "Most correlated pairs (spike co-occurrence: share of one's prefill-level spikes that meet a spike of the other within ±1 s).",
+                )
+            )
         else:
             s.add(Note(f"`endpoint_correlation` has no pairs for {ctx.date} (fewer than two endpoints?).", "info"))
     else:
@@ -51,11 +64,21 @@ def build(ctx: Ctx) -> Section:
         shown += sorted(hosts, key=lambda x: -(x["coincidence_factor"] or 0))[: max(0, 40 - len(shown))]
         bars = [{"level": x["level"], "entity": x["entity"], "factor": num(x["coincidence_factor"], 3)} for x in shown if x["coincidence_factor"] is not None]
         if bars:
-            s.add(Chart("coincidence", charts.coincidence_bars(bars), "Coincidence factor = max of the domain's summed power ÷ sum of its members' maxima (hosts: the 40 highest are shown)."))
+            s.add(
+                Chart(
+                    "coincidence",
+                    charts.coincidence_bars(bars),
+                    "Coincidence factor = max of the domain's summed power ÷ sum of its members' maxima (hosts: the 40 highest are shown).",
+                )
+            )
         s.headline["coincidence_factor"] = {f"{x['level']}:{x['entity']}": num(x["coincidence_factor"], 3) for x in rows if x["level"] != "host"}
-        s.add(Table(["level", "entity", "coincidence factor", "smoothing ratio", "members"],
-                    [[x["level"], x["entity"], num(x["coincidence_factor"], 3), num(x["smoothing_ratio"], 3), x["members"]] for x in shown[:40]]),
-              Code("every domain", f"SELECT * FROM coincidence WHERE date = DATE '{ctx.date}' ORDER BY coincidence_factor DESC"))
+        s.add(
+            Table(
+                ["level", "entity", "coincidence factor", "smoothing ratio", "members"],
+                [[x["level"], x["entity"], num(x["coincidence_factor"], 3), num(x["smoothing_ratio"], 3), x["members"]] for x in shown[:40]],
+            ),
+            Code("every domain", f"SELECT * FROM coincidence WHERE date = DATE '{ctx.date}' ORDER BY coincidence_factor DESC"),
+        )
     else:
         s.not_available(r.missing("coincidence", COIN_COLS) + ": coincidence factors")
     return s

@@ -65,7 +65,8 @@ def build(ctx: Ctx) -> Section:
         Chart(
             "fleet_power",
             charts.fleet_power(area, envelope, rules, bucket, unit),
-            "Areas: mean power of each role per bucket, stacked. Line: the fleet's highest 2 s mean power inside each bucket. Dashed: provisioned power of the fleet and of each role.",
+            "Areas: mean power of each role per bucket, stacked. Line: the fleet's highest 2 s mean power inside each bucket. "
+            "Dashed: provisioned power of the fleet and of each role.",
         )
     )
     stats = r.rows(
@@ -81,11 +82,21 @@ def build(ctx: Ctx) -> Section:
         Table(
             ["level", "entity", "mean (W)", "peak 1 s (W)", "peak 2 s (W)", "provisioned (W)", "peak 1 s (% prov.)"],
             [
-                [x["level"], x["entity"], num(x["mean_w"], 0), num(x["max_1s_w"], 0), num(x["max_2s_w"], 0), num(x["provisioned_w"], 0),
-                 num(100 * x["max_1s_w"] / x["provisioned_w"]) if x["provisioned_w"] else None]
+                [
+                    x["level"],
+                    x["entity"],
+                    num(x["mean_w"], 0),
+                    num(x["max_1s_w"], 0),
+                    num(x["max_2s_w"], 0),
+                    num(x["provisioned_w"], 0),
+                    num(100 * x["max_1s_w"] / x["provisioned_w"]) if x["provisioned_w"] else None,
+                ]
                 for x in stats
             ],
         ),
-        Code("the role series at 1 s", f"SELECT ts, entity AS role, power_w, power_pct FROM fleet_power_1s WHERE date = DATE '{ctx.date}' AND level = 'role' ORDER BY ts"),
+        Code(
+            "the role series at 1 s",
+            f"SELECT ts, entity AS role, power_w, power_pct FROM fleet_power_1s WHERE date = DATE '{ctx.date}' AND level = 'role' ORDER BY ts",
+        ),
     )
     return s

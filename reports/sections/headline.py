@@ -94,7 +94,18 @@ def build(ctx: Ctx) -> Section:
             Chart("headline_roles", charts.role_pct_bars(bars), f"Source: `{source}` (peak = highest 1 s mean when read from fleet_power_1s)."),
             Table(
                 ["role", "mean (W)", "mean (% prov.)", "peak (W)", "peak (% prov.)", "energy (kWh)", "provisioned (W)"],
-                [[row["role"], num(row["mean_w"], 0), num(row["mean_pct"]), num(row["max_w"], 0), num(row["max_pct"]), num(row["energy_kwh"], 2), num(row["provisioned_w"], 0)] for row in rows],
+                [
+                    [
+                        row["role"],
+                        num(row["mean_w"], 0),
+                        num(row["mean_pct"]),
+                        num(row["max_w"], 0),
+                        num(row["max_pct"]),
+                        num(row["energy_kwh"], 2),
+                        num(row["provisioned_w"], 0),
+                    ]
+                    for row in rows
+                ],
             ),
         )
 
@@ -112,16 +123,39 @@ def build(ctx: Ctx) -> Section:
         for row in swing:
             role = row["entity"] if row["level"] == "role" else roles_of.get(row["entity"], "?")
             ref = REFERENCE_2S_SWING_PCT.get(role)
-            table.append([row["level"], row["entity"], role, gpus_of.get((row["level"], row["entity"]), "?"), f"up to {ref:g}%" if ref else "–",
-                          num(row["max_swing_pct"]), num(row["max_swing_w"], 0), num(row["p99_swing_w"], 0), num(row["provisioned_w"], 0)])
+            table.append(
+                [
+                    row["level"],
+                    row["entity"],
+                    role,
+                    gpus_of.get((row["level"], row["entity"]), "?"),
+                    f"up to {ref:g}%" if ref else "–",
+                    num(row["max_swing_pct"]),
+                    num(row["max_swing_w"], 0),
+                    num(row["p99_swing_w"], 0),
+                    num(row["provisioned_w"], 0),
+                ]
+            )
         s.headline["max_2s_swing_pct"] = {f"{row['level']}:{row['entity']}": num(row["max_swing_pct"], 2) for row in swing}
         s.headline["reference_2s_swing_pct"] = REFERENCE_2S_SWING_PCT
         s.add(
             Table(
-                ["level", "entity", "role", "GPUs", "published (max 2 s swing, % prov.)", "this fleet: max 2 s swing (% prov.)", "max 2 s swing (W)", "p99 2 s swing (W)", "provisioned (W)"],
+                [
+                    "level",
+                    "entity",
+                    "role",
+                    "GPUs",
+                    "published (max 2 s swing, % prov.)",
+                    "this fleet: max 2 s swing (% prov.)",
+                    "max 2 s swing (W)",
+                    "p99 2 s swing (W)",
+                    "provisioned (W)",
+                ],
                 table,
-                "Training vs inference: largest power change within any 2 s window of the instantaneous trace (swing_stats), beside the published cluster-level reference points (training up to 37.5%, inference up to 9% of provisioned within 2 s), "
-                "which were measured on clusters of thousands of GPUs: fewer GPUs smooth less (docs/simulator.md, 'Paper scale', shows the simulator's swing against the number of endpoints).",
+                "Training vs inference: largest power change within any 2 s window of the instantaneous trace (swing_stats), beside the published "
+                "cluster-level reference points (training up to 37.5%, inference up to 9% of provisioned within 2 s), "
+                "which were measured on clusters of thousands of GPUs: fewer GPUs smooth less "
+                "(docs/simulator.md, 'Paper scale', shows the simulator's swing against the number of endpoints).",
             )
         )
     else:
@@ -130,7 +164,13 @@ def build(ctx: Ctx) -> Section:
         tvi = r.q(f"SELECT * FROM {r.day_relation('training_vs_inference', ctx.date)} ORDER BY role")
         cols = [c for c in tvi.column_names if c != "date"][:12]
         if tvi.num_rows:
-            s.add(Table(cols, [[num(v, 2) if isinstance(v, float) else v for v in (row[c] for c in cols)] for row in tvi.to_pylist()], "`training_vs_inference` for this day."))
+            s.add(
+                Table(
+                    cols,
+                    [[num(v, 2) if isinstance(v, float) else v for v in (row[c] for c in cols)] for row in tvi.to_pylist()],
+                    "`training_vs_inference` for this day.",
+                )
+            )
 
     # Headroom per cluster.
     if r.has("power_headroom", HEADROOM_COLS):
@@ -150,7 +190,18 @@ def build(ctx: Ctx) -> Section:
         s.add(
             Table(
                 ["cluster", "provisioned (W)", "p99 2 s (W)", "p99.9 2 s (W)", "max 2 s (W)", "headroom (%)", "extra hosts (est.)"],
-                [[row["entity"], num(row["provisioned_w"], 0), num(row["p99_2s_w"], 0), num(row["p999_2s_w"], 0), num(row["max_2s_w"], 0), num(row["headroom_pct"]), num(row["extra_hosts_estimate"], 1)] for row in head],
+                [
+                    [
+                        row["entity"],
+                        num(row["provisioned_w"], 0),
+                        num(row["p99_2s_w"], 0),
+                        num(row["p999_2s_w"], 0),
+                        num(row["max_2s_w"], 0),
+                        num(row["headroom_pct"]),
+                        num(row["extra_hosts_estimate"], 1),
+                    ]
+                    for row in head
+                ],
                 "Headroom per cluster (power_headroom): provisioned minus observed 2 s power, and how many more hosts of the same profile fit.",
             ),
             Code("all power domains", f"SELECT * FROM power_headroom WHERE date = DATE '{ctx.date}' ORDER BY headroom_pct"),

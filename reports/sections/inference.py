@@ -20,7 +20,7 @@ SOURCE_RANK_SQL = """CASE WHEN source::VARCHAR = 'nvml-buffer' THEN 1 WHEN sourc
 
 
 def _ts(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def pick_endpoint(ctx: Ctx) -> str | None:
@@ -163,14 +163,39 @@ def build(ctx: Ctx) -> Section:
             s.add(Chart("phase_shares", charts.phase_shares(shares), "From `energy_per_token` (bucket_kind = 'all')."))
         s.add(
             Table(
-                ["endpoint", "J / prompt token", "J / output token", "J / request", "prefill mean (W)", "decode mean (W)", "prefill time share (%)", "prefill energy share (%)", "prefill peaks > TDP (per hour)"],
-                [[x["endpoint"], num(x["j_per_prompt_token"], 3), num(x["j_per_output_token"], 3), num(x["j_per_request"], 1), num(x["prefill_mean_w"], 0), num(x["decode_mean_w"], 0),
-                  num(100 * x["prefill_time_share"] if x["prefill_time_share"] is not None else None), num(100 * x["prefill_energy_share"] if x["prefill_energy_share"] is not None else None), x["tdp_exceedances"]]
-                 for x in overall],
+                [
+                    "endpoint",
+                    "J / prompt token",
+                    "J / output token",
+                    "J / request",
+                    "prefill mean (W)",
+                    "decode mean (W)",
+                    "prefill time share (%)",
+                    "prefill energy share (%)",
+                    "prefill peaks > TDP (per hour)",
+                ],
+                [
+                    [
+                        x["endpoint"],
+                        num(x["j_per_prompt_token"], 3),
+                        num(x["j_per_output_token"], 3),
+                        num(x["j_per_request"], 1),
+                        num(x["prefill_mean_w"], 0),
+                        num(x["decode_mean_w"], 0),
+                        num(100 * x["prefill_time_share"] if x["prefill_time_share"] is not None else None),
+                        num(100 * x["prefill_energy_share"] if x["prefill_energy_share"] is not None else None),
+                        x["tdp_exceedances"],
+                    ]
+                    for x in overall
+                ],
             )
         )
-        s.headline["energy_per_token"] = {x["endpoint"]: {"j_per_prompt_token": num(x["j_per_prompt_token"], 4), "j_per_output_token": num(x["j_per_output_token"], 4)} for x in overall}
-        batch = r.rows(f"SELECT endpoint, bucket::VARCHAR AS bucket, j_per_prompt_token, j_per_output_token FROM {rel} WHERE bucket_kind = 'batch_size' ORDER BY endpoint")
+        s.headline["energy_per_token"] = {
+            x["endpoint"]: {"j_per_prompt_token": num(x["j_per_prompt_token"], 4), "j_per_output_token": num(x["j_per_output_token"], 4)} for x in overall
+        }
+        batch = r.rows(
+            f"SELECT endpoint, bucket::VARCHAR AS bucket, j_per_prompt_token, j_per_output_token FROM {rel} WHERE bucket_kind = 'batch_size' ORDER BY endpoint"
+        )
         points = [
             {"endpoint": x["endpoint"], "bucket": x["bucket"], "order": _bucket_order(x["bucket"]), "token": token, "j": num(x[col], 4)}
             for x in batch

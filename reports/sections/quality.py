@@ -59,10 +59,18 @@ def build(ctx: Ctx) -> Section:
             s.headline["hosts"] = len(hosts)
             s.headline["hosts_below_95pct"] = sum(1 for h in hosts if h["coverage_pct"] < 95)
             s.headline["mean_coverage_pct"] = num(statistics.fmean(h["coverage_pct"] for h in hosts), 2)
-            s.add(Table(["host", "role", "GPUs reporting / expected", "coverage (%)", "gaps > 2 s"],
-                        [[h["host"], h["role"], f"{h['gpus_reporting']} / {h['gpus_expected']}", num(h["coverage_pct"], 2), h["gaps"]] for h in worst[:10]],
-                        f"The 10 least covered of {len(hosts)} hosts; {s.headline['hosts_below_95pct']} below 95%."),
-                  Code("coverage of every GPU", f"SELECT host, gpu, count(*) / 864.0 AS coverage_pct, sum(gap_before::INT) AS gaps FROM power_1s WHERE date = DATE '{ctx.date}' GROUP BY ALL ORDER BY coverage_pct"))
+            s.add(
+                Table(
+                    ["host", "role", "GPUs reporting / expected", "coverage (%)", "gaps > 2 s"],
+                    [[h["host"], h["role"], f"{h['gpus_reporting']} / {h['gpus_expected']}", num(h["coverage_pct"], 2), h["gaps"]] for h in worst[:10]],
+                    f"The 10 least covered of {len(hosts)} hosts; {s.headline['hosts_below_95pct']} below 95%.",
+                ),
+                Code(
+                    "coverage of every GPU",
+                    f"SELECT host, gpu, count(*) / 864.0 AS coverage_pct, sum(gap_before::INT) AS gaps FROM power_1s "
+                    f"WHERE date = DATE '{ctx.date}' GROUP BY ALL ORDER BY coverage_pct",
+                ),
+            )
         else:
             s.add(Note(f"No power for {ctx.date}.", "missing"))
     else:
@@ -76,24 +84,41 @@ def build(ctx: Ctx) -> Section:
         failed = [c for c in h.checks if not c.passed]
         s.headline["checks"] = {"evaluated": len(h.checks), "failed": len(failed), "failed_error": sum(1 for c in failed if c.severity == "ERROR")}
         if h.checks:
-            s.add(Table(["asset", "check", "result", "severity", "details", "evaluated"],
-                        [[c.asset, c.check, "passed" if c.passed else "FAILED", c.severity, c.description[:200], fmt_ts(c.timestamp)] for c in h.checks],
-                        f"Latest asset-check results for {ctx.date}: {len(failed)} of {len(h.checks)} failed."))
+            s.add(
+                Table(
+                    ["asset", "check", "result", "severity", "details", "evaluated"],
+                    [[c.asset, c.check, "passed" if c.passed else "FAILED", c.severity, c.description[:200], fmt_ts(c.timestamp)] for c in h.checks],
+                    f"Latest asset-check results for {ctx.date}: {len(failed)} of {len(h.checks)} failed.",
+                )
+            )
         else:
             s.add(Note(f"No asset-check results recorded for {ctx.date}{': ' + h.note if h.note else ''}.", "missing"))
         if h.materializations:
-            s.add(Table(["asset", "last materialized", "rows", "run"],
-                        [[m.asset, fmt_ts(m.timestamp), m.rows, m.run_id[:8]] for m in h.materializations],
-                        "Latest materialization of each asset for this day."))
+            s.add(
+                Table(
+                    ["asset", "last materialized", "rows", "run"],
+                    [[m.asset, fmt_ts(m.timestamp), m.rows, m.run_id[:8]] for m in h.materializations],
+                    "Latest materialization of each asset for this day.",
+                )
+            )
 
     # Energy counter vs integrated power.
     counters = energy_counter(ctx)
     if counters:
         diffs = [abs(c["diff_pct"]) for c in counters]
-        s.headline["energy_counter_vs_integrated"] = {"gpus": len(counters), "median_abs_diff_pct": num(statistics.median(diffs), 3), "max_abs_diff_pct": num(max(diffs), 3)}
-        s.add(Table(["host", "gpu", "counter (kJ)", "integrated power (kJ)", "difference (%)"],
-                    [[c["host"], c["gpu"], num(c["counter_j"] / 1e3, 2), num(c["integrated_j"] / 1e3, 2), num(c["diff_pct"], 3)] for c in counters[:5]],
-                    f"Energy counter vs integrated power for {len(counters)} GPU(s): median |difference| {statistics.median(diffs):.2f}%, largest {max(diffs):.2f}% (the 5 largest shown)."))
+        s.headline["energy_counter_vs_integrated"] = {
+            "gpus": len(counters),
+            "median_abs_diff_pct": num(statistics.median(diffs), 3),
+            "max_abs_diff_pct": num(max(diffs), 3),
+        }
+        s.add(
+            Table(
+                ["host", "gpu", "counter (kJ)", "integrated power (kJ)", "difference (%)"],
+                [[c["host"], c["gpu"], num(c["counter_j"] / 1e3, 2), num(c["integrated_j"] / 1e3, 2), num(c["diff_pct"], 3)] for c in counters[:5]],
+                f"Energy counter vs integrated power for {len(counters)} GPU(s): median |difference| {statistics.median(diffs):.2f}%, "
+                f"largest {max(diffs):.2f}% (the 5 largest shown).",
+            )
+        )
     else:
         s.add(Note("Energy counter vs integrated power: no GPU reported an energy counter (`power.energy_j`) this day.", "info"))
 
@@ -107,10 +132,15 @@ def build(ctx: Ctx) -> Section:
         )
         s.headline["quarantined_files"] = {f"{f['dataset']}:{f['kind']}": int(f["files"]) for f in files}
         if files:
-            s.add(Table(["dataset", "kind", "files", "still in quarantine", "example", "reason"],
-                        [[f["dataset"], f["kind"], int(f["files"]), int(f["still"]), f["example"], (f["reason"] or "")[:160]] for f in files],
-                        f"Raw files of {ctx.date} set aside by the pipeline (unreadable, drifted from the contract, or duplicates; `converted` ones were used, rewritten in the contract's types); kept under {ctx.data_dir}/quarantine/files/."),
-                  Code("every quarantined file of the day", f"SELECT * FROM quarantined_files WHERE date = '{ctx.date}' ORDER BY at"))
+            s.add(
+                Table(
+                    ["dataset", "kind", "files", "still in quarantine", "example", "reason"],
+                    [[f["dataset"], f["kind"], int(f["files"]), int(f["still"]), f["example"], (f["reason"] or "")[:160]] for f in files],
+                    f"Raw files of {ctx.date} set aside by the pipeline (unreadable, drifted from the contract, or duplicates; `converted` ones were used, "
+                    f"rewritten in the contract's types); kept under {ctx.data_dir}/quarantine/files/.",
+                ),
+                Code("every quarantined file of the day", f"SELECT * FROM quarantined_files WHERE date = '{ctx.date}' ORDER BY at"),
+            )
         else:
             s.add(Note(f"No raw file of {ctx.date} was quarantined.", "info"))
 
@@ -118,8 +148,15 @@ def build(ctx: Ctx) -> Section:
     q = quarantine(ctx.data_dir, ctx.date)
     s.headline["quarantined_rows"] = q.by_dataset
     if q.by_dataset:
-        s.add(Table(["dataset", "reason", "rows"], [[d, reason, n] for d, reason, n in q.reasons] or [[d, "(no reason column)", n] for d, n in q.by_dataset.items()],
-                    f"Quarantined rows for {ctx.date}: " + ", ".join(f"{d}: {n:,}" for d, n in sorted(q.by_dataset.items())) + f" (under {ctx.data_dir}/quarantine/)."))
+        s.add(
+            Table(
+                ["dataset", "reason", "rows"],
+                [[d, reason, n] for d, reason, n in q.reasons] or [[d, "(no reason column)", n] for d, n in q.by_dataset.items()],
+                f"Quarantined rows for {ctx.date}: "
+                + ", ".join(f"{d}: {n:,}" for d, n in sorted(q.by_dataset.items()))
+                + f" (under {ctx.data_dir}/quarantine/).",
+            )
+        )
     else:
         s.add(Note(f"No quarantined rows for {ctx.date}.", "info"))
     return s

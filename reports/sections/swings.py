@@ -17,7 +17,7 @@ EVENT_WINDOW_S = 2
 
 
 def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def ecdf_curves(ctx: Ctx) -> list[dict]:
@@ -69,7 +69,7 @@ def top_events(ctx: Ctx, levels: tuple[str, ...], limit: int = 10) -> list[dict]
 
 
 def drill_sql(ctx: Ctx, ev: dict) -> str:
-    t = dt.datetime.fromtimestamp(ev["t_ms"] / 1000, dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(ev["t_ms"] / 1000, dt.UTC)
     lo = (t - dt.timedelta(seconds=10)).strftime("%Y-%m-%d %H:%M:%S")
     hi = (t + dt.timedelta(seconds=5)).strftime("%Y-%m-%d %H:%M:%S")
     if ev["level"] == "host":
@@ -114,14 +114,18 @@ def build(ctx: Ctx) -> Section:
         for row in stat_rows:
             for stat, q, col in (("p50", 0.5, "p50_swing_w"), ("p99", 0.99, "p99_swing_w"), ("max", 1.0, "max_swing_w")):
                 if row[col] is not None:
-                    marks.append({"role": row["role"], "window": f"{int(row['window_s'])} s", "stat": stat, "q": q, "pct": num(100 * row[col] / row["provisioned_w"], 3)})
+                    marks.append(
+                        {"role": row["role"], "window": f"{int(row['window_s'])} s", "stat": stat, "q": q, "pct": num(100 * row[col] / row["provisioned_w"], 3)}
+                    )
     if curves:
         s.add(
             Chart(
                 "swing_distribution",
                 charts.swing_ecdf(curves, marks),
-                "Lines: for each role, the share of tumbling windows (2 s, 10 s, 60 s) of the 1 s role power whose swing (max − min) is at most x% of the role's provisioned power. "
-                "Diamonds: p50, p99 and max swing of the instantaneous trace from `swing_stats` (at y = 0.5, 0.99, 1), which see the sub-second peaks the 1 s means hide.",
+                "Lines: for each role, the share of tumbling windows (2 s, 10 s, 60 s) of the 1 s role power whose swing (max − min) "
+                "is at most x% of the role's provisioned power. "
+                "Diamonds: p50, p99 and max swing of the instantaneous trace from `swing_stats` (at y = 0.5, 0.99, 1), "
+                "which see the sub-second peaks the 1 s means hide.",
             )
         )
     elif not have_1s:
@@ -136,10 +140,37 @@ def build(ctx: Ctx) -> Section:
         )
         s.add(
             Table(
-                ["level", "entity", "window (s)", "series", "max swing (W)", "max swing (% prov.)", "p50 (W)", "p99 (W)", "max ramp (W/s)", "windows > 10%", "windows > 25%"],
-                [[x["level"], x["entity"], num(x["window_s"], 1), x["series"], num(x["max_swing_w"], 0), num(x["max_swing_pct"]), num(x["p50_swing_w"], 0),
-                  num(x["p99_swing_w"], 0), num(x["max_ramp_w_per_s"], 0), x["windows_over_10pct"], x["windows_over_25pct"]] for x in rows[:60]],
-                "swing_stats: roles at every window of the instantaneous trace, and at 2 s also on the driver's 1 s average (avg1s); clusters and the fleet at 2 s.",
+                [
+                    "level",
+                    "entity",
+                    "window (s)",
+                    "series",
+                    "max swing (W)",
+                    "max swing (% prov.)",
+                    "p50 (W)",
+                    "p99 (W)",
+                    "max ramp (W/s)",
+                    "windows > 10%",
+                    "windows > 25%",
+                ],
+                [
+                    [
+                        x["level"],
+                        x["entity"],
+                        num(x["window_s"], 1),
+                        x["series"],
+                        num(x["max_swing_w"], 0),
+                        num(x["max_swing_pct"]),
+                        num(x["p50_swing_w"], 0),
+                        num(x["p99_swing_w"], 0),
+                        num(x["max_ramp_w_per_s"], 0),
+                        x["windows_over_10pct"],
+                        x["windows_over_25pct"],
+                    ]
+                    for x in rows[:60]
+                ],
+                "swing_stats: roles at every window of the instantaneous trace, and at 2 s also "
+                "on the driver's 1 s average (avg1s); clusters and the fleet at 2 s.",
             )
         )
     else:
@@ -163,6 +194,12 @@ def build(ctx: Ctx) -> Section:
                 )
             )
     if have_1s:
-        s.add(*_events_table(ctx, top_events(ctx, ("cluster", "role")), "Top 10 swing events of clusters and roles (one per entity and minute, largest 2 s change of the 1 s series, % of provisioned)"))
+        s.add(
+            *_events_table(
+                ctx,
+                top_events(ctx, ("cluster", "role")),
+                "Top 10 swing events of clusters and roles (one per entity and minute, largest 2 s change of the 1 s series, % of provisioned)",
+            )
+        )
         s.add(*_events_table(ctx, top_events(ctx, ("host",)), "Top 10 swing events of hosts"))
     return s

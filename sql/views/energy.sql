@@ -1,4 +1,4 @@
--- The energy of any interval of a GPU, from energy_curve (sql/energy_curve.sql): E(b) − E(a), with
+-- The energy of any interval of a GPU, from energy_curve (sql/energy_curve/energy_curve.sql): E(b) − E(a), with
 -- E(t) = the cumulative energy at the last sample at or before t plus the trapezoid from that
 -- sample to t, the power linear between it and the next sample (nothing across a gap > 2 s; 0
 -- before the GPU's first sample of the day, the day's total after its last). Exact for

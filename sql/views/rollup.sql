@@ -1,4 +1,4 @@
--- Shared by a table's cluster-day SQL and its fleet rollup (sql/rollup/), so both give the same
+-- Shared by a table's cluster-day SQL and its fleet rollup (sql/<table>/rollup.sql), so both give the same
 -- columns from the same formulas. Each macro reads (through query_table, bound when called)
 -- temp tables the calling file builds first.
 

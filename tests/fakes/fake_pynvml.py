@@ -41,10 +41,19 @@ from collections import Counter
 from pathlib import Path
 
 from pynvml import *  # noqa: F401,F403  the real constants and NVMLError_* classes
-from pynvml import (NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_INVALID_ARGUMENT,
-                    NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_TIMEOUT,
-                    NVML_ERROR_UNINITIALIZED, NVML_VALUE_TYPE_UNSIGNED_INT,
-                    NVMLError, c_nvmlFieldValue_t, c_nvmlSample_t)
+from pynvml import (
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_TIMEOUT,
+    NVML_ERROR_UNINITIALIZED,
+    NVML_VALUE_TYPE_UNSIGNED_INT,
+    NVMLError,
+    c_nvmlFieldValue_t,
+    c_nvmlSample_t,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "nvml"
 ENV = "WATTLINE_FAKE_NVML"

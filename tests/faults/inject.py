@@ -101,7 +101,7 @@ def served_samples(log: Path) -> dict[tuple[int, str, int], float]:
 def power_keys(table: pa.Table) -> list[tuple[int, str, int]]:
     """(gpu, source, ts_ns) of every row of a power table, repeats included."""
     ts = epoch_ns(table.column("ts")).to_pylist()
-    return list(zip(table.column("gpu").to_pylist(), table.column("source").cast(pa.string()).to_pylist(), ts))
+    return list(zip(table.column("gpu").to_pylist(), table.column("source").cast(pa.string()).to_pylist(), ts, strict=False))
 
 
 def hidden_power_files(data_dir: Path) -> list[Path]:

@@ -16,13 +16,13 @@ import time
 
 import pytest
 
+from collectors.atomic import write_parquet_atomic
 from collectors.nvml.counters import Counters
 from collectors.nvml.daemon import Collector, CollectorConfig, status_path
 from collectors.nvml.flusher import Flusher
 from collectors.nvml.gpu_sampler import SamplingConfig
-from collectors.parquet_sink import write_parquet_atomic
-from tests.faults.inject import fill_disk, hidden_power_files, power_keys, served_samples, tiny_tmpfs
 from tests.fakes import fake_pynvml as fake
+from tests.faults.inject import fill_disk, hidden_power_files, power_keys, served_samples, tiny_tmpfs
 from tests.nvml_helpers import FAKE, collector_process, power_files, read_power, wait_for_new_file
 
 GPUS = 4  # 4 x (10 field + ~50 buffer rows/s) = ~240 rows/s
@@ -138,11 +138,11 @@ def test_disk_full_patched_writer(tmp_path):
 def test_folder_sync_failing_after_the_rename_does_not_write_rows_twice(tmp_path, monkeypatch):
     """A bug found here: fsync of the folder failing after the rename (EIO, a full journal) made the
     flusher keep rows that were already in a visible file, and write them again at the next flush."""
-    from collectors import parquet_sink
+    from collectors import atomic
     from tests.test_nvml_units import _table
 
     calls = {"n": 0}
-    real = parquet_sink.fsync_dir
+    real = atomic.fsync_dir
 
     def failing_once(path):
         calls["n"] += 1
@@ -150,7 +150,7 @@ def test_folder_sync_failing_after_the_rename_does_not_write_rows_twice(tmp_path
             raise OSError(errno.EIO, "Input/output error")
         return real(path)
 
-    monkeypatch.setattr(parquet_sink, "fsync_dir", failing_once)
+    monkeypatch.setattr(atomic, "fsync_dir", failing_once)
     counters = Counters()
     f = Flusher(tmp_path, "h", counters)
     base = 491_000 * 3_600_000_000_000 + 10**9

@@ -62,7 +62,7 @@ def test_lost_gpu_unsupported_field_backwards_energy_and_a_stall_at_once(tmp_pat
     for g in range(PLAN["gpus"]):
         e = [r["energy_j"] for r in series(table, g, "nvml-field") if r["energy_j"] is not None]
         assert e and min(e) >= 0, g
-        assert all(b >= a for a, b in zip(e, e[1:])), (g, [b - a for a, b in zip(e, e[1:]) if b < a])
+        assert all(b >= a for a, b in zip(e, e[1:], strict=False)), (g, [b - a for a, b in zip(e, e[1:], strict=False) if b < a])
 
     # every event counted in the status file...
     status = json.loads(status_path(data, "testhost").read_text())["gpus"]

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from collectors.days import FIRST_DAY, last_writable_day
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from collectors.requests.tail import Follower
 from collectors.simulate import writer
@@ -164,7 +164,7 @@ def test_run_select_of_an_unknown_asset(tmp_path):
 def test_simulate_outside_the_partitions(tmp_path, start, days):
     """Today: simulate writes a 2031 (or 1960) day that no run can reach. Must: one line, nothing written.
     (None, 3): from today, so the last day is past today + the one day of slack."""
-    start = start or dt.datetime.now(dt.timezone.utc).date().isoformat()
+    start = start or dt.datetime.now(dt.UTC).date().isoformat()
     data_dir = tmp_path / "d"
     result = invoke("simulate", "--fleet", "tiny", "--hours", "0.01", "--start", start, "--days", str(days), "--data-dir", str(data_dir))
     one_line_error(result, RANGE)
@@ -218,7 +218,7 @@ def test_request_rows_outside_the_partitions_are_quarantined_per_line(tmp_path):
     q = read_quarantine(tmp_path / "d").to_pylist()
     assert sorted(r["line_no"] for r in q) == [2, 4, 5, 6]
     assert all(RANGE in r["reason"] and r["raw"] == log.read_bytes().split(b"\n")[r["line_no"] - 1] for r in q)
-    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    today = dt.datetime.now(dt.UTC).date().isoformat()
     assert [p.name for p in (tmp_path / "d" / "quarantine" / "requests").iterdir()] == [f"date={today}"]
     assert sorted(p.name for p in (tmp_path / "d" / "requests").iterdir()) == ["date=2020-01-01", "date=2026-12-01"]
 

@@ -64,7 +64,7 @@ def test_two_runs_of_one_day_serialize_and_sql_answers_during_them(built, tmp_pa
         answers.append((q.returncode, q.stdout.strip().splitlines()[-1] if q.stdout.strip() else "", q.stderr.strip()))
     outputs = [r.communicate(timeout=300) for r in runs]
 
-    for r, (out, err) in zip(runs, outputs):
+    for r, (out, err) in zip(runs, outputs, strict=False):
         assert r.returncode == 0, err
         assert not any(word in err for word in LOCK_ERRORS), err
         assert f"{DATE}: " in out
@@ -105,7 +105,14 @@ def test_reader_never_sees_a_partition_file_being_written(built, monkeypatch):
 
     monkeypatch.setattr(warehouse.os, "replace", replace_and_look)
     with warehouse.compute_connection(data_dir, DATE) as con:
-        warehouse.write_partition(con, data_dir, "power_1s", DATE, f"SELECT * FROM read_parquet('{glob}', hive_partitioning = false) ORDER BY host, gpu, ts", Scope(date=DATE, cluster="c0"))
+        warehouse.write_partition(
+            con,
+            data_dir,
+            "power_1s",
+            DATE,
+            f"SELECT * FROM read_parquet('{glob}', hive_partitioning = false) ORDER BY host, gpu, ts",
+            Scope(date=DATE, cluster="c0"),
+        )
     assert seen == [before]
 
 

@@ -24,12 +24,12 @@ import pytest
 import yaml
 
 from collectors.parquet_sink import write_dataset
-from pipeline import quarantine
+from pipeline import file_quarantine
 from pipeline.readonly import run_query
 from pipeline.runner import run_day
+from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table, square_wave, write_square_fleet
 from tests.faults import inject
-from pipeline.warehouse import read_day
 
 DATE = DAY.isoformat()
 SECONDS = 120
@@ -105,8 +105,10 @@ def scenario(tmp_path_factory):
     s["faulted_tables"] = _tables(d)
     s["faulted_power_rows"] = run_query(d, "select count(*) as n from power").to_pylist()[0]["n"]
     s["faulted_other_rows"] = run_query(d, "select (select count(*) from requests) as requests, (select count(*) from job_events) as job_events").to_pylist()[0]
-    s["quarantine_sql_faulted"] = run_query(d, "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1").to_pylist()
-    s["faulted_log_rows"] = len(quarantine.entries(d, present_only=False))
+    s["quarantine_sql_faulted"] = run_query(
+        d, "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1"
+    ).to_pylist()
+    s["faulted_log_rows"] = len(file_quarantine.entries(d, present_only=False))
     s["left_in_dataset"] = [e["path"] for e in s["faulted"].quarantined if Path(e["path"]).exists()]
     s["in_quarantine"] = {e["path"]: Path(e["quarantined_path"]).read_bytes() for e in s["faulted"].quarantined}
     s["original_columns"] = {e["path"]: pq.read_schema(e["quarantined_path"]).names for e in s["faulted"].converted}
@@ -116,12 +118,12 @@ def scenario(tmp_path_factory):
     late.write_bytes(s["late_bytes"])
     s["late"] = run_day(d, DATE)
     s["late_tables"] = _tables(d)
-    s["late_log_rows"] = len(quarantine.entries(d, present_only=False))
+    s["late_log_rows"] = len(file_quarantine.entries(d, present_only=False))
 
     # The fix: good files back, quarantined copies and the re-import deleted, inventory complete.
     for path, data in s["good"].items():
         path.write_bytes(data)
-    for entry in quarantine.entries(d):
+    for entry in file_quarantine.entries(d):
         Path(entry["quarantined_path"]).unlink()
     rewrite.unlink()
     shutil.copyfile(d / "inventory.full.yaml", d / "inventory.yaml")
@@ -275,12 +277,16 @@ def test_quarantine_is_countable_in_sql(scenario):
     s = scenario
     q = "select kind, count(*) as n, count(*) filter (still_quarantined) as still from quarantined_files group by all order by 1"
     assert s["quarantine_sql_faulted"] == [
-        {"kind": "converted", "n": 1, "still": 1}, {"kind": "duplicate", "n": 1, "still": 1},
-        {"kind": "schema", "n": 2, "still": 2}, {"kind": "unreadable", "n": 2, "still": 2},
+        {"kind": "converted", "n": 1, "still": 1},
+        {"kind": "duplicate", "n": 1, "still": 1},
+        {"kind": "schema", "n": 2, "still": 2},
+        {"kind": "unreadable", "n": 2, "still": 2},
     ]
     assert run_query(s["dir"], q).to_pylist() == [
-        {"kind": "converted", "n": 1, "still": 0}, {"kind": "duplicate", "n": 1, "still": 0},
-        {"kind": "schema", "n": 2, "still": 0}, {"kind": "unreadable", "n": 2, "still": 0},
+        {"kind": "converted", "n": 1, "still": 0},
+        {"kind": "duplicate", "n": 1, "still": 0},
+        {"kind": "schema", "n": 2, "still": 0},
+        {"kind": "unreadable", "n": 2, "still": 0},
     ]
 
 
@@ -315,5 +321,5 @@ def test_damaged_data_pages_are_found_when_read_and_the_day_computed(tmp_path):
     # every asset of the day materialized (a failed one prints "run … failed"), whatever their number
     assert "assets materialized" in result.output and "finished with failed ERROR checks" in result.output
     assert _gpus(_tables(data_dir)["power_1s"]) == {("train-0", 1), ("infer-0", 0), ("infer-0", 1)}
-    [entry] = quarantine.entries(data_dir)
+    [entry] = file_quarantine.entries(data_dir)
     assert entry["kind"] == "unreadable" and entry["path"] == str(damaged)

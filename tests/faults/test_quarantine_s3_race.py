@@ -5,7 +5,7 @@ listed as quarantined (so files_follow_contract fails): the quarantined object i
 from __future__ import annotations
 
 from collectors.storage import DataRoot
-from pipeline import quarantine, remote
+from pipeline import file_quarantine, remote
 
 DAY = "2026-12-01"
 KEY = f"power/date={DAY}/host=h0/zz-corrupt.parquet"
@@ -25,8 +25,8 @@ def test_the_quarantined_object_is_listed_when_a_concurrent_stage_dropped_its_lo
         return out
 
     monkeypatch.setattr(type(root), "move", move_then_other_worker_mirrors)
-    assert quarantine.usable_files(work, "power", DAY) == []
+    assert file_quarantine.usable_files(work, "power", DAY) == []
     assert not root.exists(KEY) and root.exists(f"quarantine/files/{KEY}")
-    (entry,) = quarantine.entries(work, DAY, "power")
+    (entry,) = file_quarantine.entries(work, DAY, "power")
     assert entry["path"] == root.location(KEY) and entry["kind"] == "unreadable"
     assert (work / "quarantine" / "files" / KEY).is_file()

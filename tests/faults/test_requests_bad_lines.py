@@ -15,7 +15,7 @@ from collections import Counter
 import polars as pl
 from click.testing import CliRunner
 
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine, reason_counts, reason_kind
 from collectors.requests.tail import Follower
 from pipeline.cli import main
@@ -79,7 +79,7 @@ def check(data_dir, valid, reasons) -> None:
         assert r["arrival_ts"] == T0 + dt.timedelta(seconds=i) and r["prompt_tokens"] == 100 + i
         assert r["first_token_ts"] == (T0 + dt.timedelta(seconds=i + 1) if i % 3 == 0 else None)
     q = pl.from_arrow(read_quarantine(data_dir))
-    got = dict(zip(q["line_no"].to_list(), q["reason"].to_list()))
+    got = dict(zip(q["line_no"].to_list(), q["reason"].to_list(), strict=False))
     assert sorted(got) == sorted(reasons)  # each bad line once, under its own line number
     for line_no, prefix in reasons.items():
         assert got[line_no].startswith(prefix), (line_no, got[line_no], prefix)

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from collectors.requests.ingest import Ingestor
+from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from collectors.requests.tail import Follower
 from tests.test_requests_tail import assert_exactly, line, stored_ids

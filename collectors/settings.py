@@ -1,0 +1,76 @@
+"""Wattline's settings: every environment variable a deployment sets, read in this one module.
+
+Core (imports nothing of ours). :func:`load` reads them all at once into a :class:`Settings`; the
+Dagster resource takes the pipeline's as fields (pipeline/definitions.py builds it from
+:func:`load`), and the CLI, the runner and library code call :func:`load` where they start work,
+so a variable set before a run (or by the runner for its worker processes) applies to that run.
+Nothing else in the code base reads ``os.environ`` for these names.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DATA_DIR_ENV = "WATTLINE_DATA_DIR"
+"""The data dir: a local folder or ``s3://bucket/prefix`` (default ./data)."""
+DEFAULT_DATA_DIR = "data"
+DUCKDB_MEMORY_ENV = "WATTLINE_DUCKDB_MEMORY"
+"""Memory bound of the compute connections (DuckDB size, e.g. ``2GB``); default: a quarter of RAM, at most 2.5 GiB."""
+DUCKDB_THREADS_ENV = "WATTLINE_DUCKDB_THREADS"
+"""DuckDB threads per compute connection (default: all cores; the runner splits them among workers)."""
+WORKERS_ENV = "WATTLINE_WORKERS"
+"""Cluster-day worker processes of ``wattline run`` (default: cores, clusters and memory decide)."""
+WORK_DIR_ENV = "WATTLINE_WORK_DIR"
+"""Local work dir of an S3 data dir (default ``<state dir>/work``: docs/storage.md)."""
+STATE_DIR_ENV = "WATTLINE_STATE_DIR"
+"""Local folder for the state of an S3 data dir (locks, ``--follow`` checkpoints)."""
+REPORTS_DIR_ENV = "WATTLINE_REPORTS_DIR"
+"""Where the daily report is written (default: the repo's reports/out)."""
+REPORT_PNG_ENV = "WATTLINE_REPORT_PNG"
+"""``off`` skips the report's PNG files (the HTML is still written)."""
+AUTOMATION_ENV = "WATTLINE_AUTOMATION"
+"""``off`` starts the schedule and the sensors stopped (they can still be started in the UI)."""
+SCHEDULE_HOUR_ENV = "WATTLINE_SCHEDULE_HOUR"
+"""UTC hour of the daily schedule (minute 15; default 1)."""
+SIM_WORKERS_ENV = "WATTLINE_SIM_WORKERS"
+"""Processes of `wattline simulate` (default: at most 2)."""
+LOG_LEVEL_ENV = "WATTLINE_LOG_LEVEL"
+"""Dagster's console log level in ``wattline run`` (default CRITICAL: the CLI prints its own summary)."""
+
+_OFF = ("off", "0", "false", "no")
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: str
+    duckdb_memory: str | None
+    duckdb_threads: int | None
+    workers: int | None
+    work_dir: str | None
+    state_dir: str | None
+    reports_dir: str | None
+    report_png: bool
+    automation: bool
+    schedule_hour: int
+    log_level: str
+    sim_workers: int | None
+
+
+def load() -> Settings:
+    """The settings as the environment holds them now."""
+    env = os.environ.get
+    return Settings(
+        data_dir=env(DATA_DIR_ENV) or DEFAULT_DATA_DIR,
+        duckdb_memory=env(DUCKDB_MEMORY_ENV) or None,
+        duckdb_threads=int(env(DUCKDB_THREADS_ENV) or 0) or None,
+        workers=int(env(WORKERS_ENV) or 0) or None,
+        work_dir=env(WORK_DIR_ENV) or None,
+        state_dir=env(STATE_DIR_ENV) or None,
+        reports_dir=env(REPORTS_DIR_ENV) or None,
+        report_png=env(REPORT_PNG_ENV, "on").lower() not in _OFF,
+        automation=env(AUTOMATION_ENV, "on").lower() != "off",
+        schedule_hour=int(env(SCHEDULE_HOUR_ENV) or 1),
+        log_level=env(LOG_LEVEL_ENV) or "CRITICAL",
+        sim_workers=int(env(SIM_WORKERS_ENV) or 0) or None,
+    )

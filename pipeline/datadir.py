@@ -1,0 +1,68 @@
+"""What a data dir holds, by name: the raw files of a dataset and day, the inventory, its
+clusters and which cluster a host's files belong to. Pure file and inventory lookups (no DuckDB),
+so the warehouse, the quarantine, the S3 staging and the resources all build on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from collectors.atomic import TMP_PREFIX
+from collectors.contract import DATASETS
+from collectors.inventory import INVENTORY_FILE, Inventory, load_inventory
+from pipeline.scope import UNASSIGNED, Scope
+
+
+def raw_files(data_dir: Path, dataset: str, date: str | None = None) -> list[Path]:
+    ds = DATASETS[dataset]
+    pattern = ds.glob() if date is None else ds.glob().replace("date=*", f"date={date}", 1)
+    return sorted(p for p in data_dir.glob(pattern) if not p.name.startswith(TMP_PREFIX))
+
+
+def load_inventory_if_any(data_dir: Path) -> Inventory | None:
+    path = data_dir / INVENTORY_FILE
+    return load_inventory(path) if path.exists() else None
+
+
+def clusters(data_dir: Path) -> list[str]:
+    """The inventory's clusters (the cluster partitions), in inventory order."""
+    inventory = load_inventory_if_any(data_dir)
+    return [c.name for f in inventory.fleets for c in f.clusters] if inventory else []
+
+
+def cluster_members(inventory: Inventory, cluster: str) -> tuple[list[str], list[str]]:
+    """The cluster's host names and inference endpoint names."""
+    hosts = [h for _, c, h in inventory.iter_hosts() if c.name == cluster]
+    return [h.name for h in hosts], [e.name for h in hosts for e in h.endpoints]
+
+
+def host_filter(inventory: Inventory | None, cluster: str):
+    """Whether a host's files belong to ``cluster`` (for UNASSIGNED: hosts the inventory lacks)."""
+    known = {h.name for _, _, h in inventory.iter_hosts()} if inventory else set()
+    if cluster == UNASSIGNED:
+        return lambda host: host not in known
+    members = set(cluster_members(inventory, cluster)[0]) if inventory else set()
+    return lambda host: host in members
+
+
+def host_of(path: Path) -> str | None:
+    return next((part.split("=", 1)[1] for part in path.parts if part.startswith("host=")), None)
+
+
+def day_clusters(data_dir: Path, date: str) -> list[str]:
+    """The day's cluster-days: the inventory's clusters, and UNASSIGNED when the day has power
+    files of hosts the inventory does not list (they are computed per GPU and named by a check,
+    never dropped)."""
+    names = clusters(data_dir)
+    unknown = host_filter(load_inventory_if_any(data_dir), UNASSIGNED)
+    if any(unknown(host_of(f)) for f in raw_files(data_dir, "power", date)):
+        names.append(UNASSIGNED)
+    return names
+
+
+def scope_host_filter(data_dir: Path, scope: Scope) -> Callable[[str | None], bool]:
+    """Whether a host's files are the scope's: its cluster's hosts (every host outside a cluster-day)."""
+    if not scope.cluster:
+        return lambda host: True
+    return host_filter(load_inventory_if_any(data_dir), scope.cluster)

@@ -1,0 +1,294 @@
+"""One shape for every derived table: a :class:`Table` declaration and the SQL files beside it.
+
+A table is its folder ``sql/<table>/``:
+
+- ``<table>.sql``: the query (preparatory statements first, the last one's rows are the partition);
+- ``rollup.sql`` (optional): the fleet-day query of a table whose cluster-days hold only their own
+  hosts and clusters (``Table(rollup=True)`` without it runs ``<table>.sql`` on the fleet-day);
+- ``checks/<name>.sql``: one data test each, returning the *violating* rows (none: passed), with
+  its severity and description in a header comment (:func:`parse_check`);
+- ``headline.sql`` (optional): one row whose columns become the materialization's metadata
+  (a MAP or STRUCT column shows as JSON).
+
+Every file runs as-is in the DuckDB CLI on the warehouse after
+``SET VARIABLE partition_date = DATE '2026-11-30'``. The declaration (:class:`Table`, in the
+domain module of ``pipeline/assets/``) adds what SQL cannot say: partitioning, upstream tables,
+Dagster config, and *named hooks* for the few special steps (a polars kernel leaving a temp
+table, a statement run in chunks, a check that needs numpy). :func:`table_assets` turns it into
+the Dagster asset (and its ``fleet/`` rollup asset) with one check spec per check file.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the asset functions' annotations
+# (the config class is a closure variable) when the asset is defined.
+import datetime as dt
+import decimal
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from pipeline import sqlfiles
+from pipeline.constants import SQL_DIR
+from pipeline.partitions import daily_partitions, day_cluster_partitions
+from pipeline.resources import WarehouseResource
+from pipeline.scope import Scope
+
+Connection = duckdb.DuckDBPyConnection
+Partitioning = Literal["cluster-day", "fleet-day"]
+ROLLUP_PREFIX = "fleet"
+ROLLUP_GROUP = "fleet"
+_HEADER = re.compile(r"^--\s*(severity|description|failure|rollup)\s*:\s*(.*?)\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class PythonCheck:
+    """A check SQL cannot express (numpy, files the quarantine knows): a named hook."""
+
+    name: str
+    description: str
+    run: Callable[..., AssetCheckResult]
+    rollup: bool = True
+
+
+@dataclass(frozen=True)
+class SqlCheck:
+    """``sql/<table>/checks/<name>.sql``: violating rows; severity etc. from its header comment."""
+
+    name: str
+    sql: str
+    severity: AssetCheckSeverity
+    description: str
+    failure: str
+    """The failed check's description; ``{n}``: the number of violating rows, ``{list}``: the first
+    column of the first four, comma-separated."""
+    rollup: bool = True
+    """Whether the check also runs on the table's fleet-day rollup (header ``-- rollup: no``)."""
+
+    def run(self, con: Connection, **_: Any) -> AssetCheckResult:
+        rows = con.execute(self.sql).fetchall()
+        return AssetCheckResult(
+            check_name=self.name,
+            passed=not rows,
+            severity=self.severity,
+            metadata={"violations": len(rows), "examples": str(rows[:5])},
+            description=self.failure.format(n=len(rows), list=", ".join(str(r[0]) for r in rows[:4])) if rows else None,
+        )
+
+
+AnyCheck = SqlCheck | PythonCheck
+
+
+def parse_check(path: Path) -> SqlCheck:
+    """A check file: ``-- severity: ERROR|WARN``, ``-- description: ...`` (what must hold),
+    optional ``-- failure: ...`` (said when it fails: ``{n}`` = violating rows, ``{list}`` = the
+    first column of the first four) and
+    ``-- rollup: no``; the rest is the query."""
+    text = path.read_text()
+    header = {k: v for k, v in _HEADER.findall(text)}
+    missing = {"severity", "description"} - set(header)
+    if missing:
+        raise ValueError(f"{path}: header lacks {', '.join(sorted(missing))}")
+    return SqlCheck(
+        name=path.stem,
+        sql=text.strip().rstrip(";"),
+        severity=AssetCheckSeverity[header["severity"].upper()],
+        description=header["description"],
+        failure=header.get("failure") or f"{{n}} violating row(s): {header['description']}",
+        rollup=header.get("rollup", "yes").lower() not in ("no", "false"),
+    )
+
+
+def table_dir(name: str) -> Path:
+    return SQL_DIR / name
+
+
+@functools.cache
+def sql_checks(name: str) -> tuple[SqlCheck, ...]:
+    return tuple(parse_check(p) for p in sorted((table_dir(name) / "checks").glob("*.sql")))
+
+
+@functools.cache
+def headline_sql(name: str) -> str | None:
+    path = table_dir(name) / "headline.sql"
+    return path.read_text().strip().rstrip(";") if path.exists() else None
+
+
+def _plain(value: Any) -> Any:
+    """A DuckDB value as JSON takes it: DECIMAL as float, dates as ISO text, nested values likewise."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (dt.date, dt.datetime, dt.time)):
+        return value.isoformat()
+    return value
+
+
+def headline(con: Connection, name: str) -> dict:
+    """``sql/<table>/headline.sql``'s one row as metadata (MAP/STRUCT/LIST columns as JSON)."""
+    sql = headline_sql(name)
+    if sql is None:
+        return {}
+    cursor = con.execute(sql)
+    row = cursor.fetchone()
+    if row is None:
+        return {}
+    out: dict = {}
+    for (column, *_), raw in zip(cursor.description, row, strict=True):
+        value = _plain(raw)
+        if isinstance(value, (dict, list)):
+            out[column] = MetadataValue.json(value)
+        elif value is None:
+            out[column] = MetadataValue.null()
+        else:
+            out[column] = value
+    return out
+
+
+Hook = Callable[[Connection], None]
+
+
+@dataclass(frozen=True)
+class Table:
+    """A derived table, declared once. See the module docstring for its files."""
+
+    name: str
+    doc: str
+    partitions: Partitioning
+    deps: Sequence[Any] = ()
+    """Upstream assets (names, keys or asset definitions): what the SQL reads."""
+    group: str = "power"
+    rollup: bool = False
+    """Also a ``fleet/<name>`` asset: the fleet-day part, from ``rollup.sql`` (else ``<name>.sql``)."""
+    rollup_deps: Sequence[Any] = ()
+    config: type[Config] | None = None
+    """Dagster run config of the table; ``variables`` maps it to the DuckDB variables the SQL reads."""
+    variables: Callable[[Any], Mapping[str, float | str]] | None = None
+    before: Hook | None = None
+    """Hook run on the connection before the SQL (e.g. a polars kernel leaving a temp table).
+    Hooks (``before``, ``write``, ``inputs``, ``python_headline``) serve the table's own asset,
+    not its fleet-day rollup, which reads only the cluster-days' parts."""
+    write: Callable[[Connection, Callable[[str], int]], int] | None = None
+    """Hook replacing "run the preparatory statements, write the last query": gets the connection
+    and ``write(query) -> rows`` (e.g. statements run in chunks, a temp table written in part)."""
+    python_checks: Sequence[PythonCheck] = ()
+    python_headline: Callable[..., dict] | None = None
+    """Metadata SQL cannot give (added to headline.sql's); called with the connection and ``inputs``."""
+    inputs: Callable[[AssetExecutionContext, WarehouseResource, Scope], dict] | None = None
+    """Hook run after the write: keyword arguments for the python checks and headline that only the
+    resource knows (e.g. the quarantine's rejected files, which it may also log)."""
+
+    @property
+    def key(self) -> AssetKey:
+        return AssetKey(self.name)
+
+    @property
+    def rollup_key(self) -> AssetKey:
+        return AssetKey([ROLLUP_PREFIX, self.name])
+
+    def sql_name(self, rollup: bool = False) -> str:
+        """The SQL file (``sqlfiles.query`` name) of the table or of its rollup."""
+        if rollup and (table_dir(self.name) / "rollup.sql").exists():
+            return f"{self.name}/rollup"
+        if (table_dir(self.name) / f"{self.name}.sql").exists():
+            return f"{self.name}/{self.name}"
+        return self.name
+
+    def checks(self, rollup: bool = False) -> list[AnyCheck]:
+        found: list[AnyCheck] = [*sql_checks(self.name), *self.python_checks]
+        return [c for c in found if c.rollup or not rollup]
+
+    def compute(self, context: AssetExecutionContext, warehouse: WarehouseResource, config: Config | None, rollup: bool) -> MaterializeResult:
+        """Write the partition for the context's cluster-day or fleet-day, check it, describe it."""
+        scope = Scope.of(context)
+        with warehouse.connection(scope) as con:
+            for name, value in (self.variables(config) if self.variables and config is not None else {}).items():
+                con.execute(f"SET VARIABLE {name} = ?", [value])
+            if self.before is not None and not rollup:
+                self.before(con)
+            prepare, query = statements(self.sql_name(rollup))
+
+            def write(sql: str) -> int:
+                return warehouse.write_and_publish(con, self.name, scope, sql)
+
+            if self.write is not None and not rollup:
+                rows = self.write(con, write)
+            else:
+                for statement in prepare:
+                    con.execute(statement)
+                rows = write(query)
+            inputs = self.inputs(context, warehouse, scope) if self.inputs and not rollup else {}
+            results = [c.run(con, **inputs) for c in self.checks(rollup)]
+            metadata = headline(con, self.name)
+            if self.python_headline is not None and not rollup:
+                metadata.update(self.python_headline(con, **inputs))
+        metadata.update({"rows": rows, "dagster/row_count": rows})
+        return MaterializeResult(metadata=metadata, check_results=results)
+
+
+def statements(name: str) -> tuple[list[str], str]:
+    """A SQL file split into its preparatory statements (temp tables the query reads several
+    times) and the final query, so the file still runs as-is in the DuckDB CLI."""
+    parts = sqlfiles.split(sqlfiles.query(name))
+    return parts[:-1], parts[-1]
+
+
+def _specs(table: Table, key: AssetKey, rollup: bool) -> list[AssetCheckSpec]:
+    return [AssetCheckSpec(name=c.name, asset=key, description=c.description) for c in table.checks(rollup)]
+
+
+def _dep(dep: Any) -> Any:
+    """A dependency as Dagster takes it; ``["fleet", "t"]`` is the key of ``t``'s rollup."""
+    return AssetKey(list(dep)) if isinstance(dep, (list, tuple)) else dep
+
+
+def _asset(table: Table, rollup: bool) -> AssetsDefinition:
+    fleet_day = rollup or table.partitions == "fleet-day"
+    kwargs: dict[str, Any] = dict(
+        name=table.name,
+        partitions_def=daily_partitions if fleet_day else day_cluster_partitions,
+        deps=[_dep(d) for d in (table.rollup_deps if rollup else table.deps)],
+        group_name=ROLLUP_GROUP if rollup else table.group,
+        kinds={"duckdb", "parquet"},
+        check_specs=_specs(table, table.rollup_key if rollup else table.key, rollup),
+        description=table.doc,
+    )
+    if rollup:
+        kwargs["key_prefix"] = [ROLLUP_PREFIX]
+    if table.config is not None and not rollup:
+        config_type = table.config
+
+        @asset(**kwargs)
+        def _configured(context: AssetExecutionContext, warehouse: WarehouseResource, config: config_type):  # type: ignore[valid-type]
+            return table.compute(context, warehouse, config, rollup)
+
+        return _configured
+
+    @asset(**kwargs)
+    def _plain(context: AssetExecutionContext, warehouse: WarehouseResource):
+        return table.compute(context, warehouse, None, rollup)
+
+    return _plain
+
+
+def table_assets(table: Table) -> tuple[AssetsDefinition, ...]:
+    """The table's asset, and its ``fleet/`` rollup asset when it has one."""
+    return (_asset(table, False), _asset(table, True)) if table.rollup else (_asset(table, False),)

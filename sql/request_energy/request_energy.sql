@@ -1,0 +1,67 @@
+-- request_energy: per request that arrived on the partition day, the energy charged to its prefill
+-- and decode (J) and per token (J/token). Attribution rule (docs/phases.md), in event time: each
+-- elementary interval of phase_intervals (between consecutive request events; energy from the
+-- energy curve, all GPUs of the endpoint) goes to the phase of its label, and within it to the
+-- requests in that phase in proportion to the tokens each processes in it (its token rate). With
+-- u(k) = interval energy / the phase's token rate (J per token/s), a request's charge is its token
+-- rate times the sum of u over its interval's elementary intervals: a running sum of u read at the
+-- interval's two ends (both are events, so there are no partial edges). Idle intervals are not
+-- charged (energy_per_token.idle_j). Requests that arrived the day before and ran past midnight are
+-- charged their share of this day but listed in their arrival day's partition only (with this day's
+-- share missing there: documented). `_charged` holds every request that touched the day, so the
+-- conservation check (checks/energy_conservation.sql) sees all the energy charged this day.
+CREATE OR REPLACE TEMP TABLE _charged AS
+WITH span AS (
+    SELECT endpoint, min(start_ns) AS lo, max(end_ns) AS hi
+    FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL
+),
+price AS (
+    SELECT endpoint, end_ns,
+           sum(CASE WHEN phase = 'prefill' THEN energy_j / nullif(prompt_tokens_per_s, 0) ELSE 0 END) OVER w AS cu_pre,
+           sum(CASE WHEN phase = 'decode' THEN energy_j / nullif(output_tokens_per_s, 0) ELSE 0 END) OVER w AS cu_dec
+    FROM phase_intervals
+    WHERE date = getvariable('partition_date')
+    WINDOW w AS (PARTITION BY endpoint ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
+),
+iv AS (
+    SELECT iv.request_id, iv.endpoint, iv.phase, iv.rate * 1e9 AS rate_per_s,
+           greatest(iv.a_ns, s.lo) AS a_ns, least(iv.b_ns, s.hi) AS b_ns
+    FROM request_intervals AS iv JOIN span AS s USING (endpoint)
+    WHERE least(iv.b_ns, s.hi) > greatest(iv.a_ns, s.lo)
+),
+charged AS (
+    SELECT iv.request_id, iv.endpoint, iv.phase,
+           iv.rate_per_s * CASE WHEN iv.phase = 'prefill' THEN coalesce(b.cu_pre, 0) - coalesce(a.cu_pre, 0)
+                                ELSE coalesce(b.cu_dec, 0) - coalesce(a.cu_dec, 0) END AS energy_j
+    FROM iv
+    -- both ends are interval boundaries: the running sum up to the interval that ends there (none at the span's start)
+    LEFT JOIN price AS a ON iv.endpoint = a.endpoint AND iv.a_ns = a.end_ns
+    LEFT JOIN price AS b ON iv.endpoint = b.endpoint AND iv.b_ns = b.end_ns
+),
+per_request AS (
+    SELECT request_id, endpoint,
+           coalesce(sum(energy_j) FILTER (WHERE phase = 'prefill'), 0) AS prefill_j,
+           coalesce(sum(energy_j) FILTER (WHERE phase = 'decode'), 0) AS decode_j
+    FROM charged GROUP BY ALL
+)
+SELECT
+    getvariable('partition_date') AS date,
+    r.request_id,
+    r.endpoint,
+    coalesce(c.prefill_j, 0) AS prefill_j,
+    coalesce(c.decode_j, 0) AS decode_j,
+    coalesce(c.prefill_j, 0) + coalesce(c.decode_j, 0) AS total_j,
+    coalesce(c.prefill_j, 0) / nullif(r.prompt_tokens, 0) AS j_per_prompt_token,
+    coalesce(c.decode_j, 0) / nullif(r.output_tokens, 0) AS j_per_output_token,
+    r.prefill_start_estimated,
+    r.prompt_tokens,
+    r.output_tokens,
+    r.arrival_ts,
+    r.status
+FROM request_phases AS r
+LEFT JOIN per_request AS c USING (request_id, endpoint)
+ORDER BY r.endpoint, r.arrival_ts, r.request_id;
+
+
+-- the partition: the day's arrivals
+SELECT * FROM _charged WHERE arrival_ts >= day_start() ORDER BY endpoint, arrival_ts, request_id;

@@ -1,0 +1,87 @@
+"""One shape for every table (pipeline/tables.py): every SQL folder is declared once, every check
+file says its severity and description, and a check fails exactly when its query returns rows."""
+
+import duckdb
+import pytest
+from dagster import AssetCheckSeverity
+
+from pipeline.constants import SQL_DIR
+from pipeline.definitions import defs
+from pipeline.tables import SqlCheck, Table, headline, parse_check, table_dir
+
+TABLE_FOLDERS = sorted(p.parent.name for p in SQL_DIR.glob("*/*.sql") if p.stem == p.parent.name)
+
+
+def _declared() -> dict[str, Table]:
+    import importlib
+    import pkgutil
+
+    import pipeline.assets
+
+    found: dict[str, Table] = {}
+    for info in pkgutil.iter_modules(pipeline.assets.__path__):
+        module = importlib.import_module(f"pipeline.assets.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, Table):
+                assert value.name not in found, f"{value.name} declared twice"
+                found[value.name] = value
+    return found
+
+
+def test_every_table_folder_is_declared_once_and_becomes_its_assets():
+    declared = _declared()
+    assert TABLE_FOLDERS, "no sql/<table>/<table>.sql found"
+    assert set(TABLE_FOLDERS) <= set(declared), f"undeclared: {set(TABLE_FOLDERS) - set(declared)}"
+    keys = {k.to_user_string() for a in defs.assets for k in getattr(a, "keys", [])}
+    for table in declared.values():
+        assert table.name in keys
+        assert (f"fleet/{table.name}" in keys) == table.rollup
+        assert table.sql_name() == f"{table.name}/{table.name}"
+
+
+@pytest.mark.parametrize("path", sorted(SQL_DIR.glob("*/checks/*.sql")), ids=lambda p: f"{p.parent.parent.name}.{p.stem}")
+def test_check_files_have_a_header(path):
+    check = parse_check(path)
+    assert check.severity in (AssetCheckSeverity.ERROR, AssetCheckSeverity.WARN)
+    assert check.description and check.sql.lstrip().startswith(("--", "SELECT", "WITH"))
+    assert check.name.isidentifier()
+
+
+def test_a_check_fails_exactly_when_its_query_returns_rows(tmp_path):
+    path = tmp_path / "checks" / "no_negative_power.sql"
+    path.parent.mkdir()
+    path.write_text(
+        "-- severity: ERROR\n-- description: Power is never negative.\n-- failure: {n} negative sample(s): {list}\n"
+        "SELECT host, w FROM t WHERE w < 0 ORDER BY host\n"
+    )
+    check = parse_check(path)
+    assert isinstance(check, SqlCheck) and check.name == "no_negative_power" and check.rollup
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a', 10.0), ('b', 20.0)) AS v(host, w)")
+    ok = check.run(con)
+    assert ok.passed and ok.description is None and ok.metadata["violations"].value == 0
+    con.execute("INSERT INTO t VALUES ('c', -1.0), ('d', -2.0)")
+    bad = check.run(con)
+    assert not bad.passed and bad.severity == AssetCheckSeverity.ERROR
+    assert bad.description == "2 negative sample(s): c, d"
+
+
+def test_header_without_severity_is_refused(tmp_path):
+    path = tmp_path / "x.sql"
+    path.write_text("-- description: something\nSELECT 1 WHERE false\n")
+    with pytest.raises(ValueError, match="severity"):
+        parse_check(path)
+
+
+def test_headline_row_becomes_metadata(monkeypatch):
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('c1', 1.25), ('c2', 2.5)) AS v(entity, pct)")
+    sql = "SELECT count(*) AS n, map_from_entries(list((entity, pct) ORDER BY entity)) AS pct, 37.5 AS reference FROM t"
+    monkeypatch.setattr("pipeline.tables.headline_sql", lambda name: sql)
+    meta = headline(con, "t")
+    assert meta["n"] == 2 and meta["reference"] == 37.5
+    assert meta["pct"].value == {"c1": 1.25, "c2": 2.5}
+
+
+def test_table_dir_is_the_sql_folder():
+    assert table_dir("power_headroom") == SQL_DIR / "power_headroom"
