@@ -130,7 +130,7 @@ def replace(src, dst):
 os.replace = replace
 scope = Scope(date=date, cluster="c0")
 with warehouse.compute_connection(data_dir, date, scope=scope) as con:
-    warehouse.write_partition(con, data_dir, "power_1s", date, sqlfiles.query("power_1s"), scope)
+    warehouse.write_partition(con, data_dir, "power_1s", date, sqlfiles.query("power_1s/power_1s"), scope)
 warehouse.publish(data_dir)
 """
 
