@@ -2,8 +2,9 @@
 
 
 import hashlib
+import warnings
 
-from dagster import DataVersion, ObserveResult, observable_source_asset
+from dagster import BetaWarning, DataVersion, ObserveResult, observable_source_asset
 
 from collectors.contract import DATASETS
 from pipeline.datadir import raw_files
@@ -11,6 +12,12 @@ from pipeline.resources import WarehouseResource
 
 
 def _observe(name: str):
+    with warnings.catch_warnings():  # Dagster has no non-beta way to observe an asset it does not materialize
+        warnings.filterwarnings("ignore", "Function `observable_source_asset` is currently in beta", BetaWarning)
+        return _observable(name)
+
+
+def _observable(name: str):
     @observable_source_asset(
         name=name,
         group_name="raw",
