@@ -48,13 +48,12 @@ from __future__ import annotations
 
 import polars as pl
 
-GAP_NS = 2_000_000_000
-"""A sample interval longer than this is a gap: it ends a run and is never labelled."""
+from pipeline.kernels import RUN_GAP_NS as GAP_NS  # the same gap ends a swing window and a phase run
 
 ONSET_LEAD_NS = {"nvml-buffer": 60_000_000}
+"""Per source: how much earlier than its first high sample's window a prefill starts (see above)."""
 TRAILING_SOURCES = ("nvml-buffer",)
 """Sources whose samples are trailing averages over the interval since the previous sample."""
-"""Per source: how much earlier than its first high sample's window a prefill starts (see above)."""
 
 PREFILL_RESOLVABLE_MS = 300.0
 """Power-only segments are emitted for a GPU only if its source is not a 1 s average and its median
