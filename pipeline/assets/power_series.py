@@ -2,8 +2,14 @@
 per host, cluster, role and fleet (`fleet_power_1s`, `fleet_power_100ms`), and each GPU's
 cumulative energy at every sample (`energy_curve`)."""
 
+import datetime
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
 from dagster import AssetCheckResult, AssetCheckSeverity
 
+from pipeline import kernels
 from pipeline.tables import PythonCheck, Table, table_assets
 
 
@@ -125,12 +131,90 @@ FLEET_POWER_1S = Table(
 )
 fleet_power_1s, fleet_fleet_power_1s = table_assets(FLEET_POWER_1S)
 
+_CURVE_SAMPLES = """
+SELECT gpu, t_ns, power_w, source_rank::UTINYINT AS source_rank, list_position($sources, source)::UTINYINT AS source_id
+FROM power_day_samples WHERE host = $host
+"""
+
+_CURVE_SCHEMA = pa.schema([  # host and source dictionary-encoded (DuckDB reads them as VARCHAR)
+    pa.field("date", pa.date32(), nullable=False), ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()),
+    ("t_ns", pa.int64()), ("power_w", pa.float32()), ("energy_j", pa.float64()), ("next_t_ns", pa.int64()),
+    ("next_w", pa.float32()), ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
+])
+
+
+def _curve_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.RecordBatch]:
+    """energy_curve's rows, one GPU at a time, sorted by (host, gpu, t_ns): each host's samples
+    read once (only the columns the curve needs, ~15 bytes a sample), each GPU integrated by
+    kernels.energy_curve."""
+    for host, names in hosts.items():
+        samples = cur.sql(_CURVE_SAMPLES, params={"host": host, "sources": names}).to_arrow_table()
+        gpu = samples["gpu"].to_numpy()
+        t, p = samples["t_ns"].to_numpy(), samples["power_w"].to_numpy()
+        rank, source_id = samples["source_rank"].to_numpy(), samples["source_id"].to_numpy()
+        del samples
+        source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
+        for g in np.unique(gpu):
+            rows = np.flatnonzero(gpu == g)
+            c = kernels.energy_curve(t[rows], p[rows], rank[rows])
+            first, n, linked = rows[c["first"]], len(c["t_ns"]), c["linked"]
+            yield pa.record_batch({
+                "date": pa.array(np.full(n, day, np.int32), pa.int32()).cast(pa.date32()),
+                "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
+                "gpu": pa.array(np.full(n, g, np.uint8)),
+                "t_ns": c["t_ns"],
+                "power_w": c["power_w"].astype(np.float32),
+                "energy_j": c["energy_j"],
+                "next_t_ns": pa.array(c["next_t_ns"], mask=~linked),
+                "next_w": pa.array(c["next_w"].astype(np.float32), mask=~linked),
+                "source": pa.DictionaryArray.from_arrays(source_id[first].astype(np.int32), source_names),
+                "is_average": rank[first] == 9,
+            }, schema=_CURVE_SCHEMA)
+
+
+def curve_by_gpu(con, write) -> int:
+    """energy_curve's write: sql/energy_curve/energy_curve.sql as a numpy kernel, streamed into the
+    warehouse's write one GPU at a time (memory: one host's samples). The samples are read on a
+    second connection to the same database (the first is busy with the write's COPY). Measured
+    (8 GPUs x 6 h, 10.1 M samples, one thread): 11.0 s CPU and 1.9 GB RSS as the SQL (windows over
+    a sort of every sample), ~2.5 s and 0.9 GB as the kernel."""
+    date = con.execute("SELECT getvariable('partition_date')").fetchone()[0]
+    cur = con.cursor()
+    for name, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():
+        cur.execute(f"SET VARIABLE {name} = CAST(? AS {type_})", [value])  # variables are per connection
+    hosts: dict[str, list[str]] = {}
+    for host, source in con.execute(
+        "SELECT DISTINCT host, source::VARCHAR FROM power WHERE date = getvariable('partition_date') ORDER BY 1, 2"
+    ).fetchall():
+        hosts.setdefault(host, []).append(source)
+    produced = 0
+
+    def counted() -> Iterator[pa.RecordBatch]:
+        nonlocal produced
+        for batch in _curve_batches(cur, hosts, (date - datetime.date(1970, 1, 1)).days):
+            produced += batch.num_rows
+            yield batch
+
+    con.register("_energy_curve_rows", pa.RecordBatchReader.from_batches(_CURVE_SCHEMA, counted()))
+    con.execute("SET preserve_insertion_order = true")  # the part keeps the kernel's (host, gpu, t_ns) order
+    try:
+        rows = write("SELECT * FROM _energy_curve_rows")
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+        con.unregister("_energy_curve_rows")
+        cur.close()
+    if rows != produced:  # a stream is read once: a retried write (after a quarantine) would see it spent
+        raise RuntimeError(f"energy_curve: {rows} rows written, {produced} computed")
+    return rows
+
+
 ENERGY_CURVE = Table(
     "energy_curve",
     "Per GPU and best-source sample: cumulative energy (J) since the day's first sample, with the "
     "next sample (time, W) so the energy of any interval is E(b) − E(a) (macro energy_between).",
     "cluster-day",
     deps=["power", "power_1s"],
+    write=curve_by_gpu,
 )
 (energy_curve,) = table_assets(ENERGY_CURVE)
 
