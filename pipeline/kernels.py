@@ -61,35 +61,38 @@ def arrow_frame(table) -> pl.DataFrame:
     return frame
 
 
-def energy_curve(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> dict[str, np.ndarray]:
-    """One GPU's energy curve from its raw samples of the day (energy_curve.sql, in numpy): the
-    best source per minute (lowest ``source_rank``), samples sharing a timestamp averaged, the
-    cumulative trapezoid with segments over ``RUN_GAP_NS`` left out.
-
-    ``t_ns`` int64, ``power_w`` float, ``source_rank`` int; any order (sorted here, stably, when
-    not already). Returns ``t_ns``, ``power_w`` (float64 mean), ``energy_j``, ``next_t_ns``,
-    ``next_w``, ``linked`` (the next sample is within the gap: next_* are NULL where not) and
-    ``first``: the index (into the input) of each output sample's first raw row, for the columns
-    the caller carries (source, is_average).
-    """
+def best_samples(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One GPU's trace as view power_day defines it: in each minute only the best-ranked source's
+    samples (lowest ``source_rank``), samples sharing a timestamp one sample (their mean), in time
+    order. Input in any order (sorted here, stably, when it is not). Returns ``t_ns``, ``power_w``
+    (float64) and, per output sample, the input index of its first row (for the columns a caller
+    carries: source, is_average)."""
     n = len(t_ns)
     idx = np.arange(n)
     if n > 1 and not bool((np.diff(t_ns) >= 0).all()):
         idx = np.argsort(t_ns, kind="stable")
     t, rank = t_ns[idx], source_rank[idx]
-    if n:  # per minute, only the best-ranked source's samples
+    if n:
         minute = t // 60_000_000_000
         starts = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1]])
-        best = np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, n]))
-        keep = rank == best
+        keep = rank == np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, n]))
         if not keep.all():
             idx, t = idx[keep], t[keep]
     p = power_w[idx].astype(np.float64)
     starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]]) if len(t) else np.zeros(0, dtype=np.int64)
-    if len(starts) < len(t):  # samples sharing a timestamp: one sample, their mean
-        counts = np.diff(np.r_[starts, len(t)])
-        p = np.add.reduceat(p, starts) / counts
+    if len(starts) < len(t):
+        p = np.add.reduceat(p, starts) / np.diff(np.r_[starts, len(t)])
         t, idx = t[starts], idx[starts]
+    return t, p, idx
+
+
+def energy_curve(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> dict[str, np.ndarray]:
+    """One GPU's energy curve from its raw samples of the day (sql/energy_curve/energy_curve.sql in
+    numpy): :func:`best_samples`, then the cumulative trapezoid, segments over ``RUN_GAP_NS`` left
+    out. Returns ``t_ns``, ``power_w``, ``energy_j``, ``next_t_ns``, ``next_w``, ``linked`` (whether
+    the next sample is within the gap: next_* are NULL where not) and ``first`` (see best_samples).
+    Measured: ~0.1 s CPU per million samples."""
+    t, p, idx = best_samples(t_ns, power_w, source_rank)
     dt = np.diff(t)
     linked = dt <= RUN_GAP_NS
     segment = np.where(linked, (p[:-1] + p[1:]) / 2 * dt / 1e9, 0.0)
