@@ -52,7 +52,11 @@ def native_swings(con) -> None:
     native = pl.concat(frames) if frames else max_swings(pl.DataFrame(), WINDOWS_S).with_columns(
         pl.lit(None, pl.Utf8).alias("host"), pl.lit(None, pl.Utf8).alias("series"))
     native = native.select("host", "gpu", "series", "window_s", "max_swing_w", "sample_interval_ms").to_arrow()
-    con.execute("CREATE OR REPLACE TEMP TABLE _native_swings AS SELECT * FROM native")
+    con.register("_native_swings_arrow", native)
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE _native_swings AS SELECT * FROM _native_swings_arrow")
+    finally:
+        con.unregister("_native_swings_arrow")
 
 
 SWING_STATS = Table(
