@@ -61,21 +61,34 @@ def arrow_frame(table) -> pl.DataFrame:
     return frame
 
 
+SLOT_NS = 100_000_000
+"""The 100 ms grid of power_100ms."""
+
+
+def _sorted_by_time(t_ns: np.ndarray) -> np.ndarray:
+    idx = np.arange(len(t_ns))
+    if len(t_ns) > 1 and not bool((np.diff(t_ns) >= 0).all()):
+        idx = np.argsort(t_ns, kind="stable")
+    return idx
+
+
+def _per_minute_min(t: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each row's minimum of ``values`` over its minute (``t`` sorted)."""
+    minute = t // 60_000_000_000
+    starts = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1]])
+    return np.repeat(np.minimum.reduceat(values, starts), np.diff(np.r_[starts, len(t)]))
+
+
 def best_samples(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One GPU's trace as view power_day defines it: in each minute only the best-ranked source's
     samples (lowest ``source_rank``), samples sharing a timestamp one sample (their mean), in time
     order. Input in any order (sorted here, stably, when it is not). Returns ``t_ns``, ``power_w``
     (float64) and, per output sample, the input index of its first row (for the columns a caller
     carries: source, is_average)."""
-    n = len(t_ns)
-    idx = np.arange(n)
-    if n > 1 and not bool((np.diff(t_ns) >= 0).all()):
-        idx = np.argsort(t_ns, kind="stable")
+    idx = _sorted_by_time(t_ns)
     t, rank = t_ns[idx], source_rank[idx]
-    if n:
-        minute = t // 60_000_000_000
-        starts = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1]])
-        keep = rank == np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, n]))
+    if len(t):
+        keep = rank == _per_minute_min(t, rank)
         if not keep.all():
             idx, t = idx[keep], t[keep]
     p = power_w[idx].astype(np.float64)
@@ -107,3 +120,47 @@ def energy_curve(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray)
         "linked": np.r_[linked, False],
         "first": idx,
     }
+
+
+def _slot_means(slot: np.ndarray, values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per run of equal ``slot`` (sorted): its first row, its row count, the mean of ``values``
+    where ``present`` (a NaN value is one: the mean is NaN, as in SQL) and whether none is."""
+    if not len(slot):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool)
+    starts = np.flatnonzero(np.r_[True, slot[1:] != slot[:-1]])
+    n = np.add.reduceat(present.astype(np.int64), starts)
+    mean = np.add.reduceat(np.where(present, values, 0.0), starts) / np.maximum(n, 1)
+    return starts, np.diff(np.r_[starts, len(slot)]), mean, n == 0
+
+
+def grid_100ms(t_ns: np.ndarray, power_w: np.ndarray, power_avg_w: np.ndarray, has_avg: np.ndarray, source_rank: np.ndarray) -> dict[str, np.ndarray]:
+    """One GPU's trace on the 100 ms grid (sql/power_100ms/power_100ms.sql in numpy): per slot with a
+    sample of the minute's best source (lowest ``source_rank``), the mean power, the sample count,
+    the mean 1 s average of those rows, else of the rows of the best-ranked other source that
+    reports one that minute (``has_avg``: the row's ``power_avg_w`` is not NULL), and whether the
+    slot's source is a 1 s average (rank 9). Means of a few float32 values summed in float64 are
+    exact whatever the order, so the rows equal the SQL's. Input in any order. Returns ``slot``
+    (t_ns // 100 ms), ``power_w``, ``samples``, ``power_avg_w``, ``avg_null``, ``is_average`` and
+    ``first`` (the input index of each slot's first row, for the source)."""
+    idx = _sorted_by_time(t_ns)
+    t, rank, avg, has = t_ns[idx], source_rank[idx], power_avg_w[idx].astype(np.float64), has_avg[idx]
+    best = _per_minute_min(t, rank) if len(t) else rank
+    fallback = has & (rank != best)
+    if fallback.any():  # rows of the best-ranked source reporting a 1 s average, the best source being another
+        fallback &= rank == _per_minute_min(t, np.where(has, rank, np.iinfo(rank.dtype).max))
+    fb_slot = t[fallback] // SLOT_NS
+    fb_starts, _, fb_mean, _ = _slot_means(fb_slot, avg[fallback], np.ones(len(fb_slot), bool))
+    fb_slot = fb_slot[fb_starts]
+    keep = rank == best
+    t, idx, avg, has = t[keep], idx[keep], avg[keep], has[keep]
+    slot = t // SLOT_NS
+    starts, samples, slot_avg, avg_null = _slot_means(slot, avg, has)
+    _, _, power, _ = _slot_means(slot, power_w[idx].astype(np.float64), np.ones(len(slot), bool))
+    slot = slot[starts]
+    if len(fb_slot):
+        at = np.minimum(np.searchsorted(fb_slot, slot), len(fb_slot) - 1)
+        use = avg_null & (fb_slot[at] == slot)
+        slot_avg[use], avg_null[use] = fb_mean[at[use]], False
+    is_average = np.logical_or.reduceat(source_rank[idx] == 9, starts) if len(starts) else np.zeros(0, bool)
+    return {"slot": slot, "power_w": power, "samples": samples, "power_avg_w": slot_avg, "avg_null": avg_null,
+            "is_average": is_average, "first": idx[starts]}

@@ -3,7 +3,8 @@ per host, cluster, role and fleet (`fleet_power_1s`, `fleet_power_100ms`), and e
 cumulative energy at every sample (`energy_curve`)."""
 
 import datetime
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -172,40 +173,97 @@ def _curve_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.Re
             }, schema=_CURVE_SCHEMA)
 
 
-def curve_by_gpu(con, write) -> int:
-    """energy_curve's write: sql/energy_curve/energy_curve.sql as a numpy kernel, streamed into the
-    warehouse's write one GPU at a time (memory: one host's samples). The samples are read on a
-    second connection to the same database (the first is busy with the write's COPY). Measured
-    (8 GPUs x 6 h, 10.1 M samples, one thread): 11.0 s CPU and 1.9 GB RSS as the SQL (windows over
-    a sort of every sample), ~2.5 s and 0.9 GB as the kernel."""
-    date = con.execute("SELECT getvariable('partition_date')").fetchone()[0]
-    cur = con.cursor()
-    for name, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():
-        cur.execute(f"SET VARIABLE {name} = CAST(? AS {type_})", [value])  # variables are per connection
+def _day_sources(con) -> dict[str, list[str]]:
+    """Each host of the day with the power sources it reports, sorted."""
     hosts: dict[str, list[str]] = {}
     for host, source in con.execute(
         "SELECT DISTINCT host, source::VARCHAR FROM power WHERE date = getvariable('partition_date') ORDER BY 1, 2"
     ).fetchall():
         hosts.setdefault(host, []).append(source)
-    produced = 0
+    return hosts
+
+
+def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[[Any, dict[str, list[str]], int], Iterator[pa.RecordBatch]]) -> int:
+    """Write a table whose rows a numpy kernel computes one GPU at a time: the kernel's batches
+    stream into the warehouse's write (memory: one host's samples, not the cluster-day's). The
+    samples are read on a second connection to the same database (the first is busy with the
+    write's COPY), with the same variables."""
+    date = con.execute("SELECT getvariable('partition_date')").fetchone()[0]
+    cur = con.cursor()
+    for var, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():
+        cur.execute(f"SET VARIABLE {var} = CAST(? AS {type_})", [value])  # variables are per connection
+    hosts, produced = _day_sources(con), 0
 
     def counted() -> Iterator[pa.RecordBatch]:
         nonlocal produced
-        for batch in _curve_batches(cur, hosts, (date - datetime.date(1970, 1, 1)).days):
+        for batch in batches(cur, hosts, (date - datetime.date(1970, 1, 1)).days):
             produced += batch.num_rows
             yield batch
 
-    con.register("_energy_curve_rows", pa.RecordBatchReader.from_batches(_CURVE_SCHEMA, counted()))
-    con.execute("SET preserve_insertion_order = true")  # the part keeps the kernel's (host, gpu, t_ns) order
+    rows_name = f"_{name}_rows"
+    con.register(rows_name, pa.RecordBatchReader.from_batches(schema, counted()))
+    con.execute("SET preserve_insertion_order = true")  # the part keeps the kernel's (host, gpu, time) order
     try:
-        rows = write("SELECT * FROM _energy_curve_rows")
+        rows = write(f"SELECT * FROM {rows_name}")
     finally:
         con.execute("SET preserve_insertion_order = false")
-        con.unregister("_energy_curve_rows")
+        con.unregister(rows_name)
         cur.close()
     if rows != produced:  # a stream is read once: a retried write (after a quarantine) would see it spent
-        raise RuntimeError(f"energy_curve: {rows} rows written, {produced} computed")
+        raise RuntimeError(f"{name}: {rows} rows written, {produced} computed")
     return rows
+
+
+def curve_by_gpu(con, write) -> int:
+    """energy_curve's write: sql/energy_curve/energy_curve.sql as a numpy kernel (kernels.energy_curve).
+    Measured (8 GPUs x 6 h, 10.1 M samples, one thread): 11.0 s CPU and 1.9 GB RSS as the SQL
+    (windows over a sort of every sample), 3.3-3.7 s and 0.73 GB as the kernel."""
+    return _write_streamed(con, write, "energy_curve", _CURVE_SCHEMA, _curve_batches)
+
+
+_GRID_SAMPLES = """
+SELECT gpu, t_ns, power_w, coalesce(power_avg_w, 0) AS power_avg_w, power_avg_w IS NOT NULL AS has_avg, source_rank::UTINYINT AS source_rank,
+       list_position($sources, source)::UTINYINT AS source_id
+FROM power_day_samples WHERE host = $host
+"""
+
+_GRID_SCHEMA = pa.schema([
+    pa.field("date", pa.date32(), nullable=False), ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()),
+    ("ts", pa.timestamp("us", tz="UTC")), ("power_w", pa.float32()), ("samples", pa.int32()),
+    ("source", pa.dictionary(pa.int32(), pa.string())), ("power_avg_w", pa.float32()), ("is_average", pa.bool_()),
+])
+
+
+def _grid_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.RecordBatch]:
+    """power_100ms's rows, one GPU at a time, sorted by (host, gpu, ts)."""
+    for host, names in hosts.items():
+        samples = cur.sql(_GRID_SAMPLES, params={"host": host, "sources": names}).to_arrow_table()
+        gpu = samples["gpu"].to_numpy()
+        t, p, avg = samples["t_ns"].to_numpy(), samples["power_w"].to_numpy(), samples["power_avg_w"].to_numpy()
+        has_avg = samples["has_avg"].to_numpy()
+        rank, source_id = samples["source_rank"].to_numpy(), samples["source_id"].to_numpy()
+        del samples
+        source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
+        for g in np.unique(gpu):
+            rows = np.flatnonzero(gpu == g)
+            c = kernels.grid_100ms(t[rows], p[rows], avg[rows], has_avg[rows], rank[rows])
+            n = len(c["slot"])
+            yield pa.record_batch({
+                "date": pa.array(np.full(n, day, np.int32), pa.int32()).cast(pa.date32()),
+                "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
+                "gpu": pa.array(np.full(n, g, np.uint8)),
+                "ts": pa.array(c["slot"] * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                "power_w": c["power_w"].astype(np.float32),
+                "samples": c["samples"].astype(np.int32),
+                "source": pa.DictionaryArray.from_arrays(source_id[rows[c["first"]]].astype(np.int32), source_names),
+                "power_avg_w": pa.array(c["power_avg_w"].astype(np.float32), mask=c["avg_null"]),
+                "is_average": c["is_average"],
+            }, schema=_GRID_SCHEMA)
+
+
+def grid_by_gpu(con, write) -> int:
+    """power_100ms's write: sql/power_100ms/power_100ms.sql as a numpy kernel (kernels.grid_100ms)."""
+    return _write_streamed(con, write, "power_100ms", _GRID_SCHEMA, _grid_batches)
 
 
 ENERGY_CURVE = Table(
@@ -225,6 +283,7 @@ POWER_100MS = Table(
     "host-and-above swings, correlation and the phase timeline start from.",
     "cluster-day",
     deps=["power", "power_1s"],
+    write=grid_by_gpu,
 )
 (power_100ms,) = table_assets(POWER_100MS)
 

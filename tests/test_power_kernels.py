@@ -1,7 +1,7 @@
-"""energy_curve's numpy kernel (the asset's write hook) against its SQL definition
-(sql/energy_curve/energy_curve.sql, run as-is on the same raw files): same rows, energy within
-float summation order, on a messy day (sources switching per minute, unsorted files, repeated
-timestamps, 1 s averages only, gaps, a second host)."""
+"""The numpy kernels of energy_curve and power_100ms (the assets' write hooks) against their SQL
+definitions (sql/<table>/<table>.sql, run as-is on the same raw files): the same rows (energy_curve's
+energy within float summation order), on a messy day (sources switching per minute, unsorted files,
+repeated timestamps, a 1 s average from another source, 1 s averages only, gaps, a second host)."""
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +17,12 @@ DATE = DAY.isoformat()
 T0 = day_start_ns()
 S = 1_000_000_000
 COLUMNS = "host, gpu, t_ns, power_w, energy_j, next_t_ns, next_w, source, is_average"
+
+
+def _with_avg(table, avg, null):
+    """``table`` with the driver's 1 s average column set (NULL where ``null``)."""
+    i = table.schema.get_field_index("power_avg_w")
+    return table.set_column(i, "power_avg_w", pa.array(avg, table.schema.field(i).type, mask=null))
 
 
 def _avg_only(host, gpu, t, p):
@@ -45,7 +51,8 @@ def day(tmp_path_factory):
     perm = rng.permutation(len(tb))  # the file is not in time order
     write_dataset(power_table("train-0", 0, tb[perm], pb[perm], source="nvml-buffer"), d, "power", prefix="a")
     write_dataset(power_table("train-0", 0, dup_t, dup_p, source="nvml-buffer"), d, "power", prefix="b")
-    write_dataset(power_table("train-0", 0, tf, pf, source="nvml-field"), d, "power", prefix="c")
+    field = _with_avg(power_table("train-0", 0, tf, pf, source="nvml-field"), pf - 20, np.arange(len(tf)) % 7 == 3)
+    write_dataset(field, d, "power", prefix="c")
     # train-0/1: 1 s averages only, with a 10 s gap; train-1/0 (second host): nvml-field, 2 files
     ta = T0 + np.r_[np.arange(0, 60), np.arange(70, 130)] * S
     write_dataset(_avg_only("train-0", 1, ta, 400 + 50 * rng.random(len(ta))), d, "power", prefix="d")
@@ -53,7 +60,7 @@ def day(tmp_path_factory):
     p2 = 500 + 100 * rng.random(len(t2))
     write_dataset(power_table("train-1", 0, t2[600:], p2[600:]), d, "power", prefix="e")
     write_dataset(power_table("train-1", 0, t2[:600], p2[:600]), d, "power", prefix="f")
-    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve"])
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms"])
     assert outcome.success, outcome.error
     assert not [c for c in outcome.failed_checks if c.asset == "energy_curve"], outcome.failed_checks
     return d
@@ -77,3 +84,24 @@ def test_kernel_rows_match_sql_definition(day):
         assert k[:4] == s[:4] and k[5:] == s[5:], (k, s)  # keys, times, power (float32), source: exact
         # energy: the same trapezoids, summed in another order (numpy cumsum vs DuckDB's window)
         assert k[4] == pytest.approx(s[4], rel=1e-12, abs=1e-9)
+
+
+GRID_COLUMNS = "host, gpu, ts, power_w, samples, source, power_avg_w, is_average"
+
+
+def test_grid_kernel_rows_match_sql_definition(day):
+    with compute_connection(day, DATE) as con:
+        kernel = con.execute(f"SELECT {GRID_COLUMNS} FROM power_100ms").fetchall()
+        prepare, query = statements("power_100ms/power_100ms")
+        for statement in prepare:
+            con.execute(statement)
+        sql = con.execute(f"SELECT {GRID_COLUMNS} FROM ({query}) ORDER BY host, gpu, ts").fetchall()
+    for host in ("train-0", "train-1"):  # each cluster's part is written sorted by (host, gpu, ts)
+        part = [r for r in kernel if r[0] == host]
+        assert part == sorted(part, key=lambda r: (r[1], r[2]))
+    kernel.sort(key=lambda r: (r[0], r[1], r[2]))
+    assert len(kernel) == len(sql) > 1000
+    assert any(r[4] > 1 for r in kernel), "slots with several samples are averaged"
+    assert any(r[5] == "nvml-buffer" and r[6] is not None for r in kernel), "the 1 s average taken from nvml-field"
+    assert any(r[5] == "nvml-buffer" and r[6] is None for r in kernel)
+    assert kernel == sql  # exact: means of a few float32 values in float64 do not depend on the order
