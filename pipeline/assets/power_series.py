@@ -144,21 +144,36 @@ _CURVE_SCHEMA = pa.schema([  # host and source dictionary-encoded (DuckDB reads 
 ])
 
 
+def _host_by_gpu(cur, sql: str, params: dict) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """One host's rows of ``sql`` (a ``gpu`` column and others), per GPU in gpu order, as numpy
+    arrays. Read in Arrow batches and split by GPU as they come, so memory holds the host's
+    rows once, in their narrow types (not DuckDB's result and a copy); a GPU's arrays are freed
+    once the caller has its next."""
+    parts: dict[int, list[dict[str, np.ndarray]]] = {}
+    for batch in cur.sql(sql, params=params).to_arrow_reader(1 << 20):
+        cols = {name: batch.column(i).to_numpy(zero_copy_only=False) for i, name in enumerate(batch.schema.names)}
+        order = np.argsort(cols["gpu"], kind="stable")
+        gpu = cols["gpu"][order]
+        bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            rows = order[lo:hi]
+            parts.setdefault(int(gpu[lo]), []).append({k: v[rows] for k, v in cols.items() if k != "gpu"})
+    for g in sorted(parts):
+        chunks = parts.pop(g)
+        yield g, {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        del chunks
+
+
 def _curve_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.RecordBatch]:
     """energy_curve's rows, one GPU at a time, sorted by (host, gpu, t_ns): each host's samples
     read once (only the columns the curve needs, ~15 bytes a sample), each GPU integrated by
     kernels.energy_curve."""
     for host, names in hosts.items():
-        samples = cur.sql(_CURVE_SAMPLES, params={"host": host, "sources": names}).to_arrow_table()
-        gpu = samples["gpu"].to_numpy()
-        t, p = samples["t_ns"].to_numpy(), samples["power_w"].to_numpy()
-        rank, source_id = samples["source_rank"].to_numpy(), samples["source_id"].to_numpy()
-        del samples
         source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
-        for g in np.unique(gpu):
-            rows = np.flatnonzero(gpu == g)
-            c = kernels.energy_curve(t[rows], p[rows], rank[rows])
-            first, n, linked = rows[c["first"]], len(c["t_ns"]), c["linked"]
+        for g, x in _host_by_gpu(cur, _CURVE_SAMPLES, {"host": host, "sources": names}):
+            c = kernels.energy_curve(x["t_ns"], x["power_w"], x["source_rank"])
+            first, n, linked = c["first"], len(c["t_ns"]), c["linked"]
+            rank, source_id = x["source_rank"], x["source_id"]
             yield pa.record_batch({
                 "date": pa.array(np.full(n, day, np.int32), pa.int32()).cast(pa.date32()),
                 "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
@@ -237,16 +252,9 @@ _GRID_SCHEMA = pa.schema([
 def _grid_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.RecordBatch]:
     """power_100ms's rows, one GPU at a time, sorted by (host, gpu, ts)."""
     for host, names in hosts.items():
-        samples = cur.sql(_GRID_SAMPLES, params={"host": host, "sources": names}).to_arrow_table()
-        gpu = samples["gpu"].to_numpy()
-        t, p, avg = samples["t_ns"].to_numpy(), samples["power_w"].to_numpy(), samples["power_avg_w"].to_numpy()
-        has_avg = samples["has_avg"].to_numpy()
-        rank, source_id = samples["source_rank"].to_numpy(), samples["source_id"].to_numpy()
-        del samples
         source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
-        for g in np.unique(gpu):
-            rows = np.flatnonzero(gpu == g)
-            c = kernels.grid_100ms(t[rows], p[rows], avg[rows], has_avg[rows], rank[rows])
+        for g, x in _host_by_gpu(cur, _GRID_SAMPLES, {"host": host, "sources": names}):
+            c = kernels.grid_100ms(x["t_ns"], x["power_w"], x["power_avg_w"], x["has_avg"], x["source_rank"])
             n = len(c["slot"])
             yield pa.record_batch({
                 "date": pa.array(np.full(n, day, np.int32), pa.int32()).cast(pa.date32()),
@@ -255,7 +263,7 @@ def _grid_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.Rec
                 "ts": pa.array(c["slot"] * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                 "power_w": c["power_w"].astype(np.float32),
                 "samples": c["samples"].astype(np.int32),
-                "source": pa.DictionaryArray.from_arrays(source_id[rows[c["first"]]].astype(np.int32), source_names),
+                "source": pa.DictionaryArray.from_arrays(x["source_id"][c["first"]].astype(np.int32), source_names),
                 "power_avg_w": pa.array(c["power_avg_w"].astype(np.float32), mask=c["avg_null"]),
                 "is_average": c["is_average"],
             }, schema=_GRID_SCHEMA)
