@@ -2,7 +2,6 @@
 per host, cluster, role and fleet (`fleet_power_1s`, `fleet_power_100ms`), and each GPU's
 cumulative energy at every sample (`energy_curve`)."""
 
-import datetime
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -137,10 +136,9 @@ SELECT gpu, t_ns, power_w, source_rank::UTINYINT AS source_rank, list_position($
 FROM power_day_samples WHERE host = $host
 """
 
-_CURVE_SCHEMA = pa.schema([  # host and source dictionary-encoded (DuckDB reads them as VARCHAR)
-    pa.field("date", pa.date32(), nullable=False), ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()),
-    ("t_ns", pa.int64()), ("power_w", pa.float32()), ("energy_j", pa.float64()), ("next_t_ns", pa.int64()),
-    ("next_w", pa.float32()), ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
+_CURVE_SCHEMA = pa.schema([  # without the date (the write adds it); host and source dictionary-encoded (read as VARCHAR)
+    ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("t_ns", pa.int64()), ("power_w", pa.float32()),
+    ("energy_j", pa.float64()), ("next_t_ns", pa.int64()), ("next_w", pa.float32()), ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
 ])
 
 
@@ -164,7 +162,7 @@ def _host_by_gpu(cur, sql: str, params: dict) -> Iterator[tuple[int, dict[str, n
         del chunks
 
 
-def _curve_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.RecordBatch]:
+def _curve_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
     """energy_curve's rows, one GPU at a time, sorted by (host, gpu, t_ns): each host's samples
     read once (only the columns the curve needs, ~15 bytes a sample), each GPU integrated by
     kernels.energy_curve."""
@@ -175,7 +173,6 @@ def _curve_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.Re
             first, n, linked = c["first"], len(c["t_ns"]), c["linked"]
             rank, source_id = x["source_rank"], x["source_id"]
             yield pa.record_batch({
-                "date": pa.array(np.full(n, day, np.int32), pa.int32()).cast(pa.date32()),
                 "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
                 "gpu": pa.array(np.full(n, g, np.uint8)),
                 "t_ns": c["t_ns"],
@@ -198,12 +195,11 @@ def _day_sources(con) -> dict[str, list[str]]:
     return hosts
 
 
-def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[[Any, dict[str, list[str]], int], Iterator[pa.RecordBatch]]) -> int:
+def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[[Any, dict[str, list[str]]], Iterator[pa.RecordBatch]]) -> int:
     """Write a table whose rows a numpy kernel computes one GPU at a time: the kernel's batches
     stream into the warehouse's write (memory: one host's samples, not the cluster-day's). The
     samples are read on a second connection to the same database (the first is busy with the
     write's COPY), with the same variables."""
-    date = con.execute("SELECT getvariable('partition_date')").fetchone()[0]
     cur = con.cursor()
     for var, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():
         cur.execute(f"SET VARIABLE {var} = CAST(? AS {type_})", [value])  # variables are per connection
@@ -211,7 +207,7 @@ def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[
 
     def counted() -> Iterator[pa.RecordBatch]:
         nonlocal produced
-        for batch in batches(cur, hosts, (date - datetime.date(1970, 1, 1)).days):
+        for batch in batches(cur, hosts):
             produced += batch.num_rows
             yield batch
 
@@ -219,7 +215,7 @@ def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[
     con.register(rows_name, pa.RecordBatchReader.from_batches(schema, counted()))
     con.execute("SET preserve_insertion_order = true")  # the part keeps the kernel's (host, gpu, time) order
     try:
-        rows = write(f"SELECT * FROM {rows_name}")
+        rows = write(f"SELECT getvariable('partition_date') AS date, * FROM {rows_name}")  # the date as the SQL writes it
     finally:
         con.execute("SET preserve_insertion_order = false")
         con.unregister(rows_name)
@@ -232,7 +228,7 @@ def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[
 def curve_by_gpu(con, write) -> int:
     """energy_curve's write: sql/energy_curve/energy_curve.sql as a numpy kernel (kernels.energy_curve).
     Measured (8 GPUs x 6 h, 10.1 M samples, one thread): 11.0 s CPU and 1.9 GB RSS as the SQL
-    (windows over a sort of every sample), 3.3-3.7 s and 0.73 GB as the kernel."""
+    (windows over a sort of every sample), 3.3 s and 0.68 GB as the kernel."""
     return _write_streamed(con, write, "energy_curve", _CURVE_SCHEMA, _curve_batches)
 
 
@@ -243,13 +239,12 @@ FROM power_day_samples WHERE host = $host
 """
 
 _GRID_SCHEMA = pa.schema([
-    pa.field("date", pa.date32(), nullable=False), ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()),
-    ("ts", pa.timestamp("us", tz="UTC")), ("power_w", pa.float32()), ("samples", pa.int32()),
-    ("source", pa.dictionary(pa.int32(), pa.string())), ("power_avg_w", pa.float32()), ("is_average", pa.bool_()),
+    ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("ts", pa.timestamp("us", tz="UTC")),
+    ("power_w", pa.float32()), ("samples", pa.int32()), ("source", pa.dictionary(pa.int32(), pa.string())), ("power_avg_w", pa.float32()), ("is_average", pa.bool_()),
 ])
 
 
-def _grid_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.RecordBatch]:
+def _grid_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
     """power_100ms's rows, one GPU at a time, sorted by (host, gpu, ts)."""
     for host, names in hosts.items():
         source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
@@ -257,7 +252,6 @@ def _grid_batches(cur, hosts: dict[str, list[str]], day: int) -> Iterator[pa.Rec
             c = kernels.grid_100ms(x["t_ns"], x["power_w"], x["power_avg_w"], x["has_avg"], x["source_rank"])
             n = len(c["slot"])
             yield pa.record_batch({
-                "date": pa.array(np.full(n, day, np.int32), pa.int32()).cast(pa.date32()),
                 "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
                 "gpu": pa.array(np.full(n, g, np.uint8)),
                 "ts": pa.array(c["slot"] * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
