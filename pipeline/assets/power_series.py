@@ -138,7 +138,8 @@ FROM power_day_samples WHERE host = $host
 
 _CURVE_SCHEMA = pa.schema([  # without the date (the write adds it); host and source dictionary-encoded (read as VARCHAR)
     ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("t_ns", pa.int64()), ("power_w", pa.float32()),
-    ("energy_j", pa.float64()), ("next_t_ns", pa.int64()), ("next_w", pa.float32()), ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
+    ("energy_j", pa.float64()), ("next_t_ns", pa.int64()), ("next_w", pa.float32()),
+    ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
 ])
 
 
@@ -240,7 +241,8 @@ FROM power_day_samples WHERE host = $host
 
 _GRID_SCHEMA = pa.schema([
     ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("ts", pa.timestamp("us", tz="UTC")),
-    ("power_w", pa.float32()), ("samples", pa.int32()), ("source", pa.dictionary(pa.int32(), pa.string())), ("power_avg_w", pa.float32()), ("is_average", pa.bool_()),
+    ("power_w", pa.float32()), ("samples", pa.int32()), ("source", pa.dictionary(pa.int32(), pa.string())),
+    ("power_avg_w", pa.float32()), ("is_average", pa.bool_()),
 ])
 
 
