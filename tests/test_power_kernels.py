@@ -105,3 +105,24 @@ def test_grid_kernel_rows_match_sql_definition(day):
     assert any(r[5] == "nvml-buffer" and r[6] is not None for r in kernel), "the 1 s average taken from nvml-field"
     assert any(r[5] == "nvml-buffer" and r[6] is None for r in kernel)
     assert kernel == sql  # exact: means of a few float32 values in float64 do not depend on the order
+
+
+def test_damaged_file_met_by_a_kernel_write_is_quarantined_and_the_rest_written(tmp_path):
+    """A raw file with damaged data pages first read by a streamed kernel write (power_1s, which
+    usually meets it first, built before the damage): the warehouse quarantines it and the write
+    runs again over the other files (the stream of the first attempt is spent)."""
+    from tests.builders import write_square_fleet
+    from tests.faults import inject
+
+    d = tmp_path / "data"
+    write_square_fleet(d, seconds=10)
+    assert run_day(d, DATE, selection=["power_1s"]).success
+    damaged = next((d / "power" / f"date={DATE}" / "host=train-0").glob("train-0-0*.parquet"))
+    inject.damage_data_pages(damaged)
+    outcome = run_day(d, DATE, selection=["energy_curve", "power_100ms"])
+    assert outcome.success, outcome.error
+    assert not damaged.exists(), "moved to the quarantine"
+    with compute_connection(d, DATE) as con:
+        for table in ("energy_curve", "power_100ms"):
+            gpus = con.execute(f"SELECT DISTINCT host, gpu FROM {table} ORDER BY ALL").fetchall()
+            assert gpus == [("infer-0", 0), ("infer-0", 1), ("train-0", 1)], table

@@ -5,6 +5,7 @@ cumulative energy at every sample (`energy_curve`)."""
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 from dagster import AssetCheckResult, AssetCheckSeverity
@@ -200,7 +201,20 @@ def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[
     """Write a table whose rows a numpy kernel computes one GPU at a time: the kernel's batches
     stream into the warehouse's write (memory: one host's samples, not the cluster-day's). The
     samples are read on a second connection to the same database (the first is busy with the
-    write's COPY), with the same variables."""
+    write's COPY), with the same variables. A raw file with damaged data pages fails the read: the
+    warehouse quarantines it and runs the write again, which finds the stream spent; the whole
+    write then runs once more, over the views the quarantine redefined."""
+    try:
+        return _write_stream_once(con, write, name, schema, batches)
+    except (duckdb.Error, _SpentStream):
+        return _write_stream_once(con, write, name, schema, batches)
+
+
+class _SpentStream(RuntimeError):
+    """Fewer rows written than the kernel computed: the stream was read by an earlier attempt."""
+
+
+def _write_stream_once(con, write, name: str, schema: pa.Schema, batches: Callable[[Any, dict[str, list[str]]], Iterator[pa.RecordBatch]]) -> int:
     cur = con.cursor()
     for var, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():
         cur.execute(f"SET VARIABLE {var} = CAST(? AS {type_})", [value])  # variables are per connection
@@ -222,7 +236,7 @@ def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[
         con.unregister(rows_name)
         cur.close()
     if rows != produced:  # a stream is read once: a retried write (after a quarantine) would see it spent
-        raise RuntimeError(f"{name}: {rows} rows written, {produced} computed")
+        raise _SpentStream(f"{name}: {rows} rows written, {produced} computed")
     return rows
 
 
