@@ -105,18 +105,67 @@ def _per_minute_min(t: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.repeat(np.minimum.reduceat(values, starts), np.diff(np.r_[starts, len(t)]))
 
 
+def best_rows(t_ns: np.ndarray, source_rank: np.ndarray) -> np.ndarray:
+    """The rows of view power_day for one GPU, as indices in time order (stable): in each minute
+    only the best-ranked source's rows (lowest ``source_rank``)."""
+    idx = _sorted_by_time(t_ns)
+    t, rank = t_ns[idx], source_rank[idx]
+    if len(t):
+        keep = rank == _per_minute_min(t, rank)
+        if not keep.all():
+            idx = idx[keep]
+    return idx
+
+
+def _round_half_away(v: np.ndarray) -> np.ndarray:
+    """C's round(): halves away from zero (np.round rounds them to even)."""
+    r = np.trunc(v)
+    return r + np.sign(v) * (np.abs(v - r) >= 0.5)
+
+
+def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> dict[str, np.ndarray]:
+    """One GPU's power_1s rows (sql/power_1s/power_1s.sql in numpy) from its raw samples of the
+    day: per second with a best-source row, the mean, min and max power, the trapezoid energy of
+    the segments ending in it (each after a gap of at most RUN_GAP_NS; FLOAT sums as the SQL's),
+    summed exactly as its ``xsum`` does (each term rounded half away to 1e-12 J, an integer sum),
+    the row count, whether a gap (or the day's start) precedes a row, rows repeating the previous
+    one's timestamp. Returns those arrays, ``second`` (t_ns // 1 s) and ``first`` (input index of
+    each second's first row, for the source)."""
+    idx = best_rows(t_ns, source_rank)
+    t, p = t_ns[idx], power_w[idx].astype(np.float32)
+    dt_s = np.r_[np.nan, np.diff(t) / 1e9]
+    linked = dt_s <= RUN_GAP_NS / 1e9
+    term = np.zeros(len(t))
+    if len(t) > 1:
+        half = ((p[1:] + p[:-1]) / np.float32(2)).astype(np.float64)  # FLOAT + FLOAT, / 2: FLOAT in DuckDB
+        term[1:] = np.where(linked[1:], half * dt_s[1:], 0.0)
+    scaled = _round_half_away(term * 1e12).astype(np.int64)
+    second = t // 1_000_000_000
+    starts = np.flatnonzero(np.r_[True, second[1:] != second[:-1]]) if len(t) else np.zeros(0, np.int64)
+    count = np.diff(np.r_[starts, len(t)])
+    red = (lambda f, a: f.reduceat(a, starts)) if len(t) else (lambda f, a: a[:0])
+    return {
+        "second": second[starts],
+        "mean_w": red(np.add, p.astype(np.float64)) / np.maximum(count, 1),
+        "min_w": red(np.minimum, p),
+        "max_w": red(np.maximum, p),
+        "energy_j": red(np.add, scaled).astype(np.float64) / 1e12,
+        "samples": count,
+        "gap_before": red(np.logical_or, ~linked),
+        "duplicate_samples": red(np.add, (dt_s == 0).astype(np.int64)),
+        "is_average": red(np.logical_or, source_rank[idx] == 9),
+        "first": idx[starts],
+    }
+
+
 def best_samples(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One GPU's trace as view power_day defines it: in each minute only the best-ranked source's
     samples (lowest ``source_rank``), samples sharing a timestamp one sample (their mean), in time
     order. Input in any order (sorted here, stably, when it is not). Returns ``t_ns``, ``power_w``
     (float64) and, per output sample, the input index of its first row (for the columns a caller
     carries: source, is_average)."""
-    idx = _sorted_by_time(t_ns)
-    t, rank = t_ns[idx], source_rank[idx]
-    if len(t):
-        keep = rank == _per_minute_min(t, rank)
-        if not keep.all():
-            idx, t = idx[keep], t[keep]
+    idx = best_rows(t_ns, source_rank)
+    t = t_ns[idx]
     p = power_w[idx].astype(np.float64)
     starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]]) if len(t) else np.zeros(0, dtype=np.int64)
     if len(starts) < len(t):

@@ -108,6 +108,42 @@ POWER_1S_PYTHON_CHECKS = (
 )
 
 
+_SECONDS_SCHEMA = pa.schema([
+    ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("ts", pa.timestamp("us", tz="UTC")),
+    ("mean_w", pa.float32()), ("min_w", pa.float32()), ("max_w", pa.float32()), ("energy_j", pa.float64()),
+    ("samples", pa.int32()), ("gap_before", pa.bool_()), ("duplicate_samples", pa.int32()),
+    ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
+])
+
+
+def _seconds_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
+    """power_1s's rows, one GPU at a time, sorted by (host, gpu, ts)."""
+    for host, names in hosts.items():
+        source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
+        for g, x in _host_by_gpu(cur, _CURVE_SAMPLES, {"host": host, "sources": names}):
+            c = kernels.seconds_1s(x["t_ns"], x["power_w"], x["source_rank"])
+            n = len(c["second"])
+            yield pa.record_batch({
+                "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
+                "gpu": pa.array(np.full(n, g, np.uint8)),
+                "ts": pa.array(c["second"] * 1_000_000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                "mean_w": c["mean_w"].astype(np.float32),
+                "min_w": c["min_w"],
+                "max_w": c["max_w"],
+                "energy_j": c["energy_j"],
+                "samples": c["samples"].astype(np.int32),
+                "gap_before": c["gap_before"],
+                "duplicate_samples": c["duplicate_samples"].astype(np.int32),
+                "source": pa.DictionaryArray.from_arrays(x["source_id"][c["first"]].astype(np.int32), source_names),
+                "is_average": c["is_average"],
+            }, schema=_SECONDS_SCHEMA)
+
+
+def seconds_by_gpu(con, write) -> int:
+    """power_1s's write: sql/power_1s/power_1s.sql as a numpy kernel (kernels.seconds_1s)."""
+    return _write_streamed(con, write, "power_1s", _SECONDS_SCHEMA, _seconds_batches)
+
+
 POWER_1S = Table(
     "power_1s",
     "Per GPU per second: mean, min, max power (W), trapezoid energy (J), samples, gap flag. Built "
@@ -118,6 +154,7 @@ POWER_1S = Table(
     inputs=_quarantine,
     python_checks=POWER_1S_PYTHON_CHECKS,
     python_headline=_files_headline,
+    write=seconds_by_gpu,
 )
 (power_1s,) = table_assets(POWER_1S)
 
