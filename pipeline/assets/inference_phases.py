@@ -13,12 +13,12 @@ from pipeline.phases import checks, curve, power_detect
 from pipeline.tables import PythonCheck, Table, statements, table_assets
 
 ENDPOINTS_PER_CHUNK = 4
-"""phase_timeline sweeps the request log this many endpoints at a time: a 64-GPU cluster-day of 16
-endpoints needs more than 1.1 GiB in one sweep, a chunk of 4 a quarter of that."""
+"""phase_timeline builds its endpoint state (from phase_intervals) this many endpoints at a time: the
+hash aggregate over a 64-GPU cluster-day's 16 endpoints' busy slots is held by chunks of 4."""
 
 
 def timeline_in_chunks(con, write) -> int:
-    """phase_timeline's statements, the request sweep run ENDPOINTS_PER_CHUNK endpoints at a time
+    """phase_timeline's statements, the endpoint state built ENDPOINTS_PER_CHUNK endpoints at a time
     (the statements that read ``getvariable('phase_chunk')``), then the partition written."""
     prepare, query = statements("phase_timeline/phase_timeline")
     present = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
@@ -27,6 +27,13 @@ def timeline_in_chunks(con, write) -> int:
         con.execute(
             "CREATE OR REPLACE TEMP VIEW phase_segments AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::VARCHAR AS host, "
             "NULL::UTINYINT AS gpu, NULL::VARCHAR AS phase, NULL::VARCHAR AS source, NULL::TIMESTAMPTZ AS start_ts, NULL::TIMESTAMPTZ AS end_ts WHERE false"
+        )
+    if "phase_intervals" not in present:
+        # not built for any day yet: no request-based labels (phase NULL)
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW phase_intervals AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::BIGINT AS start_ns, "
+            "NULL::BIGINT AS end_ns, NULL::VARCHAR AS phase, NULL::INTEGER AS n_prefill, NULL::INTEGER AS n_decode, NULL::BOOLEAN AS prefill_estimated, "
+            "NULL::DOUBLE AS prompt_tokens_per_s, NULL::DOUBLE AS output_tokens_per_s WHERE false"
         )
     n_endpoints = con.execute("SELECT count(DISTINCT endpoint) FROM inventory_gpus").fetchone()[0]
     chunks = max(1, -(-n_endpoints // ENDPOINTS_PER_CHUNK))
@@ -258,10 +265,10 @@ PHASE_SEGMENTS = Table(
 PHASE_TIMELINE = Table(
     "phase_timeline",
     "Per endpoint GPU and 100 ms slot: power, requests in prefill/decode, the request-based phase "
-    "label and the power-only label (`power_phase`, from phase_segments' native power runs). See "
+    "label (from the exact timeline, phase_intervals) and the power-only label (`power_phase`, from phase_segments' native power runs). See "
     "docs/phases.md.",
     "cluster-day",
-    deps=["power_100ms", "requests", "phase_segments"],
+    deps=["power_100ms", "phase_intervals", "phase_segments"],
     group="phases",
     write=timeline_in_chunks,
     python_checks=(
