@@ -94,10 +94,10 @@ SELECT endpoint, CASE phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END A
 FROM (
     SELECT *, row_number() OVER (PARTITION BY endpoint ORDER BY start_ns)
               - row_number() OVER (PARTITION BY endpoint, phase ORDER BY start_ns) AS run
-    FROM phase_intervals WHERE date = getvariable('partition_date')
+    FROM phase_intervals WHERE date = getvariable('partition_date') AND endpoint = $endpoint
 )
 GROUP BY endpoint, phase, run
-ORDER BY endpoint, lo
+ORDER BY lo
 """
 
 POWER_GPUS_SCHEMA = {
@@ -154,21 +154,23 @@ def segments(con) -> None:
     its curve read once (curve.read_curve), the power-only detector on its samples
     (pipeline/phases/power_detect.py) where its source resolves prefills, the energies of both
     sources' runs as E(hi) − E(lo) and the request runs' peaks by sorted searches on that curve.
-    Memory: one GPU-day's curve plus its segments (appended to the temp table GPU by GPU)."""
+    Memory: one GPU-day's curve, its segments (appended to the temp table GPU by GPU) and its
+    endpoint's request runs."""
     con.execute(GPUS_SQL)
-    req = arrow_frame(con.sql(REQUEST_RUNS_SQL).to_arrow_table())
-    by_endpoint = {k[0]: f for k, f in req.partition_by("endpoint", as_dict=True).items()} if len(req) else {}
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _segments (gk BIGINT, src INTEGER, ph INTEGER, lo BIGINT, hi BIGINT, energy_j DOUBLE, "
         "mean_w DOUBLE, peak_w DOUBLE, prompt_tokens DOUBLE, output_tokens DOUBLE)"
     )
     stats = []
     gpus = con.execute("SELECT gk, endpoint, host, gpu, tdp_w FROM _phase_gpus ORDER BY gk").fetchall()
+    runs_of: tuple = (None, None)  # (endpoint, its request runs): GPUs come endpoint by endpoint
     for gk, endpoint, host, gpu, tdp_w in gpus:
         st, c = source_stats(con, gk, host, gpu)
         frames = []
-        r = by_endpoint.get(endpoint)
-        if r is not None:
+        if runs_of[0] != endpoint:
+            runs_of = (endpoint, arrow_frame(con.sql(REQUEST_RUNS_SQL, params={"endpoint": endpoint}).to_arrow_table()))
+        r = runs_of[1]
+        if len(r):
             lo, hi = r["lo"].to_numpy(), r["hi"].to_numpy()
             e = c.energy_at(np.concatenate([lo, hi]))
             energy = e[len(lo):] - e[: len(lo)]

@@ -73,8 +73,13 @@ def clock_skew(con) -> AssetCheckResult:
 PREFILL_SEGMENTS_SQL = """
 SELECT endpoint, host, gpu, source = 'requests' AS req, phase = 'prefill' AS pre, epoch_ns(start_ts) AS a, epoch_ns(end_ts) AS b
 FROM phase_segments
-WHERE date = getvariable('partition_date') AND (phase = 'prefill' OR (source = 'requests' AND phase <> 'idle'))
-ORDER BY endpoint, host, gpu, a
+WHERE date = getvariable('partition_date') AND endpoint = $endpoint AND host = $host AND gpu = $gpu
+  AND (phase = 'prefill' OR (source = 'requests' AND phase <> 'idle'))
+ORDER BY a
+"""
+LOGGED_GPUS_SQL = """
+SELECT DISTINCT endpoint, host, gpu FROM phase_segments
+WHERE date = getvariable('partition_date') AND source = 'requests' AND phase <> 'idle' ORDER BY ALL
 """
 
 
@@ -101,26 +106,16 @@ def agreement_rows(con) -> list[tuple]:
     disjoint, so prefill time is a sum of lengths and the overlap a difference of covered lengths at
     the request runs' ends; the boundary error a sorted search among the power runs' boundaries of
     the same kind). The same figures as the SQL windows it replaced (a sweep and two framed windows
-over every boundary: 1.2 s CPU at 8 GPUs x 6 h, this 0.26 s; identical values on that data)."""
-    seg = con.sql(PREFILL_SEGMENTS_SQL).fetchnumpy()
-    if not len(seg["a"]):
-        return []
-    ep, host, gpu = (np.asarray(seg[k]) for k in ("endpoint", "host", "gpu"))
-    req, pre = np.asarray(seg["req"], dtype=bool), np.asarray(seg["pre"], dtype=bool)
-    a, b = np.asarray(seg["a"], dtype=np.int64), np.asarray(seg["b"], dtype=np.int64)
+    over every boundary: 1.2 s CPU at 8 GPUs x 6 h, this 0.26 s; identical values on that data)."""
     tot: dict[str, list] = {}
-    starts = np.flatnonzero(np.r_[True, (ep[1:] != ep[:-1]) | (host[1:] != host[:-1]) | (gpu[1:] != gpu[:-1])])
-    for s0, s1 in zip(starts, np.r_[starts[1:], len(a)], strict=True):
-        e = str(ep[s0])
-        sl = slice(s0, s1)
-        busy = req[sl]  # the GPU's logged busy segments (prefill and decode)
-        if not busy.any():
-            continue  # no request segments on this GPU: nothing to agree with
-        lo, hi = a[sl][busy].min(), b[sl][busy].max()
-        r = req[sl] & pre[sl]
-        ra, rb = a[sl][r], b[sl][r]
-        p = ~req[sl] & (b[sl] > lo) & (a[sl] < hi)
-        pa, pb = np.maximum(a[sl][p], lo), np.minimum(b[sl][p], hi)
+    for e, host, gpu in con.execute(LOGGED_GPUS_SQL).fetchall():  # one GPU at a time: memory of one GPU's segments
+        seg = con.sql(PREFILL_SEGMENTS_SQL, params={"endpoint": e, "host": host, "gpu": gpu}).fetchnumpy()
+        req, pre = np.asarray(seg["req"], dtype=bool), np.asarray(seg["pre"], dtype=bool)
+        a, b = np.asarray(seg["a"], dtype=np.int64), np.asarray(seg["b"], dtype=np.int64)
+        lo, hi = a[req].min(), b[req].max()  # the GPU's logged busy span
+        ra, rb = a[req & pre], b[req & pre]
+        p = ~req & (b > lo) & (a < hi)
+        pa, pb = np.maximum(a[p], lo), np.minimum(b[p], hi)
         t = tot.setdefault(e, [0, 0, 0, [], []])
         t[0] += int((rb - ra).sum())
         t[1] += int((pb - pa).sum())

@@ -14,10 +14,12 @@ SELECT endpoint, host, gpu FROM inventory_gpus WHERE endpoint IS NOT NULL;
 
 -- each logged endpoint's span: first to last sample of its GPUs this day
 CREATE OR REPLACE TEMP TABLE _pi_span AS
-SELECT g.endpoint, min(c.t_ns) AS lo, max(c.t_ns) AS hi, count(DISTINCT (c.host, c.gpu)) AS gpus
-FROM energy_curve AS c JOIN _pi_gpus AS g USING (host, gpu)
-WHERE c.date = getvariable('partition_date')
-  AND g.endpoint IN (SELECT endpoint FROM request_phases)
+WITH per_gpu AS (  -- one group per GPU first: the join and the count then see a row per GPU, not per sample
+    SELECT host, gpu, min(t_ns) AS lo, max(t_ns) AS hi FROM energy_curve WHERE date = getvariable('partition_date') GROUP BY host, gpu
+)
+SELECT g.endpoint, min(c.lo) AS lo, max(c.hi) AS hi, count(*) AS gpus
+FROM per_gpu AS c JOIN _pi_gpus AS g USING (host, gpu)
+WHERE g.endpoint IN (SELECT endpoint FROM request_phases)
 GROUP BY g.endpoint;
 
 -- the day's request phase intervals clipped to the span (a request of the day before still running
