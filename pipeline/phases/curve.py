@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 CURVE_SQL = """
-SELECT t_ns, power_w::DOUBLE AS power_w, energy_j, next_t_ns, next_w::DOUBLE AS next_w{extra}
+SELECT t_ns, power_w::DOUBLE AS power_w, energy_j, coalesce(next_t_ns, 0) AS next_t_ns, coalesce(next_w::DOUBLE, 'nan') AS next_w,
+       next_t_ns IS NOT NULL AS has_next{extra}
 FROM energy_curve WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu
 """
 SOURCES_SQL = """
@@ -99,25 +100,21 @@ def read_curve(con, host: str, gpu: int, source: str | None = None) -> Curve:
     extra = ", true AS mine"
     if source is not None:
         extra, params["source"] = ", source::VARCHAR = $source AS mine", source
-    tab = con.sql(CURVE_SQL.format(extra=extra), params=params).fetchnumpy()
+    tab = con.sql(CURVE_SQL.format(extra=extra), params=params).fetchnumpy()  # no NULLs: plain arrays
     t = np.asarray(tab["t_ns"], dtype=np.int64)
-    order = None if len(t) < 2 or bool((np.diff(t) >= 0).all()) else np.argsort(t, kind="stable")
+    # the pipeline's connections do not preserve insertion order: sort here when the scan did not
+    order = None if len(t) < 2 or bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
 
-    def col(name: str, dtype, fill=None) -> np.ndarray:
-        v = tab[name]
-        if np.ma.isMaskedArray(v):
-            v = v.filled(fill)
-        v = np.asarray(v, dtype=dtype)
+    def col(name: str, dtype) -> np.ndarray:
+        v = np.asarray(tab[name], dtype=dtype)
         return v if order is None else v[order]
 
-    nt = tab["next_t_ns"]
-    has_next = ~np.ma.getmaskarray(nt) if np.ma.isMaskedArray(nt) else np.ones(len(t), dtype=bool)
     return Curve(
-        t_ns=t if order is None else t[order],
-        power_w=col("power_w", np.float64, np.nan),
-        energy_j=col("energy_j", np.float64, np.nan),
-        next_t_ns=col("next_t_ns", np.int64, 0),
-        next_w=col("next_w", np.float64, np.nan),
-        has_next=has_next if order is None else has_next[order],
-        mine=col("mine", bool, False),
+        t_ns=col("t_ns", np.int64),
+        power_w=col("power_w", np.float64),
+        energy_j=col("energy_j", np.float64),
+        next_t_ns=col("next_t_ns", np.int64),
+        next_w=col("next_w", np.float64),
+        has_next=col("has_next", bool),
+        mine=col("mine", bool),
     )

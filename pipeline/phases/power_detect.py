@@ -86,7 +86,12 @@ def levels(samples: pl.DataFrame) -> pl.DataFrame:
     level is an element of it (the busy samples are a suffix of it), the same values as polars'
     quantiles with "nearest" (three sorts and a join, half the detector's time before)."""
     rows: list[tuple] = []
-    for (gk,), g in samples.select("gk", "power_w", "tdp_w").partition_by("gk", as_dict=True, maintain_order=True).items():
+    gks = samples["gk"]
+    groups = (  # one GPU (the asset's case, sorted by gk): no copy into groups
+        {(gks[0],): samples} if gks[0] == gks[-1]
+        else samples.select("gk", "power_w", "tdp_w").partition_by("gk", as_dict=True, maintain_order=True)
+    )
+    for (gk,), g in groups.items():
         w = np.sort(g["power_w"].drop_nulls().to_numpy())
         tdp = g["tdp_w"][0]
         if not len(w):
