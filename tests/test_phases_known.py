@@ -57,6 +57,25 @@ def test_timeline_counts_and_labels(built):
     assert by_slot[308] == (0, 2, "decode", False)
 
 
+def test_timeline_tokens_are_the_exact_intervals_spread_over_slots(built):
+    """phase_timeline's tokens come from phase_intervals (issue 15): each request's tokens spread
+    evenly over its phase interval, summed per 100 ms slot by overlap. Reference: the same spread
+    computed here from the request list (E's prefill starts at D's first token, 30.5 s). Bound
+    1e-9 token: the table sums interval shares in another order than this loop."""
+    con, _, _ = built
+    ref = np.zeros((SECONDS * 10, 2))
+    for rid, (_, ps, ft, end, pt, ot) in REQUESTS_S.items():
+        for col, (a, b, n) in enumerate(((30.5 if rid == "E" else ps, ft, pt), (ft, end, ot))):
+            for slot in range(int(a * 10), int(np.ceil(b * 10))):
+                ref[slot, col] += n * (min(b, (slot + 1) / 10) - max(a, slot / 10)) / (b - a)
+    rows = con.execute(
+        "SELECT (epoch_ms(ts) % 86400000) // 100 AS slot, prompt_tokens, output_tokens FROM phase_timeline WHERE gpu = 0 ORDER BY ts"
+    ).fetchall()
+    assert len(rows) == 600
+    for slot, prompt, output in rows:
+        assert (prompt, output) == (pytest.approx(ref[slot, 0], abs=1e-9), pytest.approx(ref[slot, 1], abs=1e-9)), slot
+
+
 def _reference():
     """The independent reference (tests/phase_reference.py) on the fixture: each GPU's samples are
     mid-slot (x.x5 s), power piecewise linear between them."""

@@ -57,7 +57,7 @@ def test_h200_prefill_draws_more_than_decode_and_energy_is_conserved(h200):
 
 def test_h200_clock_skew_of_two_seconds_is_detected(tmp_path):
     d = tmp_path / "data"
-    _, failed = _run(d, write_h200_capture(d, request_offset_s=2.0), ["power_1s", "power_100ms", "phase_timeline"])
+    _, failed = _run(d, write_h200_capture(d, request_offset_s=2.0), ["power_1s", "energy_curve", "power_100ms", "phase_intervals", "phase_timeline"])
     assert "clock_skew" in failed
     assert "+2000 ms" in failed["clock_skew"].description or "+1900 ms" in failed["clock_skew"].description
 

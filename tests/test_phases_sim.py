@@ -117,7 +117,7 @@ def test_two_second_request_clock_offset_is_reported(sim, tmp_path):
             i = t.schema.get_field_index(col)
             t = t.set_column(i, col, pc.add(t.column(col), pc.cast(2_000_000_000, "duration[ns]")))
         pq.write_table(t, f)
-    outcome = run_day(shifted, DATE, selection=["power_1s", "power_100ms", "phase_timeline"])
+    outcome = run_day(shifted, DATE, selection=["power_1s", "energy_curve", "power_100ms", "phase_intervals", "phase_timeline"])
     skew = [c for c in outcome.failed_checks if c.check == "clock_skew"]
     assert skew
     offsets = dict(re.findall(r"(chat-\w) by ([+-]\d+) ms", skew[0].description))

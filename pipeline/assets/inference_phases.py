@@ -4,20 +4,21 @@ time and from power alone: the detector of pipeline/phases/power_detect.py on ea
 samples) and `phase_timeline` (the 100 ms grid, derived: charts, the power-only label per slot, the
 clock-skew check)."""
 
+import numpy as np
 import polars as pl
 from dagster import MetadataValue
 
 from pipeline.kernels import arrow_frame
-from pipeline.phases import checks, power_detect
+from pipeline.phases import checks, curve, power_detect
 from pipeline.tables import PythonCheck, Table, statements, table_assets
 
 ENDPOINTS_PER_CHUNK = 4
-"""phase_timeline sweeps the request log this many endpoints at a time: a 64-GPU cluster-day of 16
-endpoints needs more than 1.1 GiB in one sweep, a chunk of 4 a quarter of that."""
+"""phase_timeline builds its endpoint state (from phase_intervals) this many endpoints at a time: the
+hash aggregate over a 64-GPU cluster-day's 16 endpoints' busy slots is held by chunks of 4."""
 
 
 def timeline_in_chunks(con, write) -> int:
-    """phase_timeline's statements, the request sweep run ENDPOINTS_PER_CHUNK endpoints at a time
+    """phase_timeline's statements, the endpoint state built ENDPOINTS_PER_CHUNK endpoints at a time
     (the statements that read ``getvariable('phase_chunk')``), then the partition written."""
     prepare, query = statements("phase_timeline/phase_timeline")
     present = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
@@ -26,6 +27,13 @@ def timeline_in_chunks(con, write) -> int:
         con.execute(
             "CREATE OR REPLACE TEMP VIEW phase_segments AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::VARCHAR AS host, "
             "NULL::UTINYINT AS gpu, NULL::VARCHAR AS phase, NULL::VARCHAR AS source, NULL::TIMESTAMPTZ AS start_ts, NULL::TIMESTAMPTZ AS end_ts WHERE false"
+        )
+    if "phase_intervals" not in present:
+        # not built for any day yet: no request-based labels (phase NULL)
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW phase_intervals AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::BIGINT AS start_ns, "
+            "NULL::BIGINT AS end_ns, NULL::VARCHAR AS phase, NULL::INTEGER AS n_prefill, NULL::INTEGER AS n_decode, NULL::BOOLEAN AS prefill_estimated, "
+            "NULL::DOUBLE AS prompt_tokens_per_s, NULL::DOUBLE AS output_tokens_per_s WHERE false"
         )
     n_endpoints = con.execute("SELECT count(DISTINCT endpoint) FROM inventory_gpus").fetchone()[0]
     chunks = max(1, -(-n_endpoints // ENDPOINTS_PER_CHUNK))
@@ -40,56 +48,159 @@ def timeline_in_chunks(con, write) -> int:
     return write(query)
 
 
-POWER_GPUS_SQL = """
--- per endpoint GPU: its power source of the day (the one with most samples in energy_curve), the
--- median spacing of its samples and whether power-only detection can resolve prefills there
-CREATE OR REPLACE TEMP TABLE _power_gpus AS
-WITH gpus AS (
-    SELECT endpoint, host, gpu, tdp_w, row_number() OVER (ORDER BY endpoint, host, gpu) AS gk
-    FROM inventory_gpus WHERE endpoint IS NOT NULL
-),
-by_source AS (
-    SELECT c.host, c.gpu, c.source::VARCHAR AS source, count(*) AS n, bool_or(c.is_average) AS is_average,
-           median(c.next_t_ns - c.t_ns) / 1e6 AS sample_interval_ms
-    FROM energy_curve AS c WHERE c.date = getvariable('partition_date') GROUP BY ALL
-)
-SELECT g.endpoint, g.host, g.gpu, g.gk, g.tdp_w, s.source, s.is_average, s.sample_interval_ms,
-       NOT s.is_average AND s.sample_interval_ms <= getvariable('prefill_resolvable_ms') AS resolvable
-FROM gpus AS g
-JOIN (SELECT host, gpu, arg_max(source, n) AS source, arg_max(is_average, n) AS is_average,
-             arg_max(sample_interval_ms, n) AS sample_interval_ms
-      FROM by_source GROUP BY ALL) AS s USING (host, gpu)
+BOUNDARIES_SQL = """
+SELECT t FROM (SELECT start_ns AS t FROM _pi WHERE endpoint = $endpoint UNION SELECT end_ns FROM _pi WHERE endpoint = $endpoint) ORDER BY t
 """
 
-POWER_SAMPLES_SQL = """
-SELECT g.gk, c.t_ns, c.power_w::DOUBLE AS power_w, g.tdp_w::DOUBLE AS tdp_w
-FROM energy_curve AS c JOIN _power_gpus AS g USING (host, gpu)
-WHERE c.date = getvariable('partition_date') AND g.gk = $gk
-ORDER BY c.t_ns
+
+def intervals(con, write) -> int:
+    """phase_intervals' statements (the sweep: temp tables _pi_gpus, _pi_span, _pi), then temp table
+    `_pi_energy` (endpoint, t, e_j: the endpoint's cumulative energy, all its GPUs, at each interval
+    boundary) one endpoint and GPU at a time: each GPU's curve read once and searched for the sorted
+    boundaries (curve.Curve.energy_at), instead of an ASOF join that sorts the cluster-day's curve;
+    then the partition written."""
+    prepare, query = statements("phase_intervals/phase_intervals")
+    for statement in prepare:
+        con.execute(statement)
+    con.execute("CREATE OR REPLACE TEMP TABLE _pi_energy (endpoint VARCHAR, t BIGINT, e_j DOUBLE)")
+    gpus: dict[str, list] = {}
+    for endpoint, host, gpu in con.execute(
+        "SELECT g.endpoint, g.host, g.gpu FROM _pi_gpus AS g JOIN _pi_span USING (endpoint) ORDER BY ALL"
+    ).fetchall():
+        gpus.setdefault(endpoint, []).append((host, gpu))
+    for endpoint, members in gpus.items():
+        t = con.sql(BOUNDARIES_SQL, params={"endpoint": endpoint}).fetchnumpy()["t"].astype(np.int64)
+        e = np.zeros(len(t))
+        for host, gpu in members:
+            e += curve.read_curve(con, host, gpu).energy_at(t)
+        con.register("_pi_energy_arrow", pl.DataFrame({"endpoint": endpoint, "t": t, "e_j": e}).to_arrow())
+        try:
+            con.execute("INSERT INTO _pi_energy SELECT * FROM _pi_energy_arrow")
+        finally:
+            con.unregister("_pi_energy_arrow")
+    return write(query)
+
+
+GPUS_SQL = """
+CREATE OR REPLACE TEMP TABLE _phase_gpus AS
+SELECT endpoint, host, gpu, tdp_w::DOUBLE AS tdp_w, row_number() OVER (ORDER BY endpoint, host, gpu) AS gk
+FROM inventory_gpus WHERE endpoint IS NOT NULL
 """
+
+REQUEST_RUNS_SQL = """
+-- runs of one label over each endpoint's exact intervals (contiguous: gaps and islands on row numbers)
+SELECT endpoint, CASE phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS ph, min(start_ns) AS lo, max(end_ns) AS hi,
+       xsum(prompt_tokens) AS prompt_tokens, xsum(output_tokens) AS output_tokens
+FROM (
+    SELECT *, row_number() OVER (PARTITION BY endpoint ORDER BY start_ns)
+              - row_number() OVER (PARTITION BY endpoint, phase ORDER BY start_ns) AS run
+    FROM phase_intervals WHERE date = getvariable('partition_date') AND endpoint = $endpoint
+)
+GROUP BY endpoint, phase, run
+ORDER BY lo
+"""
+
+POWER_GPUS_SCHEMA = {
+    "gk": pl.Int64, "source": pl.String, "is_average": pl.Boolean, "sample_interval_ms": pl.Float64,
+}
+SEGMENTS_SCHEMA = {
+    "gk": pl.Int64, "src": pl.Int32, "ph": pl.Int32, "lo": pl.Int64, "hi": pl.Int64, "energy_j": pl.Float64,
+    "mean_w": pl.Float64, "peak_w": pl.Float64, "prompt_tokens": pl.Float64, "output_tokens": pl.Float64,
+}
+
+
+def source_stats(con, gk: int, host: str, gpu: int) -> tuple[dict, curve.Curve]:
+    """The GPU's power source of the day (the one with most samples in its curve), whether it is a
+    1 s average and the median spacing of its samples (ms); and its curve, the source's rows marked."""
+    found = curve.sources(con, host, gpu)
+    if not found:
+        return {}, curve.read_curve(con, host, gpu)
+    best, _, is_average = found[0]
+    c = curve.read_curve(con, host, gpu, best)
+    gaps = (c.next_t_ns - c.t_ns)[c.mine & c.has_next]
+    stats = {"gk": gk, "source": best, "is_average": bool(is_average),
+             "sample_interval_ms": float(np.median(gaps)) / 1e6 if len(gaps) else None}
+    return stats, c
+
+
+def _power_gpus_table(con, stats: list[dict]) -> None:
+    """Temp table `_power_gpus`: per endpoint GPU with power, its source, sample interval and
+    whether power-only detection can resolve prefills there."""
+    con.register("_power_gpus_arrow", pl.DataFrame(stats, schema=POWER_GPUS_SCHEMA).to_arrow())
+    try:
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _power_gpus AS "
+            "SELECT g.endpoint, g.host, g.gpu, g.gk, g.tdp_w, s.source, s.is_average, s.sample_interval_ms, "
+            "NOT s.is_average AND s.sample_interval_ms <= ? AS resolvable "
+            "FROM _phase_gpus AS g JOIN _power_gpus_arrow AS s USING (gk) ORDER BY g.gk",
+            [power_detect.PREFILL_RESOLVABLE_MS],
+        )
+    finally:
+        con.unregister("_power_gpus_arrow")
 
 
 def power_gpus(con) -> None:
-    """Temp table `_power_gpus` (POWER_GPUS_SQL)."""
-    con.execute("SET VARIABLE prefill_resolvable_ms = ?", [power_detect.PREFILL_RESOLVABLE_MS])
-    con.execute(POWER_GPUS_SQL)
+    """Temp tables `_phase_gpus` (endpoint GPUs with integer keys) and `_power_gpus` (source_stats of
+    each), reading each GPU's curve once."""
+    con.execute(GPUS_SQL)
+    stats = [source_stats(con, gk, host, gpu)[0]
+             for gk, host, gpu in con.execute("SELECT gk, host, gpu FROM _phase_gpus ORDER BY gk").fetchall()]
+    _power_gpus_table(con, [s for s in stats if s])
 
 
-def power_runs(con) -> None:
-    """Temp tables `_power_gpus` (per endpoint GPU: source, sample interval, resolvable) and
-    `_power_runs` (gk, ph, lo, hi, peak_w): the power-only detector (pipeline/phases/power_detect.py)
-    on each resolvable GPU's own samples, one GPU at a time (memory of one GPU-day's samples)."""
-    power_gpus(con)
-    frames = []
-    for gk, source in con.execute("SELECT gk, source FROM _power_gpus WHERE resolvable ORDER BY gk").fetchall():
-        samples = arrow_frame(con.sql(POWER_SAMPLES_SQL, params={"gk": gk}).to_arrow_table())
-        frames.append(power_detect.detect(samples, power_detect.ONSET_LEAD_NS.get(source, 0), source in power_detect.TRAILING_SOURCES))
-    runs = pl.concat(frames) if frames else pl.DataFrame(schema=power_detect.RUN_SCHEMA)
-    con.register("_power_runs_arrow", runs.to_arrow())
-    try:
-        con.execute("CREATE OR REPLACE TEMP TABLE _power_runs AS SELECT * FROM _power_runs_arrow")
-    finally:
-        con.unregister("_power_runs_arrow")
+def segments(con) -> None:
+    """phase_segments' kernel (before= hook): temp tables `_phase_gpus`, `_power_gpus` and `_segments`
+    (gk, src 0 requests / 1 power, ph, lo, hi, energy_j, mean_w, peak_w, tokens), one GPU at a time:
+    its curve read once (curve.read_curve), the power-only detector on its samples
+    (pipeline/phases/power_detect.py) where its source resolves prefills, the energies of both
+    sources' runs as E(hi) − E(lo) and the request runs' peaks by sorted searches on that curve.
+    Memory: one GPU-day's curve, its segments (appended to the temp table GPU by GPU) and its
+    endpoint's request runs."""
+    con.execute(GPUS_SQL)
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _segments (gk BIGINT, src INTEGER, ph INTEGER, lo BIGINT, hi BIGINT, energy_j DOUBLE, "
+        "mean_w DOUBLE, peak_w DOUBLE, prompt_tokens DOUBLE, output_tokens DOUBLE)"
+    )
+    stats = []
+    gpus = con.execute("SELECT gk, endpoint, host, gpu, tdp_w FROM _phase_gpus ORDER BY gk").fetchall()
+    runs_of: tuple = (None, None)  # (endpoint, its request runs): GPUs come endpoint by endpoint
+    for gk, endpoint, host, gpu, tdp_w in gpus:
+        st, c = source_stats(con, gk, host, gpu)
+        frames = []
+        if runs_of[0] != endpoint:
+            runs_of = (endpoint, arrow_frame(con.sql(REQUEST_RUNS_SQL, params={"endpoint": endpoint}).to_arrow_table()))
+        r = runs_of[1]
+        if len(r):
+            lo, hi = r["lo"].to_numpy(), r["hi"].to_numpy()
+            e = c.energy_at(np.concatenate([lo, hi]))
+            energy = e[len(lo):] - e[: len(lo)]
+            p = c.power_at(np.concatenate([lo, hi]))
+            peak = np.fmax(np.fmax(c.peak_in(lo, hi), p[: len(lo)]), p[len(lo):])
+            frames.append(pl.DataFrame({
+                "gk": np.full(len(lo), gk), "src": 0, "ph": r["ph"].to_numpy(), "lo": lo, "hi": hi, "energy_j": energy,
+                "mean_w": energy / ((hi - lo) / 1e9), "peak_w": peak,
+                "prompt_tokens": r["prompt_tokens"].to_numpy(), "output_tokens": r["output_tokens"].to_numpy(),
+            }, schema=SEGMENTS_SCHEMA, nan_to_null=True))
+        if st:
+            stats.append(st)
+            ms = st["sample_interval_ms"]
+            if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS:
+                samples = pl.DataFrame({"gk": np.full(len(c), gk), "t_ns": c.t_ns, "power_w": c.power_w, "tdp_w": np.full(len(c), float(tdp_w))})
+                runs = power_detect.detect(samples, power_detect.ONSET_LEAD_NS.get(st["source"], 0), st["source"] in power_detect.TRAILING_SOURCES)
+                lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()
+                e = c.energy_at(np.concatenate([lo, hi]))
+                energy = e[len(lo):] - e[: len(lo)]
+                frames.append(pl.DataFrame({
+                    "gk": runs["gk"], "src": 1, "ph": runs["ph"].cast(pl.Int32), "lo": lo, "hi": hi, "energy_j": energy,
+                    "mean_w": energy / ((hi - lo) / 1e9), "peak_w": runs["peak_w"], "prompt_tokens": None, "output_tokens": None,
+                }, schema=SEGMENTS_SCHEMA))
+        if frames:
+            con.register("_segments_arrow", pl.concat(frames).to_arrow())
+            try:
+                con.execute("INSERT INTO _segments SELECT * FROM _segments_arrow")
+            finally:
+                con.unregister("_segments_arrow")
+    _power_gpus_table(con, stats)
 
 
 CONTINUOUS_BATCHING_MS = 45.0
@@ -128,6 +239,7 @@ PHASE_INTERVALS = Table(
     "cluster-day",
     deps=["energy_curve", "requests"],
     group="phases",
+    write=intervals,
 )
 (phase_intervals,) = table_assets(PHASE_INTERVALS)
 
@@ -139,7 +251,7 @@ PHASE_SEGMENTS = Table(
     "cluster-day",
     deps=["phase_intervals", "energy_curve"],
     group="phases",
-    before=power_runs,
+    before=segments,
     python_checks=(
         PythonCheck(
             "power_segmentation_agreement",
@@ -155,10 +267,10 @@ PHASE_SEGMENTS = Table(
 PHASE_TIMELINE = Table(
     "phase_timeline",
     "Per endpoint GPU and 100 ms slot: power, requests in prefill/decode, the request-based phase "
-    "label and the power-only label (`power_phase`, from phase_segments' native power runs). See "
+    "label (from the exact timeline, phase_intervals) and the power-only label (`power_phase`, from phase_segments' native power runs). See "
     "docs/phases.md.",
     "cluster-day",
-    deps=["power_100ms", "requests", "phase_segments"],
+    deps=["power_100ms", "phase_intervals", "phase_segments"],
     group="phases",
     write=timeline_in_chunks,
     python_checks=(

@@ -2,7 +2,8 @@
 -- output_len, hour (UTC), gpu_model and power_limit (the endpoint's enforced limit, W).
 -- Request metrics (j_per_prompt_token = Σ prefill_j / Σ prompt tokens, j_per_output_token,
 -- j_per_request) come from request_energy, each request in one bucket: its mean concurrency over
--- its life (batch_size), its lengths, its arrival hour. Power metrics come from the exact
+-- its life (batch_size: requests in flight averaged over its exact intervals in phase_intervals),
+-- its lengths, its arrival hour. Power metrics come from the exact
 -- intervals of phase_intervals, each in its own bucket (batch_size = requests active in it, its hour;
 -- intervals are cut at whole hours):
 -- prefill_mean_w / decode_mean_w (per GPU), prefill_time_share and prefill_energy_share (of the
@@ -69,19 +70,22 @@ peak_buckets AS (
                                ('power_limit', meta.power_limit)) AS b(kind, bucket)
     GROUP BY ALL
 ),
-ep_slots AS (  -- endpoint concurrency per slot and its running sum, for each request's mean batch
-    SELECT endpoint, slot, sum(c) OVER (PARTITION BY endpoint ORDER BY slot ROWS UNBOUNDED PRECEDING) AS cum_c
-    FROM (SELECT endpoint, slot_100ms(ts) AS slot, any_value(n_prefill + n_decode) AS c
-          FROM phase_timeline WHERE date = getvariable('partition_date') AND phase IS NOT NULL GROUP BY ALL)
+ep_busy AS (  -- the endpoint's requests in flight integrated over time (request-ns), running over its exact
+              -- intervals and read at their ends (a request's start and end are interval boundaries)
+    SELECT endpoint, end_ns,
+           sum((n_prefill + n_decode) * (end_ns - start_ns)::HUGEINT) OVER (PARTITION BY endpoint ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS cum_n
+    FROM phase_intervals WHERE date = getvariable('partition_date')
 ),
-req AS (
+req AS (  -- mean batch = requests in flight averaged over the request's life (inside the endpoint's span)
     SELECT e.*, r.arrival_ts,
-           (coalesce(hi.cum_c, 0) - coalesce(lo.cum_c, 0)) / greatest(r.last_slot - r.first_slot + 1, 1) AS mean_batch
+           ((coalesce(hi.cum_n, 0) - coalesce(lo.cum_n, 0)) / nullif(hi.end_ns - coalesce(lo.end_ns, s.lo), 0))::DOUBLE AS mean_batch
     FROM request_energy AS e
-    JOIN (SELECT request_id, endpoint, arrival_ts, slot_100ms(prefill_start_ts) AS first_slot, (epoch_ns(end_ts) - 1) // 100000000 AS last_slot
+    JOIN (SELECT request_id, endpoint, arrival_ts, epoch_ns(prefill_start_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
           FROM request_phases) AS r USING (request_id, endpoint)
-    ASOF LEFT JOIN ep_slots AS hi ON hi.endpoint = r.endpoint AND r.last_slot >= hi.slot
-    ASOF LEFT JOIN ep_slots AS lo ON lo.endpoint = r.endpoint AND r.first_slot - 1 >= lo.slot
+    LEFT JOIN (SELECT endpoint, min(start_ns) AS lo FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL) AS s
+        USING (endpoint)
+    ASOF LEFT JOIN ep_busy AS hi ON hi.endpoint = r.endpoint AND r.b_ns >= hi.end_ns
+    ASOF LEFT JOIN ep_busy AS lo ON lo.endpoint = r.endpoint AND r.a_ns >= lo.end_ns
     WHERE e.date = getvariable('partition_date')
 ),
 req_buckets AS (

@@ -14,10 +14,12 @@ SELECT endpoint, host, gpu FROM inventory_gpus WHERE endpoint IS NOT NULL;
 
 -- each logged endpoint's span: first to last sample of its GPUs this day
 CREATE OR REPLACE TEMP TABLE _pi_span AS
-SELECT g.endpoint, min(c.t_ns) AS lo, max(c.t_ns) AS hi, count(DISTINCT (c.host, c.gpu)) AS gpus
-FROM energy_curve AS c JOIN _pi_gpus AS g USING (host, gpu)
-WHERE c.date = getvariable('partition_date')
-  AND g.endpoint IN (SELECT endpoint FROM request_phases)
+WITH per_gpu AS (  -- one group per GPU first: the join and the count then see a row per GPU, not per sample
+    SELECT host, gpu, min(t_ns) AS lo, max(t_ns) AS hi FROM energy_curve WHERE date = getvariable('partition_date') GROUP BY host, gpu
+)
+SELECT g.endpoint, min(c.lo) AS lo, max(c.hi) AS hi, count(*) AS gpus
+FROM per_gpu AS c JOIN _pi_gpus AS g USING (host, gpu)
+WHERE g.endpoint IN (SELECT endpoint FROM request_phases)
 GROUP BY g.endpoint;
 
 -- the day's request phase intervals clipped to the span (a request of the day before still running
@@ -61,16 +63,11 @@ SELECT endpoint, start_ns, end_ns, n_prefill::INTEGER AS n_prefill, n_decode::IN
        CASE WHEN n_prefill > 0 THEN 'prefill' WHEN n_decode > 0 THEN 'decode' ELSE 'idle' END AS phase
 FROM state WHERE end_ns IS NOT NULL;
 
--- the endpoint's cumulative energy (all its GPUs) at every interval boundary
-CREATE OR REPLACE TEMP TABLE _pi_energy AS
-WITH t AS (
-    SELECT DISTINCT p.endpoint, g.host, g.gpu, x.t
-    FROM _pi AS p JOIN _pi_gpus AS g USING (endpoint), LATERAL (SELECT unnest([p.start_ns, p.end_ns]) AS t) AS x
-)
-SELECT t.endpoint, t.t, sum(coalesce(curve_energy_at(c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w, t.t), 0)) AS e_j
-FROM t ASOF LEFT JOIN (SELECT * FROM energy_curve WHERE date = getvariable('partition_date')) AS c
-    ON c.host = t.host AND c.gpu = t.gpu AND c.t_ns <= t.t
-GROUP BY t.endpoint, t.t;
+-- the endpoint's cumulative energy (all its GPUs) at every interval boundary: temp table _pi_energy
+-- (endpoint, t, e_j), built between these statements and the query by the asset's write hook
+-- (`intervals`, pipeline/assets/inference_phases.py: one sorted search per GPU on its curve, the
+-- arithmetic of the macro curve_energy_at). By hand: energy_at_ns(host, gpu, t) summed over the
+-- endpoint's GPUs at each distinct start_ns / end_ns of _pi.
 
 SELECT
     getvariable('partition_date') AS date,

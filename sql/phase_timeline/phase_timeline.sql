@@ -2,22 +2,23 @@
 --   power_w / energy_j : the slot's mean power (power_100ms); a slot without samples between two
 --                        slots ≤ 1 s apart is linearly interpolated (250 ms and 1 s sources),
 --                        longer gaps have no rows.
---   n_prefill, n_decode: requests of the endpoint in prefill / decode during the slot (any overlap).
---   phase              : 'prefill' if n_prefill > 0, else 'decode' if n_decode > 0, else 'idle',
---                        NULL when the endpoint has no request log that day.
+--   n_prefill, n_decode: the most requests of the endpoint in prefill / decode at once during the slot
+--                        (the highest of the exact intervals of phase_intervals that touch it).
+--   phase              : the label of the exact timeline under the any-overlap rule: 'prefill' if a
+--                        prefill interval of phase_intervals touches the slot, else 'decode' if a decode
+--                        one does, else 'idle'; NULL when the endpoint has no request log that day.
 --   prefill_estimated  : a request in prefill here had no prefill_start_ts (fallback used).
---   prompt_tokens, output_tokens: the endpoint's tokens processed in the slot (each request's
---                        tokens spread evenly over its phase interval).
+--   prompt_tokens, output_tokens: the endpoint's tokens processed in the slot: each interval's tokens
+--                        in proportion to its overlap with the slot (phase_intervals' token rates).
 --   power_phase        : the power-only label of the slot from phase_segments' 'power' runs (the native
 --                        detector, see docs/phases.md): prefill if a prefill run overlaps the slot, else
 --                        decode if a decode run does, else idle; NULL where the GPU's source cannot
 --                        resolve prefills (1 s averages, samples > 50 ms apart).
--- Request state is a sweep over interval events (+/- at the first/last slot, token rates over the
--- interior, partial edge slots) summed over the endpoint grid in one window: linear in slots + requests.
--- Bounded memory (DuckDB's memory_limit, spilling): the endpoints' request state is built first,
--- into a temp table (one integer key per endpoint slot: the final join's build side), so the GPU
--- slots (one row per endpoint GPU and slot) stream from their window into the join and the final
--- sort and are never held whole; grid and events are unioned and summed, not full-outer-joined.
+-- Derived from the exact timeline (phase_intervals), not from a sweep of its own over the request
+-- log: the slot label and tokens are those of the intervals that touch the slot. Bounded memory
+-- (DuckDB's memory_limit, spilling): the endpoints' request state is built first, into a temp table
+-- (one integer key per busy endpoint slot: the final join's build side), so the GPU slots (one row per
+-- endpoint GPU and slot) stream from their window into the join and the final sort.
 
 -- integer keys: windows, joins and the final sort run on (gk, slot), not strings
 CREATE OR REPLACE TEMP TABLE _phase_gpus AS
@@ -26,86 +27,45 @@ SELECT endpoint, host, gpu, tdp_w,
        dense_rank() OVER (ORDER BY endpoint) AS ek
 FROM inventory_gpus WHERE endpoint IS NOT NULL;
 
--- the endpoint's request state per slot; the build side of the final join: one integer key per endpoint slot
+-- the endpoint's request state per slot, from its exact timeline (phase_intervals); the build side
+-- of the final join: one integer key per endpoint slot that some busy interval touches (the others:
+-- idle, no tokens, filled in by the final LEFT JOIN)
 CREATE OR REPLACE TEMP TABLE _phase_ep_state (
     ekey BIGINT, n_prefill INTEGER, n_decode INTEGER, prefill_estimated BOOLEAN,
-    prompt_tokens DOUBLE, output_tokens DOUBLE, logged BOOLEAN
+    prompt_tokens DOUBLE, output_tokens DOUBLE, ph INTEGER
 );
 
 -- filled a few endpoints at a time (endpoints are independent): memory stays that of a chunk, however
--- many endpoints and requests a cluster has; the asset sets phase_chunks / phase_chunk (default: one)
+-- many endpoints a cluster has; the asset sets phase_chunks / phase_chunk (default: one).
+-- Each busy interval [start_ns, end_ns) touches slots start_ns // 100 ms to (end_ns − 1) // 100 ms;
+-- per slot: the label of the busiest interval touching it (prefill > decode > idle: the any-overlap
+-- rule), the most requests in each phase at once, and the tokens of each interval in proportion to
+-- its overlap with the slot (each request's tokens spread evenly over its phase interval).
 INSERT INTO _phase_ep_state
 WITH endpoints AS (
     SELECT DISTINCT endpoint, ek FROM _phase_gpus
     WHERE ek % coalesce(getvariable('phase_chunks'), 1) = coalesce(getvariable('phase_chunk'), 0)
 ),
-span AS (
-    SELECT g.ek, min(slot_100ms(p.ts)) AS lo, max(slot_100ms(p.ts)) AS hi
-    FROM power_100ms AS p JOIN _phase_gpus AS g USING (host, gpu)
-    WHERE p.date = getvariable('partition_date') AND p.power_w IS NOT NULL AND g.ek IN (SELECT ek FROM endpoints)
-    GROUP BY ALL
-),
-ep_grid AS (
-    SELECT ek, unnest(range(lo, hi + 1)) AS slot FROM span
-),
-iv AS MATERIALIZED (  -- the day's request intervals, read once; only the numbers the sweep uses
-    SELECT ek, phase = 'prefill' AS pre, sa, sb, a_ns, b_ns, rate, estimated
-    FROM request_intervals JOIN endpoints USING (endpoint)
-),
-ev AS (
-    SELECT ek, pre, sa AS slot, 1 AS dn, estimated::INT AS dest, 0.0 AS drate,
-           rate * (least(b_ns, (sa + 1) * 100000000) - a_ns) AS edge
-    FROM iv
-    UNION ALL
-    SELECT ek, pre, sb + 1, -1, -estimated::INT, 0.0, 0.0 FROM iv
-    UNION ALL
-    SELECT ek, pre, sb, 0, 0, 0.0, rate * (b_ns - sb * 100000000) FROM iv WHERE sb > sa
-    UNION ALL
-    SELECT ek, pre, sa + 1, 0, 0, rate * 100000000, 0.0 FROM iv WHERE sb > sa
-    UNION ALL
-    SELECT ek, pre, sb, 0, 0, -rate * 100000000, 0.0 FROM iv WHERE sb > sa
-),
-ev_slot AS (
-    SELECT ek, slot,
-           coalesce(sum(dn) FILTER (WHERE pre), 0) AS dn_pre,
-           coalesce(sum(dn) FILTER (WHERE NOT pre), 0) AS dn_dec,
-           coalesce(sum(dest), 0) AS dest,
-           coalesce(xsum(CASE WHEN pre THEN drate END), 0) AS drate_pre,
-           coalesce(xsum(CASE WHEN NOT pre THEN drate END), 0) AS drate_dec,
-           coalesce(xsum(CASE WHEN pre THEN edge END), 0) AS edge_pre,
-           coalesce(xsum(CASE WHEN NOT pre THEN edge END), 0) AS edge_dec
-    FROM ev GROUP BY ek, slot
-),
-state AS (  -- running sums over the endpoint grid and the event slots together (no ASOF needed),
-            -- the three counts travel packed in one integer sum (20 bits each)
-    SELECT ek, slot, on_grid,
-           sum((dn_pre + dn_dec * 1048576 + dest * 1099511627776)::BIGINT) OVER w AS packed,
-           sum(drate_pre) OVER w + edge_pre AS prompt_tokens,
-           sum(drate_dec) OVER w + edge_dec AS output_tokens
-    FROM (  -- grid and event slots together: a union summed per slot (a full outer join would hold a
-            -- hash table that cannot spill while the final join builds its own)
-        SELECT ek, slot, bool_or(on_grid) AS on_grid,
-               sum(dn_pre) AS dn_pre, sum(dn_dec) AS dn_dec, sum(dest) AS dest,
-               sum(drate_pre) AS drate_pre, sum(drate_dec) AS drate_dec, sum(edge_pre) AS edge_pre, sum(edge_dec) AS edge_dec
-        FROM (
-            SELECT ek, slot, true AS on_grid, 0 AS dn_pre, 0 AS dn_dec, 0 AS dest,
-                   0.0::DOUBLE AS drate_pre, 0.0::DOUBLE AS drate_dec, 0.0::DOUBLE AS edge_pre, 0.0::DOUBLE AS edge_dec
-            FROM ep_grid
-            UNION ALL
-            SELECT ek, slot, false, dn_pre, dn_dec, dest, drate_pre, drate_dec, edge_pre, edge_dec FROM ev_slot
-        )
-        GROUP BY ek, slot
-    )
-    WINDOW w AS (PARTITION BY ek ORDER BY slot ROWS UNBOUNDED PRECEDING)
+iv AS (
+    SELECT e.ek, i.start_ns, i.end_ns, CASE i.phase WHEN 'prefill' THEN 2 ELSE 1 END AS ph, i.n_prefill, i.n_decode,
+           i.prefill_estimated, i.prompt_tokens_per_s, i.output_tokens_per_s,
+           unnest(range(i.start_ns // 100000000, (i.end_ns - 1) // 100000000 + 1)) AS slot
+    FROM phase_intervals AS i JOIN endpoints AS e USING (endpoint)
+    WHERE i.date = getvariable('partition_date') AND i.phase <> 'idle'
 )
 SELECT ek * 1048576 + (slot - day_first_slot()) AS ekey,
-       (packed % 1048576)::INTEGER AS n_prefill,
-       (packed // 1048576 % 1048576)::INTEGER AS n_decode,
-       packed // 1099511627776 > 0 AS prefill_estimated,
-       greatest(prompt_tokens, 0) AS prompt_tokens,
-       greatest(output_tokens, 0) AS output_tokens,
-       ek IN (SELECT ek FROM endpoints WHERE endpoint IN (SELECT endpoint FROM request_phases)) AS logged
-FROM state WHERE on_grid;
+       max(n_prefill) AS n_prefill,
+       max(n_decode) AS n_decode,
+       bool_or(prefill_estimated) AS prefill_estimated,
+       xsum(prompt_tokens_per_s * (least(end_ns, (slot + 1) * 100000000) - greatest(start_ns, slot * 100000000)) / 1e9) AS prompt_tokens,
+       xsum(output_tokens_per_s * (least(end_ns, (slot + 1) * 100000000) - greatest(start_ns, slot * 100000000)) / 1e9) AS output_tokens,
+       max(ph) AS ph
+FROM iv GROUP BY ek, slot;
+
+-- logged endpoints: those with a timeline this day (the others get phase NULL)
+CREATE OR REPLACE TEMP TABLE _phase_logged AS
+SELECT DISTINCT g.ek FROM _phase_gpus AS g
+WHERE g.endpoint IN (SELECT endpoint FROM phase_intervals WHERE date = getvariable('partition_date'));
 
 -- the power-only label per GPU slot, from phase_segments' 'power' runs (the detector at native
 -- resolution, pipeline/phases/power_detect.py): prefill if a prefill run overlaps the slot, else decode if
@@ -148,20 +108,21 @@ SELECT
     slot_ts(g.slot) AS ts,
     g.power_w::FLOAT AS power_w,
     g.power_w * 0.1 AS energy_j,
-    s.n_prefill,
-    s.n_decode,
+    coalesce(s.n_prefill, 0) AS n_prefill,
+    coalesce(s.n_decode, 0) AS n_decode,
     CASE
-        WHEN NOT s.logged THEN NULL
-        WHEN s.n_prefill > 0 THEN 'prefill'
-        WHEN s.n_decode > 0 THEN 'decode'
+        WHEN l.ek IS NULL THEN NULL
+        WHEN s.ph = 2 THEN 'prefill'
+        WHEN s.ph = 1 THEN 'decode'
         ELSE 'idle'
     END AS phase,
-    s.prefill_estimated,
-    s.prompt_tokens,
-    s.output_tokens,
+    coalesce(s.prefill_estimated, false) AS prefill_estimated,
+    coalesce(s.prompt_tokens, 0) AS prompt_tokens,
+    coalesce(s.output_tokens, 0) AS output_tokens,
     CASE ps.ph WHEN 2 THEN 'prefill' WHEN 1 THEN 'decode' WHEN 0 THEN 'idle' END AS power_phase
 FROM (SELECT *, ek * 1048576 + (slot - day_first_slot()) AS ekey FROM gpu_slots) AS g
-JOIN _phase_ep_state AS s USING (ekey)
+LEFT JOIN _phase_ep_state AS s USING (ekey)
+LEFT JOIN _phase_logged AS l ON l.ek = g.ek
 JOIN _phase_gpus AS k USING (gk)
 LEFT JOIN _phase_power_slots AS ps ON ps.pkey = g.gk * 1048576 * 1048576 + g.slot
 ORDER BY g.gk, g.slot
