@@ -71,6 +71,7 @@ def pulse_runs(tmp_path_factory):
             assert outcome.success, outcome.error
             assert not [c for c in outcome.failed_checks if c.severity == "ERROR"], outcome.failed_checks
             out[step] = _swings(d)
+            out[f"dir{step}"] = d
     finally:
         mp.undo()
     return out
@@ -98,6 +99,19 @@ def test_fleet_day_role_and_fleet_rows_are_on_the_setting(pulse_runs):
     assert con.execute("SELECT count(*) FROM swing_stats WHERE level <> 'gpu' AND series = 'instant' AND grid_step_ms <> 20").fetchone()[0] == 0
     # the 1 s average and the GPUs' grid statistics stay on the 100 ms grid, and say so
     assert {r[0] for r in con.execute("SELECT DISTINCT grid_step_ms FROM swing_stats WHERE level = 'gpu'").fetchall()} <= {100}
+
+
+def test_report_names_the_grid(pulse_runs):
+    from reports.daily import build_sections
+
+    for step in (100, 20):
+        sections = {s.key: s for s in build_sections(pulse_runs[f"dir{step}"], DATE)}
+        table = next(t for t in sections["swings"].blocks if getattr(t, "columns", None) and "grid (ms)" in t.columns)
+        assert f"Host and above on a {step} ms grid" in table.caption
+        col = table.columns.index("grid (ms)")
+        assert {row[col] for row in table.rows if row[3] == "instant"} == {step}
+        captions = [getattr(b, "caption", "") for b in sections["headline"].blocks]
+        assert any(f"instantaneous trace on a {step} ms grid" in c for c in captions)
 
 
 def test_setting_errors_name_the_allowed_steps(monkeypatch):
@@ -174,3 +188,11 @@ def test_capture_4_host_2s_swing_at_20ms_is_the_brute_force_on_bins(cap4_20ms):
     at_100ms = brute_force_grid_swing(dense, 20)
     assert got >= at_100ms > 0
     assert not [c for c in outcome.failed_checks if c.severity == "ERROR"]
+
+
+def test_run_says_a_bad_grid_step_in_one_line(tmp_path):
+    from tests.cli_util import invoke, one_line_error
+
+    write_pulse_fleet(tmp_path / "data")
+    result = invoke("run", "--date", DATE, "--data-dir", str(tmp_path / "data"), env={GRID_STEP_MS_ENV: "30"})
+    one_line_error(result, GRID_STEP_MS_ENV, "'30'", "10, 20, 25, 40, 50, 100, 125, 200, 250, 500, 1000")
