@@ -9,8 +9,8 @@ resting on one sample; the curve covers every bin between two linked samples. A 
 for a GPU when every sample interval inside it is linked (no gap > 2 s, no stretch whose best
 source is only a 1 s average); a host's bin when every GPU of the host that reports that day
 covers it; a cluster's, role's or fleet's when every such host's is complete (as in
-``fleet_power_100ms``). One host's samples are in memory at a time, plus one dense day array per
-cluster, role and fleet.
+``fleet_power_100ms``). One GPU's samples are in memory at a time, plus one dense day array per
+host, cluster, role and fleet.
 
 The swing statistics mirror ``sql/swing_stats/swing_stats.sql`` on the grid: sliding windows of
 ``W / step`` consecutive complete bins (exact on the grid: ``rolling_max`` / ``rolling_min`` over a
@@ -25,8 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-
-from pipeline.kernels import arrow_frame
 
 DAY_NS = 86_400 * 1_000_000_000
 LEVELS_ABOVE_HOST = ("cluster", "role", "fleet")
@@ -101,11 +99,21 @@ def series_frame(s: Series, gpus_reporting: np.ndarray) -> pl.DataFrame:
 
 
 _CURVE = """
-SELECT gpu::BIGINT AS gpu, t_ns, power_w::DOUBLE AS power_w, energy_j, coalesce(next_t_ns, -1) AS next_t_ns,
-       coalesce(next_w, 0)::DOUBLE AS next_w
+SELECT t_ns, power_w::DOUBLE AS power_w, energy_j, coalesce(next_t_ns, -1) AS next_t_ns, coalesce(next_w, 0)::DOUBLE AS next_w
 FROM energy_curve
-WHERE date = getvariable('partition_date') AND host = $host AND NOT is_average
+WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND NOT is_average
 """
+
+
+def gpu_curve(con, host: str, gpu: int) -> dict[str, np.ndarray]:
+    """One GPU's instantaneous curve rows as arrays, by time. The curve's part is written sorted by
+    (host, gpu, t_ns) and a scan keeps file order, so no ORDER BY; sorted here only if it ever is not."""
+    cols = {k: np.asarray(v) for k, v in con.sql(_CURVE, params={"host": host, "gpu": gpu}).fetchnumpy().items()}
+    t = cols["t_ns"]
+    if len(t) > 1 and not bool((t[1:] >= t[:-1]).all()):
+        order = np.argsort(t, kind="stable")
+        cols = {k: v[order] for k, v in cols.items()}
+    return cols
 
 
 def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
@@ -133,13 +141,10 @@ def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
                 upper_gpus[(level, entity)] = np.zeros(bins, dtype=np.int32)
             upper[(level, entity)].members += 1
     for host, members in hosts.items():
-        curve = arrow_frame(con.sql(_CURVE, params={"host": host}).to_arrow_table())
         total = Series("host", host, np.zeros(bins), np.zeros(bins, dtype=np.int32), len(members))
-        for (_gpu,), g in curve.sort("gpu", "t_ns").group_by(["gpu"], maintain_order=True):
-            values, ok = bin_means(
-                g["t_ns"].to_numpy(), g["energy_j"].to_numpy(), g["power_w"].to_numpy(),
-                g["next_t_ns"].to_numpy(), g["next_w"].to_numpy(), day_start_ns, step_ns, bins,
-            )
+        for gpu in members:  # one GPU's samples in memory at a time
+            g = gpu_curve(con, host, gpu)
+            values, ok = bin_means(g["t_ns"], g["energy_j"], g["power_w"], g["next_t_ns"], g["next_w"], day_start_ns, step_ns, bins)
             total.power_w += values
             total.complete_members += ok
         gpus_reporting = total.complete_members.copy()
