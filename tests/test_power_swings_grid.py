@@ -196,3 +196,15 @@ def test_run_says_a_bad_grid_step_in_one_line(tmp_path):
     write_pulse_fleet(tmp_path / "data")
     result = invoke("run", "--date", DATE, "--data-dir", str(tmp_path / "data"), env={GRID_STEP_MS_ENV: "30"})
     one_line_error(result, GRID_STEP_MS_ENV, "'30'", "10, 20, 25, 40, 50, 100, 125, 200, 250, 500, 1000")
+
+
+def test_swings_refuse_a_grid_of_another_step(pulse_runs, tmp_path, monkeypatch):
+    """fleet_power_grid built at 20 ms, swing_stats asked for 50 ms: an error naming both, not rows on the wrong grid."""
+    import shutil
+
+    d = tmp_path / "data"
+    shutil.copytree(pulse_runs["dir20"], d)
+    monkeypatch.setenv(GRID_STEP_MS_ENV, "50")
+    outcome = run_day(d, DATE, selection=["swing_stats"])
+    assert not outcome.success
+    assert "fleet_power_grid" in str(outcome.error) and "50 ms" in str(outcome.error), outcome.error

@@ -3,6 +3,7 @@ within 1, 2, 10 and 60 s, on the instantaneous trace and on the driver's 1 s ave
 `fleet_power_grid`, the host-and-above series the swings use when the grid step (setting
 ``grid_step_ms``) is not the 100 ms of `fleet_power_100ms`."""
 
+import duckdb
 import polars as pl
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
@@ -82,6 +83,14 @@ def grid_swings(con) -> None:
     if step == DEFAULT_GRID_STEP_MS:
         return
     bins = DAY_NS // (step * 1_000_000)
+    try:
+        stored = {s for (s,) in con.execute(
+            "SELECT DISTINCT grid_step_ms FROM fleet_power_grid WHERE date = getvariable('partition_date')").fetchall()}
+    except duckdb.CatalogException:
+        raise RuntimeError(f"swing_stats at a {step} ms grid reads fleet_power_grid, which is not built: materialize it first") from None
+    if stored - {step}:
+        raise RuntimeError(f"fleet_power_grid of this day is on a {sorted(stored)} ms grid, the setting is {step} ms: "
+                           "materialize fleet_power_grid again before swing_stats")
     entities = con.execute(
         """SELECT DISTINCT g.level, g.entity, e.provisioned_w FROM fleet_power_grid AS g
            JOIN inventory_entities AS e USING (level, entity)
