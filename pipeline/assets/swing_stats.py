@@ -51,6 +51,16 @@ def native_swings(con) -> None:
     con.execute("CREATE OR REPLACE TEMP TABLE _native_swings AS SELECT * FROM native")
 
 
+def insert_frame(con, table: str, frame: pl.DataFrame) -> None:
+    """Append a polars frame to a temp table by column name, through a registered view (no
+    replacement scan of a Python variable)."""
+    con.register("_grid_frame", frame.to_arrow())
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _grid_frame")
+    finally:
+        con.unregister("_grid_frame")
+
+
 def grid_step(con) -> int:
     """The connection's grid step (ms): the resource's setting; 100 where none is set (SQL by hand)."""
     return con.execute("SELECT getvariable('grid_step_ms')").fetchone()[0] or DEFAULT_GRID_STEP_MS
@@ -65,8 +75,7 @@ def grid_series(con) -> None:
     if step == DEFAULT_GRID_STEP_MS:
         return
     for frame in summed_series(con, step):
-        rows = frame.to_arrow()  # noqa: F841  # read by name below
-        con.execute("INSERT INTO _grid_series SELECT * FROM rows")
+        insert_frame(con, "_grid_series", frame)
 
 
 _GRID_COLUMNS = """level VARCHAR, entity VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
@@ -109,8 +118,7 @@ def grid_swings(con) -> None:
         out += [{"level": level, "entity": entity, **row, "grid_step_ms": step}
                 for row in grid_stats(values, ok, step, WINDOWS_S, float(provisioned_w))]
     if out:
-        rows = pl.DataFrame(out).to_arrow()  # noqa: F841  # read by name below
-        con.execute("INSERT INTO _grid_swings BY NAME SELECT * FROM rows")
+        insert_frame(con, "_grid_swings", pl.DataFrame(out))
 
 
 def swing_inputs(con) -> None:
