@@ -86,6 +86,9 @@ def test_20ms_sees_the_pulse_that_100ms_averages_away(pulse_runs):
     assert ramp == pytest.approx(600.0 / 0.02, rel=1e-6)
     swing100, ramp100, step100 = _row(pulse_runs[100], "host", "a")
     assert step100 == 100 and swing100 == pytest.approx(400.0, rel=1e-6) and ramp100 == pytest.approx(400.0 / 0.1, rel=1e-6)
+    # at the default step nothing more is built: fleet_power_100ms is the grid
+    assert len(read_day(pulse_runs["dir100"], "fleet_power_grid", DATE)) == 0
+    assert len(read_day(pulse_runs["dir20"], "fleet_power_grid", DATE)) > 0
 
 
 def test_fleet_day_role_and_fleet_rows_are_on_the_setting(pulse_runs):
