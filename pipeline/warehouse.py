@@ -311,6 +311,10 @@ def compute_connection(
     try:
         con.execute("SET TimeZone = 'UTC'")
         con.execute("SET enable_progress_bar = false")  # worker processes share one terminal
+        # A name the catalog lacks is an error, not a Python variable of the calling frame found by
+        # a replacement scan (a check's FROM power_1s, its table not built, bound the Dagster asset
+        # of that name); Python data is registered by name (con.register).
+        con.execute("SET python_enable_replacements = false")
         if date is not None:
             if not _DATE.match(date):
                 raise ValueError(f"bad partition date {date!r}")

@@ -4,51 +4,64 @@ within 1, 2, 10 and 60 s, on the instantaneous trace and on the driver's 1 s ave
 ``grid_step_ms``) is not the 100 ms of `fleet_power_100ms`."""
 
 import duckdb
+import numpy as np
 import polars as pl
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, dense, grid_stats, summed_series
-from pipeline.kernels import arrow_frame, max_swings
+from pipeline.kernels import arrow_frame, best_samples, max_swings
 from pipeline.tables import Table, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
 
 _AVG1S_SAMPLES = """
-WITH m AS (  -- per GPU-minute, the best-ranked source that reports the driver's 1 s average
-    SELECT gpu, minute_ns, min(source_rank) AS source_rank
-    FROM power_day_samples WHERE host = $host AND power_avg_w IS NOT NULL GROUP BY ALL
-)
-SELECT s.gpu::BIGINT AS gpu, s.t_ns, avg(s.power_avg_w)::DOUBLE AS p
-FROM power_day_samples AS s JOIN m USING (gpu, minute_ns)
-WHERE s.host = $host AND s.source_rank = m.source_rank AND s.power_avg_w IS NOT NULL
-GROUP BY s.gpu, s.t_ns ORDER BY 1, 2
+SELECT gpu, t_ns, power_avg_w, source_rank::UTINYINT AS source_rank
+FROM power_day_samples WHERE host = $host AND power_avg_w IS NOT NULL
 """
+
+_INSTANT_SAMPLES = """
+SELECT t_ns, power_w::DOUBLE AS p FROM energy_curve
+WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND NOT is_average
+"""
+
+
+def _swings(samples: pl.DataFrame, host: str, series: str) -> pl.DataFrame:
+    return max_swings(samples, WINDOWS_S).with_columns(pl.lit(host).alias("host"), pl.lit(series).alias("series"))
 
 
 def native_swings(con) -> None:
     """Temp table ``_native_swings``: each GPU's max swing per window on its raw samples (the
     instant series on energy_curve's best-source samples, the avg1s series on the rows of the best
-    source that reports a 1 s average), exact over sample times; one host at a time (memory)."""
-    hosts = [h for (h,) in con.execute(
-        "SELECT DISTINCT host FROM energy_curve WHERE date = getvariable('partition_date') ORDER BY 1").fetchall()]
+    source that reports a 1 s average, as kernels.best_samples selects them), exact over sample
+    times; one GPU at a time (memory: a GPU-day's samples, and a host's 1 s averages)."""
+    gpus: dict[str, list[int]] = {}
+    for host, gpu in con.execute(
+        "SELECT DISTINCT host, gpu FROM energy_curve WHERE date = getvariable('partition_date') ORDER BY 1, 2").fetchall():
+        gpus.setdefault(host, []).append(gpu)
     frames = []
-    for host in hosts:
-        # the curve's part is written sorted by (host, gpu, t_ns) and a scan keeps file order: no
-        # ORDER BY (it cost 0.5 s CPU per 2.8 M samples); sorted here only if it ever is not
-        inst = arrow_frame(con.sql(
-            """SELECT gpu::BIGINT AS gpu, t_ns, power_w::DOUBLE AS p FROM energy_curve
-               WHERE date = getvariable('partition_date') AND host = $host AND NOT is_average""",
-            params={"host": host},
-        ).to_arrow_table())
-        if not inst.select(((pl.col("gpu").diff() > 0) | ((pl.col("gpu").diff() == 0) & (pl.col("t_ns").diff() >= 0))).all()).item():
-            inst = inst.sort("gpu", "t_ns")
-        avg = arrow_frame(con.sql(_AVG1S_SAMPLES, params={"host": host}).to_arrow_table())
-        for series, samples in (("instant", inst), ("avg1s", avg)):
-            frames.append(max_swings(samples, WINDOWS_S).with_columns(pl.lit(host).alias("host"), pl.lit(series).alias("series")))
+    for host, host_gpus in gpus.items():
+        avg = con.sql(_AVG1S_SAMPLES, params={"host": host}).to_arrow_table()
+        avg_gpu = avg["gpu"].to_numpy()
+        avg_t, avg_p, avg_rank = avg["t_ns"].to_numpy(), avg["power_avg_w"].to_numpy(), avg["source_rank"].to_numpy()
+        del avg
+        for gpu in host_gpus:
+            # the curve's part is written sorted by (host, gpu, t_ns) in row groups that the gpu
+            # filter skips; sorted here only if it ever is not
+            inst = arrow_frame(con.sql(_INSTANT_SAMPLES, params={"host": host, "gpu": gpu}).to_arrow_table())
+            if not inst["t_ns"].is_sorted():
+                inst = inst.sort("t_ns")
+            frames.append(_swings(inst.with_columns(pl.lit(gpu, pl.Int64).alias("gpu")), host, "instant"))
+            rows = np.flatnonzero(avg_gpu == gpu)
+            t, p, _ = best_samples(avg_t[rows], avg_p[rows], avg_rank[rows])
+            frames.append(_swings(pl.DataFrame({"gpu": np.full(len(t), gpu, np.int64), "t_ns": t, "p": p}), host, "avg1s"))
     native = pl.concat(frames) if frames else max_swings(pl.DataFrame(), WINDOWS_S).with_columns(
         pl.lit(None, pl.Utf8).alias("host"), pl.lit(None, pl.Utf8).alias("series"))
     native = native.select("host", "gpu", "series", "window_s", "max_swing_w", "sample_interval_ms").to_arrow()
-    con.execute("CREATE OR REPLACE TEMP TABLE _native_swings AS SELECT * FROM native")
+    con.register("_native_swings_arrow", native)
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE _native_swings AS SELECT * FROM _native_swings_arrow")
+    finally:
+        con.unregister("_native_swings_arrow")
 
 
 def insert_frame(con, table: str, frame: pl.DataFrame) -> None:

@@ -1,0 +1,152 @@
+"""The numpy kernels of energy_curve and power_100ms (the assets' write hooks) against their SQL
+definitions (sql/<table>/<table>.sql, run as-is on the same raw files): the same rows (energy_curve's
+energy within float summation order), on a messy day (sources switching per minute, unsorted files,
+repeated timestamps, a 1 s average from another source, 1 s averages only, gaps, a second host)."""
+
+import datetime
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from collectors.parquet_sink import write_dataset
+from pipeline.runner import run_day
+from pipeline.tables import statements
+from pipeline.warehouse import compute_connection
+from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
+
+DATE = DAY.isoformat()
+T0 = day_start_ns()
+S = 1_000_000_000
+COLUMNS = "host, gpu, t_ns, power_w, energy_j, next_t_ns, next_w, source, is_average"
+
+
+def _with_avg(table, avg, null):
+    """``table`` with the driver's 1 s average column set (NULL where ``null``)."""
+    i = table.schema.get_field_index("power_avg_w")
+    return table.set_column(i, "power_avg_w", pa.array(avg, table.schema.field(i).type, mask=null))
+
+
+def _avg_only(host, gpu, t, p):
+    """Rows with only the driver's 1 s average (power_w NULL): is_average samples."""
+    table = power_table(host, gpu, t, p, source="nvidia-smi")
+    i = table.schema.get_field_index("power_w")
+    avg = table.column(i)
+    table = table.set_column(i, "power_w", pa.nulls(len(t), avg.type))
+    return table.set_column(table.schema.get_field_index("power_avg_w"), "power_avg_w", avg)
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory):
+    rng = np.random.default_rng(15)
+    d = tmp_path_factory.mktemp("curve_kernel") / "data"
+    two_host_inventory(d)
+    # train-0/0: nvml-buffer ~50 Hz for minutes 0-1 and 4 (jittered µs times, a 3 s gap), nvml-field
+    # 10 Hz throughout (used only in minutes 2-3, where the buffer is silent), a repeated timestamp
+    tb = T0 + np.sort(rng.integers(0, 120 * S, 6000) // 1000 * 1000)
+    tb = np.concatenate([tb[(tb < T0 + 50 * S) | (tb > T0 + 53 * S)], T0 + 240 * S + np.arange(500) * 20_000_000])
+    pb = 300 + 200 * rng.random(len(tb))
+    dup_t = np.repeat(tb[100:110], 2)
+    dup_p = 300 + 200 * rng.random(len(dup_t))
+    tf = T0 + np.arange(0, 300 * 10) * 100_000_000
+    pf = 250 + 100 * rng.random(len(tf))
+    perm = rng.permutation(len(tb))  # the file is not in time order
+    write_dataset(power_table("train-0", 0, tb[perm], pb[perm], source="nvml-buffer"), d, "power", prefix="a")
+    write_dataset(power_table("train-0", 0, dup_t, dup_p, source="nvml-buffer"), d, "power", prefix="b")
+    field = _with_avg(power_table("train-0", 0, tf, pf, source="nvml-field"), pf - 20, np.arange(len(tf)) % 7 == 3)
+    write_dataset(field, d, "power", prefix="c")
+    # train-0/1: 1 s averages only, with a 10 s gap; train-1/0 (second host): nvml-field, 2 files
+    ta = T0 + np.r_[np.arange(0, 60), np.arange(70, 130)] * S
+    write_dataset(_avg_only("train-0", 1, ta, 400 + 50 * rng.random(len(ta))), d, "power", prefix="d")
+    t2 = T0 + 7 * S + np.arange(1200) * 100_000_000
+    p2 = 500 + 100 * rng.random(len(t2))
+    write_dataset(power_table("train-1", 0, t2[600:], p2[600:]), d, "power", prefix="e")
+    write_dataset(power_table("train-1", 0, t2[:600], p2[:600]), d, "power", prefix="f")
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms"])
+    assert outcome.success, outcome.error
+    assert not [c for c in outcome.failed_checks if c.asset == "energy_curve"], outcome.failed_checks
+    return d
+
+
+def test_kernel_rows_match_sql_definition(day):
+    with compute_connection(day, DATE) as con:
+        kernel = con.execute(f"SELECT {COLUMNS} FROM energy_curve").fetchall()
+        prepare, query = statements("energy_curve/energy_curve")
+        for statement in prepare:
+            con.execute(statement)
+        sql = con.execute(f"SELECT {COLUMNS} FROM ({query}) ORDER BY host, gpu, t_ns").fetchall()
+    for host in ("train-0", "train-1"):  # each cluster's part is written sorted by (host, gpu, t_ns)
+        part = [r for r in kernel if r[0] == host]
+        assert part == sorted(part, key=lambda r: (r[1], r[2]))
+    kernel.sort(key=lambda r: (r[0], r[1], r[2]))
+    assert len(kernel) == len(sql) > 1000
+    assert {(r[0], r[1]) for r in kernel} == {("train-0", 0), ("train-0", 1), ("train-1", 0)}
+    assert {r[7] for r in kernel} == {"nvml-buffer", "nvml-field", "nvidia-smi"} and any(r[8] for r in kernel)
+    for k, s in zip(kernel, sql, strict=True):
+        assert k[:4] == s[:4] and k[5:] == s[5:], (k, s)  # keys, times, power (float32), source: exact
+        # energy: the same trapezoids, summed in another order (numpy cumsum vs DuckDB's window)
+        assert k[4] == pytest.approx(s[4], rel=1e-12, abs=1e-9)
+
+
+GRID_COLUMNS = "host, gpu, ts, power_w, samples, source, power_avg_w, is_average"
+
+
+def test_grid_kernel_rows_match_sql_definition(day):
+    with compute_connection(day, DATE) as con:
+        kernel = con.execute(f"SELECT {GRID_COLUMNS} FROM power_100ms").fetchall()
+        prepare, query = statements("power_100ms/power_100ms")
+        for statement in prepare:
+            con.execute(statement)
+        sql = con.execute(f"SELECT {GRID_COLUMNS} FROM ({query}) ORDER BY host, gpu, ts").fetchall()
+    for host in ("train-0", "train-1"):  # each cluster's part is written sorted by (host, gpu, ts)
+        part = [r for r in kernel if r[0] == host]
+        assert part == sorted(part, key=lambda r: (r[1], r[2]))
+    kernel.sort(key=lambda r: (r[0], r[1], r[2]))
+    assert len(kernel) == len(sql) > 1000
+    assert any(r[4] > 1 for r in kernel), "slots with several samples are averaged"
+    assert any(r[5] == "nvml-buffer" and r[6] is not None for r in kernel), "the 1 s average taken from nvml-field"
+    assert any(r[5] == "nvml-buffer" and r[6] is None for r in kernel)
+    assert kernel == sql  # exact: means of a few float32 values in float64 do not depend on the order
+
+
+def test_damaged_file_met_by_a_kernel_write_is_quarantined_and_the_rest_written(tmp_path):
+    """A raw file with damaged data pages first read by a streamed kernel write (power_1s, which
+    usually meets it first, built before the damage): the warehouse quarantines it and the write
+    runs again over the other files (the stream of the first attempt is spent)."""
+    from tests.builders import write_square_fleet
+    from tests.faults import inject
+
+    d = tmp_path / "data"
+    write_square_fleet(d, seconds=10)
+    assert run_day(d, DATE, selection=["power_1s"]).success
+    damaged = next((d / "power" / f"date={DATE}" / "host=train-0").glob("train-0-0*.parquet"))
+    inject.damage_data_pages(damaged)
+    outcome = run_day(d, DATE, selection=["energy_curve", "power_100ms"])
+    assert outcome.success, outcome.error
+    assert not damaged.exists(), "moved to the quarantine"
+    with compute_connection(d, DATE) as con:
+        for table in ("energy_curve", "power_100ms"):
+            gpus = con.execute(f"SELECT DISTINCT host, gpu FROM {table} ORDER BY ALL").fetchall()
+            assert gpus == [("infer-0", 0), ("infer-0", 1), ("train-0", 1)], table
+
+
+SECOND_COLUMNS = "host, gpu, ts, mean_w, min_w, max_w, samples, gap_before, duplicate_samples, source, is_average, energy_j"
+
+
+def test_seconds_kernel_rows_match_sql_definition(day):
+    with compute_connection(day, DATE) as con:
+        kernel = con.execute(f"SELECT {SECOND_COLUMNS} FROM power_1s").fetchall()
+        prepare, query = statements("power_1s/power_1s")
+        for statement in prepare:
+            con.execute(statement)
+        sql = con.execute(f"SELECT {SECOND_COLUMNS} FROM ({query}) ORDER BY host, gpu, ts").fetchall()
+    kernel.sort(key=lambda r: (r[0], r[1], r[2]))
+    assert len(kernel) == len(sql) > 300
+    assert sum(r[8] for r in kernel) >= 10, "the repeated timestamps are counted"
+    repeated = {(r[0], r[1], r[2]) for r in kernel if r[8]}
+    for k, s in zip(kernel, sql, strict=True):
+        assert k[:11] == s[:11], (k, s)
+        # energy: exact (both sum the terms rounded to 1e-12 J as integers), except next to repeated
+        # timestamps, where the SQL's lag takes the tied rows in any order
+        if not repeated & {(k[0], k[1], k[2]), (k[0], k[1], k[2] - datetime.timedelta(seconds=1))}:
+            assert k[11] == s[11], (k, s)

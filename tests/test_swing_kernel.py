@@ -1,0 +1,46 @@
+"""kernels.max_swings (block-pruned, then slid exactly where it can matter) against a brute force
+over every window, on random series built to put the best window across block edges, inside
+runs split by gaps, on ties and on a few samples."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.kernels import RUN_GAP_NS, max_swings
+
+S = 1_000_000_000
+
+
+def brute_force(t_ns: np.ndarray, p: np.ndarray, window_s: int) -> float:
+    """max over samples i of (max − min of the same run's samples in (t_i − W, t_i])."""
+    run = np.cumsum(np.r_[True, np.diff(t_ns) > RUN_GAP_NS])
+    best = 0.0
+    for i in range(len(t_ns)):
+        inside = (t_ns > t_ns[i] - window_s * S) & (t_ns <= t_ns[i]) & (run == run[i])
+        best = max(best, float(p[inside].max() - p[inside].min()))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    step = rng.choice([20_000_000, 100_000_000, 700_000_000])
+    dt = np.maximum(1, rng.normal(step, step / 3, n)).astype(np.int64)
+    dt[rng.random(n) < 0.02] = rng.integers(2 * S, 12 * S)  # gaps that end a run (or nearly)
+    t = 1_795_996_800 * S + rng.integers(0, 3 * S) + np.cumsum(dt)
+    p = np.round(300 + 100 * rng.standard_normal(n), 0 if seed % 3 == 0 else 3)  # rounded: ties
+    p[rng.random(n) < 0.01] += 500  # rare spikes, anywhere relative to the blocks
+    windows = (1, 2, 10, 60)
+    got = max_swings(pl.DataFrame({"gpu": np.zeros(n, np.int64), "t_ns": t, "p": p}), windows).sort("window_s")
+    assert got["max_swing_w"].to_list() == [brute_force(t, p, w) for w in windows]
+    assert got["sample_interval_ms"][0] == (np.median(np.diff(t)) / 1e6 if n > 1 else None)
+
+
+def test_several_gpus_and_empty():
+    t = 1_795_996_800 * S + np.arange(100) * 100_000_000
+    df = pl.DataFrame({"gpu": np.repeat([0, 3], 50), "t_ns": np.r_[t[:50], t[:50]], "p": np.r_[np.arange(50.0), np.zeros(50)]})
+    got = max_swings(df, (1, 2)).sort("gpu", "window_s")
+    assert got.select("gpu", "window_s", "max_swing_w").rows() == [(0, 1, 9.0), (0, 2, 19.0), (3, 1, 0.0), (3, 2, 0.0)]
+    assert max_swings(df.clear(), (1, 2)).is_empty()
+    assert max_swings(pl.DataFrame(), (1, 2)).columns == ["gpu", "window_s", "max_swing_w", "sample_interval_ms"]  # a day without GPUs
