@@ -35,6 +35,13 @@ SCHEDULE_HOUR_ENV = "WATTLINE_SCHEDULE_HOUR"
 """UTC hour of the daily schedule (minute 15; default 1)."""
 SIM_WORKERS_ENV = "WATTLINE_SIM_WORKERS"
 """Processes of `wattline simulate` (default: at most 2)."""
+GRID_STEP_MS_ENV = "WATTLINE_GRID_STEP_MS"
+"""Step (ms) of the common grid the host, cluster, role and fleet swings are taken on (default 100;
+a divisor of 1000 from 10 to 1000: :data:`GRID_STEPS_MS`)."""
+DEFAULT_GRID_STEP_MS = 100
+GRID_STEPS_MS = tuple(s for s in range(10, 1001) if 1000 % s == 0)
+"""Allowed grid steps: a whole number of slots per second, so every window of 1, 2, 10 and 60 s is
+a whole number of slots and the aligned windows start on the day's seconds."""
 LOG_LEVEL_ENV = "WATTLINE_LOG_LEVEL"
 """Dagster's console log level in ``wattline run`` (default CRITICAL: the CLI prints its own summary)."""
 
@@ -55,6 +62,23 @@ class Settings:
     schedule_hour: int
     log_level: str
     sim_workers: int | None
+    grid_step_ms: int = DEFAULT_GRID_STEP_MS
+
+
+def grid_step_ms(value: str | int | None) -> int:
+    """The grid step in ms from a setting's text; a clear error for anything not allowed."""
+    if value is None or value == "":
+        return DEFAULT_GRID_STEP_MS
+    try:
+        step = int(str(value).strip())
+    except ValueError:
+        step = 0
+    if step not in GRID_STEPS_MS:
+        raise ValueError(
+            f"{GRID_STEP_MS_ENV}={value!r}: the grid step must be a whole number of ms dividing 1000, "
+            f"one of {', '.join(map(str, GRID_STEPS_MS))}"
+        )
+    return step
 
 
 def load() -> Settings:
@@ -73,4 +97,5 @@ def load() -> Settings:
         schedule_hour=int(env(SCHEDULE_HOUR_ENV) or 1),
         log_level=env(LOG_LEVEL_ENV) or "CRITICAL",
         sim_workers=int(env(SIM_WORKERS_ENV) or 0) or None,
+        grid_step_ms=grid_step_ms(env(GRID_STEP_MS_ENV)),
     )

@@ -44,7 +44,8 @@ def warehouse_resource(data_dir: str = "") -> WarehouseResource:
     """The resource, its fields from the settings as they are now (collectors/settings.py); the
     runner's worker processes build their definitions after setting their share of threads and memory."""
     settings = load()
-    return WarehouseResource(data_dir=data_dir, duckdb_memory=settings.duckdb_memory or "", duckdb_threads=settings.duckdb_threads or 0)
+    return WarehouseResource(data_dir=data_dir, duckdb_memory=settings.duckdb_memory or "", duckdb_threads=settings.duckdb_threads or 0,
+                             grid_step_ms=settings.grid_step_ms)
 
 
 def build_definitions(data_dir: str = "") -> Definitions:

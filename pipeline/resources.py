@@ -10,6 +10,7 @@ import duckdb
 from dagster import ConfigurableResource
 
 from collectors.contract import DATASETS
+from collectors.settings import grid_step_ms, load
 from collectors.storage import DataRoot
 from pipeline import file_quarantine, remote, warehouse
 from pipeline.datadir import host_of, scope_host_filter
@@ -29,6 +30,10 @@ class WarehouseResource(ConfigurableResource):
     a quarter of RAM capped at 2.5 GiB. pipeline/definitions.py fills it from collectors/settings.py."""
     duckdb_threads: int = 0
     """DuckDB threads per compute connection; 0: $WATTLINE_DUCKDB_THREADS, else all cores."""
+    grid_step_ms: int = 0
+    """Step (ms) of the common grid the host-and-above swings use, a divisor of 1000 from 10 to
+    1000; 0: $WATTLINE_GRID_STEP_MS, else 100. Each connection holds it as the DuckDB variable
+    ``grid_step_ms``."""
 
     @property
     def root(self) -> DataRoot:
@@ -97,6 +102,7 @@ class WarehouseResource(ConfigurableResource):
         with warehouse.compute_connection(
             self.path, day, raw_overrides=overrides, scope=scope, memory=self.duckdb_memory or None, threads=self.duckdb_threads or None
         ) as con:
+            con.execute("SET VARIABLE grid_step_ms = ?", [grid_step_ms(self.grid_step_ms) if self.grid_step_ms else load().grid_step_ms])
             yield con
 
     def write_and_publish(self, con: duckdb.DuckDBPyConnection, table: str, date: str | Scope, query: str) -> int:

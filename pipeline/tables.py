@@ -186,6 +186,9 @@ class Table:
     """Hook run on the connection before the SQL (e.g. a polars kernel leaving a temp table).
     Hooks (``before``, ``write``, ``inputs``, ``python_headline``) serve the table's own asset,
     not its fleet-day rollup, which reads only the cluster-days' parts."""
+    rollup_before: Hook | None = None
+    """Hook run before the fleet-day rollup's SQL (it too reads only the cluster-days' parts and
+    fleet-day tables): a kernel the rollup needs as well (swing_stats' grid at a step not 100 ms)."""
     write: Callable[[Connection, Callable[[str], int]], int] | None = None
     """Hook replacing "run the preparatory statements, write the last query": gets the connection
     and ``write(query) -> rows`` (e.g. statements run in chunks, a temp table written in part)."""
@@ -222,8 +225,9 @@ class Table:
         with warehouse.connection(scope) as con:
             for name, value in (self.variables(config) if self.variables and config is not None else {}).items():
                 con.execute(f"SET VARIABLE {name} = ?", [value])
-            if self.before is not None and not rollup:
-                self.before(con)
+            before = self.rollup_before if rollup else self.before
+            if before is not None:
+                before(con)
             prepare, query = statements(self.sql_name(rollup))
 
             def write(sql: str) -> int:

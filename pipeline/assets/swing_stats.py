@@ -1,9 +1,14 @@
 """`swing_stats`: how hard each GPU, host, cluster, role and the fleet swing the power feed
-within 1, 2, 10 and 60 s, on the instantaneous 100 ms trace and on the driver's 1 s average."""
+within 1, 2, 10 and 60 s, on the instantaneous trace and on the driver's 1 s average; and
+`fleet_power_grid`, the host-and-above series the swings use when the grid step (setting
+``grid_step_ms``) is not the 100 ms of `fleet_power_100ms`."""
 
+import duckdb
 import numpy as np
 import polars as pl
 
+from collectors.settings import DEFAULT_GRID_STEP_MS
+from pipeline.grid import DAY_NS, dense, grid_stats, summed_series
 from pipeline.kernels import arrow_frame, best_samples, max_swings
 from pipeline.tables import Table, table_assets
 
@@ -59,15 +64,106 @@ def native_swings(con) -> None:
         con.unregister("_native_swings_arrow")
 
 
+def insert_frame(con, table: str, frame: pl.DataFrame) -> None:
+    """Append a polars frame to a temp table by column name, through a registered view (no
+    replacement scan of a Python variable)."""
+    con.register("_grid_frame", frame.to_arrow())
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _grid_frame")
+    finally:
+        con.unregister("_grid_frame")
+
+
+def grid_step(con) -> int:
+    """The connection's grid step (ms): the resource's setting; 100 where none is set (SQL by hand)."""
+    return con.execute("SELECT getvariable('grid_step_ms')").fetchone()[0] or DEFAULT_GRID_STEP_MS
+
+
+def grid_series(con) -> None:
+    """Temp table ``_grid_series``: the cluster-day's summed series on the grid (pipeline/grid.py),
+    inserted one host at a time; none at the default step, where fleet_power_100ms is the grid."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE _grid_series (
+        level VARCHAR, entity VARCHAR, bin BIGINT, power_w DOUBLE, gpus_reporting INTEGER, complete BOOLEAN)""")
+    step = grid_step(con)
+    if step == DEFAULT_GRID_STEP_MS:
+        return
+    for frame in summed_series(con, step):
+        insert_frame(con, "_grid_series", frame)
+
+
+_GRID_COLUMNS = """level VARCHAR, entity VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
+    p99_swing_w DOUBLE, max_ramp_w_per_s DOUBLE, windows_over_10pct BIGINT, windows_over_25pct BIGINT,
+    windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER"""
+
+
+def grid_swings(con) -> None:
+    """Temp table ``_grid_swings``: the host, cluster, role and fleet rows of the instant series on
+    fleet_power_grid (a fleet-day: role and fleet), one entity's dense day series at a time; empty
+    at the default step, where the SQL takes those rows from fleet_power_100ms."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _grid_swings ({_GRID_COLUMNS})")
+    step = grid_step(con)
+    if step == DEFAULT_GRID_STEP_MS:
+        return
+    bins = DAY_NS // (step * 1_000_000)
+    try:
+        stored = {s for (s,) in con.execute(
+            "SELECT DISTINCT grid_step_ms FROM fleet_power_grid WHERE date = getvariable('partition_date')").fetchall()}
+    except duckdb.CatalogException:
+        raise RuntimeError(f"swing_stats at a {step} ms grid reads fleet_power_grid, which is not built: materialize it first") from None
+    if stored - {step}:
+        raise RuntimeError(f"fleet_power_grid of this day is on a {sorted(stored)} ms grid, the setting is {step} ms: "
+                           "materialize fleet_power_grid again before swing_stats")
+    entities = con.execute(
+        """SELECT DISTINCT g.level, g.entity, e.provisioned_w FROM fleet_power_grid AS g
+           JOIN inventory_entities AS e USING (level, entity)
+           WHERE g.date = getvariable('partition_date')
+             AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR g.level IN ('role', 'fleet'))
+           ORDER BY 1, 2"""
+    ).fetchall()
+    out = []
+    for level, entity, provisioned_w in entities:
+        frame = arrow_frame(con.sql(
+            """SELECT (epoch_us(ts) - epoch_us(day_start())) // ($step * 1000) AS bin, power_w, complete
+               FROM fleet_power_grid WHERE date = getvariable('partition_date') AND level = $level AND entity = $entity""",
+            params={"step": step, "level": level, "entity": entity},
+        ).to_arrow_table())
+        values, ok = dense(frame, bins)
+        out += [{"level": level, "entity": entity, **row, "grid_step_ms": step}
+                for row in grid_stats(values, ok, step, WINDOWS_S, float(provisioned_w))]
+    if out:
+        insert_frame(con, "_grid_swings", pl.DataFrame(out))
+
+
+def swing_inputs(con) -> None:
+    """The cluster-day's kernels: each GPU's swings on its samples, the grid rows above the GPU."""
+    native_swings(con)
+    grid_swings(con)
+
+
+FLEET_POWER_GRID = Table(
+    "fleet_power_grid",
+    "Per bin of the grid_step_ms grid (only where that step is not 100 ms: at 100 ms "
+    "fleet_power_100ms is the grid), summed exact mean power (W) of every host, cluster, role and "
+    "fleet from energy_curve, GPUs covering the bin, and whether the bin is complete.",
+    "cluster-day",
+    deps=["energy_curve", "fleet_power_100ms"],
+    before=grid_series,
+    rollup=True,  # role and fleet rows summed from the cluster-days' parts; complete when every part is
+    rollup_deps=["fleet_power_grid", ["fleet", "fleet_power_100ms"]],
+)
+fleet_power_grid, fleet_fleet_power_grid = table_assets(FLEET_POWER_GRID)
+
 SWING_STATS = Table(
     "swing_stats",
     "Per level, entity, window (1/2/10/60 s) and series (instant/avg1s): max swing in any sliding "
-    "window (W and % of provisioned; GPUs: on their raw samples, other levels: on the grid), p50/p99 "
-    "over aligned windows, max 100 ms ramp (W/s), aligned windows over 10%/25% of provisioned.",
+    "window (W and % of provisioned; GPUs: on their raw samples, other levels: on the grid of "
+    "grid_step_ms), p50/p99 over aligned windows, max ramp between grid slots (W/s), aligned "
+    "windows over 10%/25% of provisioned.",
     "cluster-day",
-    deps=["power_100ms", "fleet_power_100ms", "energy_curve"],
-    before=native_swings,
-    rollup=True,  # role and fleet rows: the same SQL over the rolled-up 100 ms series
-    rollup_deps=[["fleet", "fleet_power_100ms"]],
+    deps=["power_100ms", "fleet_power_100ms", "energy_curve", "fleet_power_grid"],
+    before=swing_inputs,
+    rollup=True,  # role and fleet rows: the same SQL over the rolled-up 100 ms series (or grid)
+    rollup_deps=[["fleet", "fleet_power_100ms"], ["fleet", "fleet_power_grid"]],
+    rollup_before=grid_swings,
 )
 swing_stats, fleet_swing_stats = table_assets(SWING_STATS)

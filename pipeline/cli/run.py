@@ -9,6 +9,7 @@ import click
 from collectors.contract import DATASETS
 from collectors.days import run_day_problem
 from collectors.inventory import InventoryError
+from collectors.settings import GRID_STEP_MS_ENV, load
 from pipeline import remote
 from pipeline.cli.common import UserError, data_dir_option, date_option
 from pipeline.datadir import load_inventory_if_any
@@ -43,12 +44,17 @@ def require_day_data(data_dir, date: str) -> None:
 @data_dir_option
 def command(date: str, select: str | None, timings: bool, workers: int | None, data_dir) -> None:
     """Materialize the day: every cluster-day (in parallel worker processes), then the fleet-day
-    rollups and the report (the same jobs the UI and schedule run)."""
+    rollups and the report (the same jobs the UI and schedule run). Host-and-above swings use the
+    grid of WATTLINE_GRID_STEP_MS (ms, a divisor of 1000 from 10 to 1000; default 100)."""
     from pipeline.runner import run_day
 
     problem = run_day_problem(date)
     if problem:
         raise UserError(problem)
+    try:  # a bad setting is said here, not as a failed asset in a worker
+        grid_step_ms = load().grid_step_ms
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     selection = _selection(select)
     require_day_data(data_dir, date)
     started = time.monotonic()
@@ -69,7 +75,8 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
     status = "ok" if outcome.ok else "finished with failed ERROR checks"
     click.echo(
         f"{date}: {len(outcome.materialized)} assets materialized in {seconds:.1f} s "
-        f"({_runs(outcome)}), {len(outcome.failed_checks)} failed check(s): {status} (runs {outcome.run_id})"
+        f"({_runs(outcome)}), {len(outcome.failed_checks)} failed check(s): {status} (runs {outcome.run_id}); "
+        f"host-and-above swings on a {grid_step_ms} ms grid ({GRID_STEP_MS_ENV})"
     )
     if not outcome.ok:
         raise SystemExit(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from reports import charts
 from reports.sections.base import Chart, Code, Ctx, Note, Section, Table, num
+from reports.sections.swings import grid_words
 
 TITLE = "Headline"
 
@@ -117,6 +118,11 @@ def build(ctx: Ctx) -> Section:
                 WHERE window_s = 2 AND series = 'instant' AND level IN ('role', 'cluster')
                 ORDER BY level DESC, entity"""
         )
+        steps = r.rows(
+            f"""SELECT DISTINCT grid_step_ms FROM {r.day_relation('swing_stats', ctx.date)}
+                WHERE window_s = 2 AND series = 'instant' AND level IN ('role', 'cluster')"""
+        ) if r.has("swing_stats", (*SWING_COLS, "grid_step_ms")) else []
+        grid = grid_words([x["grid_step_ms"] for x in steps])
         roles_of = cluster_roles(ctx)
         gpus_of = entity_gpus(ctx)
         table = []
@@ -152,7 +158,7 @@ def build(ctx: Ctx) -> Section:
                     "provisioned (W)",
                 ],
                 table,
-                "Training vs inference: largest power change within any 2 s window of the instantaneous trace (swing_stats), beside the published "
+                f"Training vs inference: largest power change within any 2 s window of the instantaneous trace {grid} (swing_stats), beside the published "
                 "cluster-level reference points (training up to 37.5%, inference up to 9% of provisioned within 2 s), "
                 "which were measured on clusters of thousands of GPUs: fewer GPUs smooth less "
                 "(docs/simulator.md, 'Paper scale', shows the simulator's swing against the number of endpoints).",

@@ -98,6 +98,12 @@ def _events_table(ctx: Ctx, events: list[dict], caption: str) -> list:
     return [table]
 
 
+def grid_words(steps: list) -> str:
+    """The grid the instantaneous rows above the GPU were computed on, in words for a caption."""
+    known = sorted({int(x) for x in steps if x is not None})
+    return f"on a {' / '.join(map(str, known))} ms grid" if known else "on the grid"
+
+
 def build(ctx: Ctx) -> Section:
     s = Section("swings", TITLE)
     r = ctx.reader
@@ -138,6 +144,7 @@ def build(ctx: Ctx) -> Section:
                 WHERE (level = 'role' AND (series = 'instant' OR window_s = 2)) OR (level IN ('cluster', 'fleet') AND window_s = 2)
                 ORDER BY CASE level WHEN 'fleet' THEN 0 WHEN 'role' THEN 1 ELSE 2 END, entity, window_s, series"""
         )
+        grid = grid_words([x.get("grid_step_ms") for x in rows if x["series"] == "instant"])
         s.add(
             Table(
                 [
@@ -145,6 +152,7 @@ def build(ctx: Ctx) -> Section:
                     "entity",
                     "window (s)",
                     "series",
+                    "grid (ms)",
                     "max swing (W)",
                     "max swing (% prov.)",
                     "p50 (W)",
@@ -159,6 +167,7 @@ def build(ctx: Ctx) -> Section:
                         x["entity"],
                         num(x["window_s"], 1),
                         x["series"],
+                        x.get("grid_step_ms"),
                         num(x["max_swing_w"], 0),
                         num(x["max_swing_pct"]),
                         num(x["p50_swing_w"], 0),
@@ -170,7 +179,8 @@ def build(ctx: Ctx) -> Section:
                     for x in rows[:60]
                 ],
                 "swing_stats: roles at every window of the instantaneous trace, and at 2 s also "
-                "on the driver's 1 s average (avg1s); clusters and the fleet at 2 s.",
+                f"on the driver's 1 s average (avg1s); clusters and the fleet at 2 s. Host and above {grid} "
+                "(the instantaneous series; avg1s on the 100 ms grid; grid (ms) says each row's step).",
             )
         )
     else:

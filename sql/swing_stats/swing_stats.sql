@@ -1,10 +1,13 @@
 -- swing_stats: per level (gpu, host, cluster, role, fleet), entity, window W ∈ {1, 2, 10, 60} s and
--- series (instant = the 100 ms grid of instantaneous power; avg1s = the driver's 1 s average on
--- the same grid, where any source of the GPU reports one): the largest max − min inside any W-long
+-- series (instant = the grid of instantaneous power; avg1s = the driver's 1 s average on the 100 ms
+-- grid, where any source of the GPU reports one): the largest max − min inside any W-long
 -- window of the day (GPUs: on their raw samples, sample_interval_ms says at what spacing; other
--- levels: sliding at 100 ms on the grid, exact, grid_step_ms), the p50/p99 of the swing over the day's aligned
--- W-long windows, the largest 100 ms ramp (W/s) and how many aligned windows swing more than
--- 10% / 25% of the entity's provisioned power. Windows with an incomplete slot are excluded.
+-- levels: sliding slot by slot on the grid, exact), the p50/p99 of the swing over the day's aligned
+-- W-long windows, the largest ramp between consecutive slots (W/s) and how many aligned windows
+-- swing more than 10% / 25% of the entity's provisioned power. Windows with an incomplete slot are
+-- excluded. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
+-- below) for the GPU and avg1s rows and, at the default setting, for every row; the setting
+-- (fleet_power_grid, through _grid_swings) for the instant rows of host and above otherwise.
 --
 -- How it stays cheap: the slots are read once into 1 s blocks (the ten values side by side, so
 -- every 100 ms step is a column difference). Aligned W-windows come from the blocks. A sliding
@@ -16,6 +19,15 @@
 -- alone in the CLI, the table is empty and every row uses the grid.
 CREATE TEMP TABLE IF NOT EXISTS _native_swings (
     host VARCHAR, gpu BIGINT, series VARCHAR, window_s BIGINT, max_swing_w DOUBLE, sample_interval_ms DOUBLE
+);
+
+-- Host-and-above rows of the instant series when the grid step (setting grid_step_ms) is not 100
+-- ms: _grid_swings, left by the asset's kernel from fleet_power_grid (pipeline/grid.py); at 100 ms
+-- it is empty and those rows come from fleet_power_100ms below.
+CREATE TEMP TABLE IF NOT EXISTS _grid_swings (
+    level VARCHAR, entity VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
+    p99_swing_w DOUBLE, max_ramp_w_per_s DOUBLE, windows_over_10pct BIGINT, windows_over_25pct BIGINT,
+    windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER
 );
 
 CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
@@ -33,13 +45,15 @@ FROM (
 WHERE gap IS NOT NULL
 GROUP BY ALL;
 
--- Every series at every level, one row per slot; p / pa are null where the slot is incomplete.
+-- Every series at every level, one row per slot; p / pa are null where the slot is incomplete
+-- (p of host and above also at a grid step other than 100 ms: _grid_swings has those rows).
 CREATE OR REPLACE TEMP VIEW _slots AS
 SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w AS p, power_avg_w AS pa, true AS ok
 FROM gpu_grid_day('power_100ms', '_carried')
 UNION ALL
 SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot,
-       CASE WHEN complete THEN power_w END, CASE WHEN complete THEN power_avg_w END, complete
+       CASE WHEN complete AND coalesce(getvariable('grid_step_ms'), 100) = 100 THEN power_w END,
+       CASE WHEN complete THEN power_avg_w END, complete
 FROM fleet_power_100ms
 WHERE date = getvariable('partition_date')
   -- a fleet-day rollup (SET VARIABLE scope = 'fleet') swings only the role and fleet series
@@ -194,4 +208,25 @@ LEFT JOIN _coarse AS c ON n.level = 'gpu' AND c.entity = n.entity AND c.gpu = n.
 LEFT JOIN _native_swings AS ns
     ON n.level = 'gpu' AND ns.host = n.entity AND ns.gpu = n.gpu AND ns.series = n.series AND ns.window_s = s.m
 WHERE c.step_s IS NULL OR s.m >= 2 * c.step_s
-ORDER BY n.level, entity, window_s, n.series
+UNION ALL
+SELECT
+    getvariable('partition_date'),
+    g.level,
+    g.entity,
+    g.window_s,
+    'instant',
+    g.max_swing_w::FLOAT,
+    (100 * g.max_swing_w / e.provisioned_w)::FLOAT,
+    g.p50_swing_w::FLOAT,
+    g.p99_swing_w::FLOAT,
+    g.max_ramp_w_per_s::FLOAT,
+    g.windows_over_10pct,
+    g.windows_over_25pct,
+    e.provisioned_w,
+    g.windows_complete,
+    g.windows_incomplete,
+    g.grid_step_ms,
+    NULL::FLOAT
+FROM _grid_swings AS g
+JOIN inventory_entities AS e USING (level, entity)
+ORDER BY level, entity, window_s, series

@@ -1,0 +1,199 @@
+"""Host-and-above power on a grid of any step (the ``grid_step_ms`` setting), and its swing statistics.
+
+At the default step (100 ms) ``fleet_power_100ms`` is that grid and none of this runs: the default
+costs nothing. At another step (20 ms resolves the tens-of-ms prefills of continuous batching)
+the 100 ms charting products stay as they are, and each GPU's value in a bin is its *exact mean
+power* over the bin from ``energy_curve``: (E(b) − E(a)) ÷ step, the power linear between samples.
+A mean of the samples inside each bin would leave most 20 ms bins of a ~50 Hz buffer empty or
+resting on one sample; the curve covers every bin between two linked samples. A bin is complete
+for a GPU when every sample interval inside it is linked (no gap > 2 s, no stretch whose best
+source is only a 1 s average); a host's bin when every GPU of the host that reports that day
+covers it; a cluster's, role's or fleet's when every such host's is complete (as in
+``fleet_power_100ms``). One GPU's samples are in memory at a time, plus one dense day array per
+host, cluster, role and fleet.
+
+The swing statistics mirror ``sql/swing_stats/swing_stats.sql`` on the grid: sliding windows of
+``W / step`` consecutive complete bins (exact on the grid: ``rolling_max`` / ``rolling_min`` over a
+dense day series whose incomplete bins are null), aligned windows for p50/p99 and the counts, the
+largest step between consecutive complete bins for the ramp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+DAY_NS = 86_400 * 1_000_000_000
+LEVELS_ABOVE_HOST = ("cluster", "role", "fleet")
+
+
+def bin_means(
+    t_ns: np.ndarray, energy_j: np.ndarray, power_w: np.ndarray, next_t_ns: np.ndarray, next_w: np.ndarray,
+    day_start_ns: int, step_ns: int, bins: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One GPU's mean power in each bin ``[day_start + k step, day_start + (k + 1) step)`` of the day,
+    and whether its samples cover the bin. Inputs: its ``energy_curve`` rows (instantaneous ones
+    only), sorted by time; ``next_t_ns`` is -1 where the curve has none (a gap or the end).
+
+    E at an edge is the curve's energy at the sample at or before it plus the trapezoid to the
+    edge (the power linear to the next sample): exact for the piecewise-linear power."""
+    values = np.zeros(bins)
+    ok = np.zeros(bins, dtype=bool)
+    n = len(t_ns)
+    if n < 2:
+        return values, ok
+    # a segment is linked when the curve links it to the very next row here (a row left out as a
+    # 1 s average breaks the link)
+    linked = np.zeros(n, dtype=bool)
+    linked[:-1] = next_t_ns[:-1] == t_ns[1:]
+    run = np.concatenate(([0], np.cumsum(~linked[:-1])))
+    lo = max(0, (int(t_ns[0]) - day_start_ns) // step_ns)
+    hi = min(bins, -(-(int(t_ns[-1]) - day_start_ns) // step_ns))
+    if hi <= lo:
+        return values, ok
+    edges = day_start_ns + np.arange(lo, hi + 1, dtype=np.int64) * step_ns
+    at = np.searchsorted(t_ns, edges, side="right") - 1  # the sample at or before each edge
+    before = np.searchsorted(t_ns, edges, side="left") - 1  # the last sample strictly before it
+    a = np.clip(at, 0, n - 1)
+    dt = (edges - t_ns[a]).astype(np.float64)
+    seg = np.where(linked[a], (next_t_ns[a] - t_ns[a]).astype(np.float64), 1.0)
+    p0 = power_w[a]
+    p_edge = p0 + (next_w[a] - p0) * dt / seg
+    energy = energy_j[a] + np.where(linked[a], dt / 1e9 * (p0 + p_edge) / 2, 0.0)
+    b = np.clip(before[1:], 0, n - 1)
+    covered = (at[:-1] >= 0) & linked[a[:-1]] & (before[1:] >= 0) & linked[b] & (run[a[:-1]] == run[b])
+    ok[lo:hi] = covered
+    values[lo:hi] = np.where(covered, np.diff(energy) / (step_ns / 1e9), 0.0)
+    return values, ok
+
+
+@dataclass
+class Series:
+    """A dense day series of one entity: the summed power per bin, members complete per bin, members."""
+
+    level: str
+    entity: str
+    power_w: np.ndarray
+    complete_members: np.ndarray
+    members: int
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.complete_members == self.members
+
+
+def series_frame(s: Series, gpus_reporting: np.ndarray) -> pl.DataFrame:
+    """The bins where any member covers: bin, power_w (the partial sum where incomplete), gpus_reporting, complete."""
+    keep = np.flatnonzero(gpus_reporting > 0)
+    return pl.DataFrame({
+        "level": pl.Series([s.level] * len(keep), dtype=pl.Utf8),
+        "entity": pl.Series([s.entity] * len(keep), dtype=pl.Utf8),
+        "bin": keep.astype(np.int64),
+        "power_w": s.power_w[keep],
+        "gpus_reporting": gpus_reporting[keep].astype(np.int32),
+        "complete": s.ok[keep],
+    })
+
+
+_CURVE = """
+SELECT t_ns, power_w::DOUBLE AS power_w, energy_j, coalesce(next_t_ns, -1) AS next_t_ns, coalesce(next_w, 0)::DOUBLE AS next_w
+FROM energy_curve
+WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND NOT is_average
+"""
+
+
+def gpu_curve(con, host: str, gpu: int) -> dict[str, np.ndarray]:
+    """One GPU's instantaneous curve rows as arrays, by time. The curve's part is written sorted by
+    (host, gpu, t_ns) and a scan keeps file order, so no ORDER BY; sorted here only if it ever is not."""
+    cols = {k: np.asarray(v) for k, v in con.sql(_CURVE, params={"host": host, "gpu": gpu}).fetchnumpy().items()}
+    t = cols["t_ns"]
+    if len(t) > 1 and not bool((t[1:] >= t[:-1]).all()):
+        order = np.argsort(t, kind="stable")
+        cols = {k: v[order] for k, v in cols.items()}
+    return cols
+
+
+def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
+    """The cluster-day's host, cluster, role and fleet series on the grid, one frame per host and
+    then one per upper entity (rows as :func:`series_frame`), from ``energy_curve``."""
+    day_start_ns = con.execute("SELECT epoch_ns(day_start())").fetchone()[0]
+    step_ns = step_ms * 1_000_000
+    bins = DAY_NS // step_ns
+    gpus = con.execute(
+        """SELECT i.host, i.gpu::BIGINT, i.cluster, i.role, i.fleet
+           FROM (SELECT DISTINCT host, gpu FROM energy_curve WHERE date = getvariable('partition_date')) AS r
+           JOIN inventory_gpus AS i USING (host, gpu) ORDER BY 1, 2"""
+    ).fetchall()
+    hosts: dict[str, list[int]] = {}
+    upper_of: dict[str, tuple[str, str, str]] = {}
+    for host, gpu, cluster, role, fleet in gpus:
+        hosts.setdefault(host, []).append(gpu)
+        upper_of[host] = (cluster, role, fleet)
+    upper: dict[tuple[str, str], Series] = {}
+    upper_gpus: dict[tuple[str, str], np.ndarray] = {}
+    for host in hosts:
+        for level, entity in zip(LEVELS_ABOVE_HOST, upper_of[host], strict=True):
+            if (level, entity) not in upper:
+                upper[(level, entity)] = Series(level, entity, np.zeros(bins), np.zeros(bins, dtype=np.int32), 0)
+                upper_gpus[(level, entity)] = np.zeros(bins, dtype=np.int32)
+            upper[(level, entity)].members += 1
+    for host, members in hosts.items():
+        total = Series("host", host, np.zeros(bins), np.zeros(bins, dtype=np.int32), len(members))
+        for gpu in members:  # one GPU's samples in memory at a time
+            g = gpu_curve(con, host, gpu)
+            values, ok = bin_means(g["t_ns"], g["energy_j"], g["power_w"], g["next_t_ns"], g["next_w"], day_start_ns, step_ns, bins)
+            total.power_w += values
+            total.complete_members += ok
+        gpus_reporting = total.complete_members.copy()
+        yield series_frame(total, gpus_reporting)
+        host_ok = total.ok
+        for level, entity in zip(LEVELS_ABOVE_HOST, upper_of[host], strict=True):
+            u = upper[(level, entity)]
+            u.power_w += total.power_w
+            u.complete_members += host_ok
+            upper_gpus[(level, entity)] += gpus_reporting
+    for key, u in upper.items():
+        yield series_frame(u, upper_gpus[key])
+
+
+def dense(frame: pl.DataFrame, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """An entity's stored bins (bin, power_w, complete) as a dense day series and its completeness."""
+    values = np.zeros(bins)
+    ok = np.zeros(bins, dtype=bool)
+    idx = frame["bin"].to_numpy()
+    values[idx] = frame["power_w"].to_numpy()
+    ok[idx] = frame["complete"].to_numpy()
+    return values, ok
+
+
+def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iterable[int], provisioned_w: float) -> list[dict]:
+    """swing_stats' columns for one entity's instantaneous series on the grid, one dict per window
+    (none when no bin is complete)."""
+    if not ok.any():
+        return []
+    series = pl.Series("v", values).scatter(np.flatnonzero(~ok), None)
+    both = ok[1:] & ok[:-1]
+    ramp = float(np.abs(np.diff(values))[both].max()) / (step_ms / 1000) if both.any() else None
+    rows = []
+    for w in windows_s:
+        n = w * 1000 // step_ms
+        sliding = (series.rolling_max(window_size=n, min_samples=n) - series.rolling_min(window_size=n, min_samples=n)).max()
+        blocks = ok.reshape(-1, n)
+        complete = blocks.all(axis=1)
+        used = values.reshape(-1, n)[complete]
+        ranges = used.max(axis=1) - used.min(axis=1) if len(used) else np.zeros(0)
+        rows.append({
+            "window_s": w,
+            "max_swing_w": None if sliding is None else float(sliding),  # type: ignore[arg-type]
+            "p50_swing_w": float(np.quantile(ranges, 0.5)) if len(ranges) else None,
+            "p99_swing_w": float(np.quantile(ranges, 0.99)) if len(ranges) else None,
+            "max_ramp_w_per_s": ramp,
+            "windows_over_10pct": int((ranges > 0.10 * provisioned_w).sum()),
+            "windows_over_25pct": int((ranges > 0.25 * provisioned_w).sum()),
+            "windows_complete": int(complete.sum()),
+            "windows_incomplete": int((blocks.any(axis=1) & ~complete).sum()),
+        })
+    return rows
