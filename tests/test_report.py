@@ -1,6 +1,7 @@
 """The daily report on constructed data: with and without each analytics table, known numbers,
 the point and size budgets, the asset in the daily job, the `wattline report` command."""
 
+import datetime as dt
 import json
 
 import pytest
@@ -249,3 +250,72 @@ def test_quality_counts_quarantined_files_and_rows(built, tmp_path):
     assert quality.error is None
     assert quality.headline["quarantined_rows"] == {"requests": 2}
     assert quality.headline["quarantined_files"] == {"power:unreadable": 1}
+
+
+def test_swing_events_slide_the_grid_exactly_as_swing_stats(built):
+    """The events table's largest swing of each cluster, role and host equals swing_stats' max 2 s
+    swing of that entity (both slide 2 s windows over the complete slots of the same grid), and
+    each event's from → to are the extremes inside its window."""
+    from reports.data import Reader, RunHistory
+    from reports.sections import swings
+    from reports.sections.base import Ctx
+
+    data_dir = built[0]
+    reader = Reader.open(data_dir)
+    try:
+        ctx = Ctx(reader=reader, data_dir=data_dir, date=DATE, history=RunHistory(available=False))
+        events = swings.top_events(ctx, ("cluster", "role")) + swings.top_events(ctx, ("host",))
+        stats = {(x["level"], x["entity"]): x["max_swing_w"] for x in reader.rows(
+            f"SELECT level, entity, max_swing_w FROM swing_stats WHERE date = DATE '{DATE}' AND window_s = 2 "
+            "AND series = 'instant' AND level IN ('cluster', 'role', 'host')")}
+    finally:
+        reader.close()
+    assert events and stats
+    best: dict = {}
+    for ev in events:
+        best[(ev["level"], ev["entity"])] = max(best.get((ev["level"], ev["entity"]), 0.0), ev["swing_w"])
+        assert abs(ev["to_w"] - ev["from_w"]) == pytest.approx(ev["swing_w"], rel=1e-9)
+        assert ev["grid_step_ms"] == 100 and ev["table"] == "fleet_power_100ms"
+    for key, swing in best.items():
+        assert swing == pytest.approx(stats[key], rel=1e-6), key
+    assert [e["swing_pct"] for e in events[:10]] == sorted((e["swing_pct"] for e in events[:10]), reverse=True)
+
+
+def test_swing_events_known_answer_on_a_constructed_grid(tmp_path):
+    """A cluster ramps 10 W per 100 ms slot for 10 s: the largest change inside a 2 s window (20
+    slots) is 190 W (a 1 s window would see 90 W, a 1 s series less). A 5 kW jump through an
+    incomplete slot is not a swing of the grid. Its event ends at the ramp's last slot inside the
+    window, from the window's first slot."""
+    from pipeline import warehouse
+    from reports.data import Reader, RunHistory
+    from reports.sections import swings
+    from reports.sections.base import Ctx
+    from tests.report_tables import _schema, _ts, write_table
+
+    rows = []
+    for k in range(600):  # 60 s of slots; ramp from slot 100 to 200, flat elsewhere
+        w = 1000.0 + 10.0 * min(max(k - 100, 0), 100)
+        complete = k != 400
+        if k == 400:
+            w = 7000.0  # one incomplete slot: partial sums are left out of swings
+        rows.append({"date": dt.date.fromisoformat(DATE), "level": "cluster", "entity": "c9", "ts": _ts(DATE, k / 10),
+                     "power_w": w, "power_avg_w": None, "gpus_reporting": 8, "complete": complete})
+    schema = _schema("date:d", "level:s", "entity:s", "ts:t", "power_w:f", "power_avg_w:f", "gpus_reporting:i", "complete:b")
+    data_dir = tmp_path / "data"
+    write_table(data_dir, "fleet_power_100ms", DATE, rows, schema)
+    write_table(data_dir, "fleet_power_1s", DATE, [
+        {"date": dt.date.fromisoformat(DATE), "level": "cluster", "entity": "c9", "ts": _ts(DATE, 0), "power_w": 1000.0, "provisioned_w": 5600.0}
+    ], _schema("date:d", "level:s", "entity:s", "ts:t", "power_w:f", "provisioned_w:f"))
+    warehouse.publish(data_dir)
+    reader = Reader.open(data_dir)
+    try:
+        events = swings.top_events(Ctx(reader=reader, data_dir=data_dir, date=DATE, history=RunHistory(available=False)), ("cluster", "role"))
+    finally:
+        reader.close()
+    assert events, events
+    top = events[0]
+    assert top["swing_w"] == pytest.approx(190.0) and top["swing_pct"] == pytest.approx(100 * 190 / 5600)
+    # the first window holding 20 ramp slots ends at slot 119 (11.9 s): from slot 100's 1000 W to 1190 W
+    assert top["t_ms"] == int(_ts(DATE, 11.9).timestamp() * 1000)
+    assert (top["from_w"], top["to_w"]) == (pytest.approx(1000.0), pytest.approx(1190.0))
+    assert len(events) == 1  # one event per entity and minute; the incomplete 7 kW slot is in no window

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+import polars as pl
+
+from pipeline.kernels import arrow_frame
+from pipeline.sqltext import literal
 from reports import charts
 from reports.sections.base import Chart, Code, Ctx, Note, Section, Table, num
 
@@ -17,7 +21,8 @@ EVENT_WINDOW_S = 2
 
 
 def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """A window's end, to the 100 ms (the grid's slots start there)."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-5]
 
 
 def ecdf_curves(ctx: Ctx) -> list[dict]:
@@ -38,48 +43,90 @@ def ecdf_curves(ctx: Ctx) -> list[dict]:
     )
 
 
+GRID_COLS = ("level", "entity", "ts", "power_w", "complete")
+
+
+def event_grid(ctx: Ctx) -> tuple[str, int] | None:
+    """The summed grid the swing events slide on, as swing_stats' rows above the GPU do:
+    fleet_power_grid where it holds the day (a grid_step_ms setting other than 100 ms), else
+    fleet_power_100ms; None when neither is there."""
+    r = ctx.reader
+    if r.has("fleet_power_grid", (*GRID_COLS, "grid_step_ms")):
+        step = r.one(f"SELECT any_value(grid_step_ms) FROM fleet_power_grid WHERE date = {ctx.sql_date()}")[0]
+        if step:
+            return "fleet_power_grid", int(step)
+    if r.has("fleet_power_100ms", GRID_COLS):
+        return "fleet_power_100ms", 100
+    return None
+
+
 def top_events(ctx: Ctx, levels: tuple[str, ...], limit: int = 10) -> list[dict]:
-    """The largest change within 2 s of each entity's 1 s series (the current second against the
-    two before it, when they lie within 2 s), one event per entity and minute, largest first.
-    Lags and one GROUP BY, no framed window: ~10 M host-seconds (1,000 GPUs) in seconds."""
-    level_list = ", ".join(f"'{lv}'" for lv in levels)
-    # A role spans fleets (one row per fleet and second): sum them; hosts and clusters are unique.
-    source = (
-        f"""SELECT level, entity, ts::TIMESTAMPTZ AS ts, sum(power_w) AS w, sum(provisioned_w) AS p FROM fleet_power_1s
-            WHERE date = {ctx.sql_date()} AND level IN ({level_list}) GROUP BY ALL"""
-        if "role" in levels
-        else f"""SELECT level, entity, ts::TIMESTAMPTZ AS ts, power_w AS w, provisioned_w AS p FROM fleet_power_1s
-                 WHERE date = {ctx.sql_date()} AND level IN ({level_list})"""
+    """The largest max − min inside any 2 s window of each entity's summed grid series (complete
+    slots only: exact over the grid, as swing_stats slides it), one event per entity and minute,
+    largest first (% of provisioned, then W). Hosts: only the ``limit`` hosts with swing_stats'
+    largest 2 s swing are slid (any other host's best event is smaller than each of theirs, so
+    the top ``limit`` is unchanged); clusters and roles are few. The window is (t − 2 s, t]; the
+    event's from → to are the window's extremes in time order."""
+    grid = event_grid(ctx)
+    if grid is None:
+        return []
+    table, step_ms = grid
+    r, d = ctx.reader, ctx.sql_date()
+    level_list = ", ".join(literal(lv) for lv in levels)
+    only = ""
+    if levels == ("host",) and r.has("swing_stats", ("level", "entity", "window_s", "series", "max_swing_w")):
+        only = (f"AND entity IN (SELECT entity FROM swing_stats WHERE date = {d} AND level = 'host' AND window_s = {EVENT_WINDOW_S} "
+                f"AND series = 'instant' ORDER BY max_swing_w DESC NULLS LAST, entity LIMIT {int(limit)})")
+    series = arrow_frame(r.q(
+        f"""SELECT level, entity, epoch_ms(ts::TIMESTAMPTZ) AS t_ms, power_w::DOUBLE AS w FROM {table}
+            WHERE date = {d} AND level IN ({level_list}) AND complete AND power_w IS NOT NULL {only}
+            ORDER BY level, entity, ts"""
+    ))
+    if series.is_empty():
+        return []
+    provisioned = arrow_frame(r.q(
+        f"""SELECT level, entity, max(p)::DOUBLE AS p FROM (SELECT level, entity, ts, sum(provisioned_w) AS p FROM fleet_power_1s
+            WHERE date = {d} AND level IN ({level_list}) GROUP BY ALL) GROUP BY ALL"""
+    )) if r.has("fleet_power_1s", ("level", "entity", "ts", "provisioned_w")) else pl.DataFrame(
+        schema={"level": pl.Utf8, "entity": pl.Utf8, "p": pl.Float64})
+    # one time axis for all entities, each shifted past the previous one by more than the window:
+    # rolling windows never reach across entities (pipeline/kernels.py does the same)
+    t_min, t_max = int(series["t_ms"].min()), int(series["t_ms"].max())  # type: ignore[arg-type]
+    stride = t_max - t_min + 2 * EVENT_WINDOW_S * 1000
+    series = series.with_columns(
+        ((pl.col("level") != pl.col("level").shift(1)) | (pl.col("entity") != pl.col("entity").shift(1))).fill_null(True).cum_sum().alias("g")
+    ).with_columns(((pl.col("g").cast(pl.Int64) * stride + pl.col("t_ms") - t_min) * 1000).cast(pl.Datetime("us")).alias("axis"))
+    window = f"{EVENT_WINDOW_S}s"
+    swings = series.with_columns(
+        (pl.col("w").rolling_max_by("axis", window) - pl.col("w").rolling_min_by("axis", window)).alias("swing_w"),
+        (pl.col("t_ms") // 60_000).alias("minute"),
     )
-    return ctx.reader.rows(
-        f"""WITH s AS ({source}),
-                 l AS (SELECT level, entity, ts, w, p,
-                              CASE WHEN ts - lag(ts, 1) OVER win <= INTERVAL {EVENT_WINDOW_S} SECOND THEN lag(w, 1) OVER win END AS w1,
-                              CASE WHEN ts - lag(ts, 2) OVER win <= INTERVAL {EVENT_WINDOW_S} SECOND THEN lag(w, 2) OVER win END AS w2
-                       FROM s WINDOW win AS (PARTITION BY level, entity ORDER BY ts)),
-                 ev AS (SELECT level, entity, ts, p, w AS to_w, coalesce(w2, w1, w) AS from_w,
-                               greatest(w, coalesce(w1, w), coalesce(w2, w)) - least(w, coalesce(w1, w), coalesce(w2, w)) AS swing_w,
-                               time_bucket(INTERVAL 1 MINUTE, ts) AS minute
-                        FROM l),
-                 best AS (SELECT level, entity, minute, arg_max(ev, swing_w) AS e FROM ev GROUP BY ALL)
-            SELECT level, entity, epoch_ms((e.ts)::TIMESTAMPTZ) AS t_ms, e.swing_w AS swing_w,
-                   100 * e.swing_w / nullif(e.p, 0) AS swing_pct, e.from_w AS from_w, e.to_w AS to_w, e.p AS p
-            FROM best WHERE e.swing_w > 0 ORDER BY swing_pct DESC NULLS LAST, swing_w DESC, t_ms LIMIT {limit}"""
-    )
+    best = swings.sort("swing_w", descending=True).unique(["level", "entity", "minute"], keep="first").filter(pl.col("swing_w") > 0)
+    best = best.join(provisioned, on=["level", "entity"], how="left").with_columns((100 * pl.col("swing_w") / pl.col("p")).alias("swing_pct"))
+    best = best.sort(["swing_pct", "swing_w", "t_ms"], descending=[True, True, False], nulls_last=True).head(limit)
+    events = []
+    for ev in best.iter_rows(named=True):
+        inside = series.filter((pl.col("g") == ev["g"]) & (pl.col("t_ms") > ev["t_ms"] - EVENT_WINDOW_S * 1000) & (pl.col("t_ms") <= ev["t_ms"]))
+        hi, lo = inside.row(int(inside["w"].arg_max()), named=True), inside.row(int(inside["w"].arg_min()), named=True)  # type: ignore[arg-type]
+        first, last = (lo, hi) if lo["t_ms"] <= hi["t_ms"] else (hi, lo)
+        events.append({"level": ev["level"], "entity": ev["entity"], "t_ms": ev["t_ms"], "swing_w": ev["swing_w"],
+                       "swing_pct": ev["swing_pct"], "from_w": first["w"], "to_w": last["w"], "p": ev["p"],
+                       "table": table, "grid_step_ms": step_ms})
+    return events
 
 
 def drill_sql(ctx: Ctx, ev: dict) -> str:
     t = dt.datetime.fromtimestamp(ev["t_ms"] / 1000, dt.UTC)
-    lo = (t - dt.timedelta(seconds=10)).strftime("%Y-%m-%d %H:%M:%S")
-    hi = (t + dt.timedelta(seconds=5)).strftime("%Y-%m-%d %H:%M:%S")
+    lo = (t - dt.timedelta(seconds=10)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    hi = (t + dt.timedelta(seconds=5)).strftime("%Y-%m-%d %H:%M:%S.%f")
     if ev["level"] == "host":
         return (
-            f"SELECT ts, gpu, source, power_w FROM power WHERE date = DATE '{ctx.date}' AND host = '{ev['entity']}' "
+            f"SELECT ts, gpu, source, power_w FROM power WHERE date = DATE '{ctx.date}' AND host = {literal(ev['entity'])} "
             f"AND ts BETWEEN TIMESTAMPTZ '{lo}+00' AND TIMESTAMPTZ '{hi}+00' ORDER BY ts, gpu"
         )
     return (
-        f"SELECT ts, power_w, power_pct, gpus_reporting FROM fleet_power_1s WHERE date = DATE '{ctx.date}' "
-        f"AND level = '{ev['level']}' AND entity = '{ev['entity']}' AND ts BETWEEN TIMESTAMPTZ '{lo}+00' AND TIMESTAMPTZ '{hi}+00' ORDER BY ts"
+        f"SELECT ts, power_w, gpus_reporting, complete FROM {ev.get('table', 'fleet_power_100ms')} WHERE date = DATE '{ctx.date}' "
+        f"AND level = {literal(ev['level'])} AND entity = {literal(ev['entity'])} AND ts BETWEEN TIMESTAMPTZ '{lo}+00' AND TIMESTAMPTZ '{hi}+00' ORDER BY ts"
     )
 
 
@@ -203,13 +250,13 @@ def build(ctx: Ctx) -> Section:
                     "window on the driver's 1 s average where a source reports one: what a 1 s average hides.",
                 )
             )
-    if have_1s:
-        s.add(
-            *_events_table(
-                ctx,
-                top_events(ctx, ("cluster", "role")),
-                "Top 10 swing events of clusters and roles (one per entity and minute, largest 2 s change of the 1 s series, % of provisioned)",
-            )
-        )
-        s.add(*_events_table(ctx, top_events(ctx, ("host",)), "Top 10 swing events of hosts"))
+    grid = event_grid(ctx)
+    if grid is not None:
+        on = (f"largest max − min inside any 2 s window of the {grid[1]} ms grid ({grid[0]}, complete slots: "
+              "exact over the grid, as swing_stats), time = the window's end")
+        caption = f"Top 10 swing events of clusters and roles (one per entity and minute, {on}, % of provisioned)"
+        s.add(*_events_table(ctx, top_events(ctx, ("cluster", "role")), caption))
+        s.add(*_events_table(ctx, top_events(ctx, ("host",)), "Top 10 swing events of hosts (the same rule, among the 10 hosts with the largest 2 s swing)"))
+    else:
+        s.not_available("fleet_power_100ms is missing: swing events")
     return s
