@@ -147,6 +147,7 @@ FLEET_POWER_GRID = Table(
     "fleet from energy_curve, GPUs covering the bin, and whether the bin is complete.",
     "cluster-day",
     deps=["energy_curve", "fleet_power_100ms"],
+    group="swings",
     before=grid_series,
     rollup=True,  # role and fleet rows summed from the cluster-days' parts; complete when every part is
     rollup_deps=["fleet_power_grid", ["fleet", "fleet_power_100ms"]],
@@ -161,6 +162,7 @@ SWING_STATS = Table(
     "windows over 10%/25% of provisioned.",
     "cluster-day",
     deps=["power_100ms", "fleet_power_100ms", "energy_curve", "fleet_power_grid"],
+    group="swings",  # with the grid that exists only for them (the power group's graph stays drawable)
     before=swing_inputs,
     rollup=True,  # role and fleet rows: the same SQL over the rolled-up 100 ms series (or grid)
     rollup_deps=[["fleet", "fleet_power_100ms"], ["fleet", "fleet_power_grid"]],
