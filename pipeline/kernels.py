@@ -12,6 +12,9 @@ one host's samples (only the needed columns) and run the kernels one GPU at a ti
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import polars as pl
 
@@ -85,6 +88,17 @@ def arrow_frame(table) -> pl.DataFrame:
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame
+
+
+@contextmanager
+def registered(con, name: str, frame: pl.DataFrame) -> Iterator[None]:
+    """A kernel's frame visible to SQL as view ``name`` for the statements of the block (compute
+    connections turn replacement scans of Python variables off), unregistered after."""
+    con.register(name, frame.to_arrow())
+    try:
+        yield
+    finally:
+        con.unregister(name)
 
 
 SLOT_NS = 100_000_000

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 from dagster import MetadataValue
 
-from pipeline.kernels import arrow_frame
+from pipeline.kernels import arrow_frame, registered
 from pipeline.phases import checks, curve, power_detect
 from pipeline.tables import PythonCheck, Table, statements, table_assets
 
@@ -73,11 +73,8 @@ def intervals(con, write) -> int:
         e = np.zeros(len(t))
         for host, gpu in members:
             e += curve.read_curve(con, host, gpu).energy_at(t)
-        con.register("_pi_energy_arrow", pl.DataFrame({"endpoint": endpoint, "t": t, "e_j": e}).to_arrow())
-        try:
-            con.execute("INSERT INTO _pi_energy SELECT * FROM _pi_energy_arrow")
-        finally:
-            con.unregister("_pi_energy_arrow")
+        with registered(con, "_pi_energy_frame", pl.DataFrame({"endpoint": endpoint, "t": t, "e_j": e})):
+            con.execute("INSERT INTO _pi_energy SELECT * FROM _pi_energy_frame")
     return write(query)
 
 
@@ -126,17 +123,14 @@ def source_stats(con, gk: int, host: str, gpu: int) -> tuple[dict, curve.Curve]:
 def _power_gpus_table(con, stats: list[dict]) -> None:
     """Temp table `_power_gpus`: per endpoint GPU with power, its source, sample interval and
     whether power-only detection can resolve prefills there."""
-    con.register("_power_gpus_arrow", pl.DataFrame(stats, schema=POWER_GPUS_SCHEMA).to_arrow())
-    try:
+    with registered(con, "_power_gpus_frame", pl.DataFrame(stats, schema=POWER_GPUS_SCHEMA)):
         con.execute(
             "CREATE OR REPLACE TEMP TABLE _power_gpus AS "
             "SELECT g.endpoint, g.host, g.gpu, g.gk, g.tdp_w, s.source, s.is_average, s.sample_interval_ms, "
             "NOT s.is_average AND s.sample_interval_ms <= ? AS resolvable "
-            "FROM _phase_gpus AS g JOIN _power_gpus_arrow AS s USING (gk) ORDER BY g.gk",
+            "FROM _phase_gpus AS g JOIN _power_gpus_frame AS s USING (gk) ORDER BY g.gk",
             [power_detect.PREFILL_RESOLVABLE_MS],
         )
-    finally:
-        con.unregister("_power_gpus_arrow")
 
 
 def power_gpus(con) -> None:
@@ -195,11 +189,8 @@ def segments(con) -> None:
                     "mean_w": energy / ((hi - lo) / 1e9), "peak_w": runs["peak_w"], "prompt_tokens": None, "output_tokens": None,
                 }, schema=SEGMENTS_SCHEMA))
         if frames:
-            con.register("_segments_arrow", pl.concat(frames).to_arrow())
-            try:
-                con.execute("INSERT INTO _segments SELECT * FROM _segments_arrow")
-            finally:
-                con.unregister("_segments_arrow")
+            with registered(con, "_segments_frame", pl.concat(frames)):
+                con.execute("INSERT INTO _segments SELECT * FROM _segments_frame")
     _power_gpus_table(con, stats)
 
 

@@ -9,7 +9,7 @@ import polars as pl
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, dense, grid_stats, summed_series
-from pipeline.kernels import arrow_frame, best_samples, max_swings
+from pipeline.kernels import arrow_frame, best_samples, max_swings, registered
 from pipeline.tables import Table, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
@@ -56,22 +56,15 @@ def native_swings(con) -> None:
             frames.append(_swings(pl.DataFrame({"gpu": np.full(len(t), gpu, np.int64), "t_ns": t, "p": p}), host, "avg1s"))
     native = pl.concat(frames) if frames else max_swings(pl.DataFrame(), WINDOWS_S).with_columns(
         pl.lit(None, pl.Utf8).alias("host"), pl.lit(None, pl.Utf8).alias("series"))
-    native = native.select("host", "gpu", "series", "window_s", "max_swing_w", "sample_interval_ms").to_arrow()
-    con.register("_native_swings_arrow", native)
-    try:
-        con.execute("CREATE OR REPLACE TEMP TABLE _native_swings AS SELECT * FROM _native_swings_arrow")
-    finally:
-        con.unregister("_native_swings_arrow")
+    native = native.select("host", "gpu", "series", "window_s", "max_swing_w", "sample_interval_ms")
+    with registered(con, "_native_swings_frame", native):
+        con.execute("CREATE OR REPLACE TEMP TABLE _native_swings AS SELECT * FROM _native_swings_frame")
 
 
 def insert_frame(con, table: str, frame: pl.DataFrame) -> None:
-    """Append a polars frame to a temp table by column name, through a registered view (no
-    replacement scan of a Python variable)."""
-    con.register("_grid_frame", frame.to_arrow())
-    try:
+    """Append a polars frame to a temp table by column name."""
+    with registered(con, "_grid_frame", frame):
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _grid_frame")
-    finally:
-        con.unregister("_grid_frame")
 
 
 def grid_step(con) -> int:
