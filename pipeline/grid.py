@@ -174,20 +174,19 @@ def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iter
     (none when no bin is complete)."""
     if not ok.any():
         return []
-    series = pl.Series("v", values).scatter(np.flatnonzero(~ok), None)
     both = ok[1:] & ok[:-1]
     ramp = float(np.abs(np.diff(values))[both].max()) / (step_ms / 1000) if both.any() else None
     rows = []
     for w in windows_s:
         n = w * 1000 // step_ms
-        sliding = (series.rolling_max(window_size=n, min_samples=n) - series.rolling_min(window_size=n, min_samples=n)).max()
+        sliding = sliding_max_swing(values, ok, n)
         blocks = ok.reshape(-1, n)
         complete = blocks.all(axis=1)
         used = values.reshape(-1, n)[complete]
         ranges = used.max(axis=1) - used.min(axis=1) if len(used) else np.zeros(0)
         rows.append({
             "window_s": w,
-            "max_swing_w": None if sliding is None else float(sliding),  # type: ignore[arg-type]
+            "max_swing_w": sliding,
             "p50_swing_w": float(np.quantile(ranges, 0.5)) if len(ranges) else None,
             "p99_swing_w": float(np.quantile(ranges, 0.99)) if len(ranges) else None,
             "max_ramp_w_per_s": ramp,
@@ -197,3 +196,36 @@ def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iter
             "windows_incomplete": int((blocks.any(axis=1) & ~complete).sum()),
         })
     return rows
+
+
+def sliding_max_swing(values: np.ndarray, ok: np.ndarray, n: int) -> float | None:
+    """The largest max − min over every window of ``n`` consecutive bins that are all ``ok`` (None
+    when there is none); ``len(values)`` a multiple of ``n``.
+
+    Exact, and cheap on a day series: aligned n-bin blocks first (reshape); a window starting in
+    block k lies inside blocks k and k + 1, so it can beat the best complete block only if the
+    pair's joint range does; only those pairs are slid (polars rolling max/min), laid end to end
+    with a null between pairs that do not touch, so no window reaches from one into another."""
+    blocks = len(values) // n
+    hi = np.where(ok, values, -np.inf).reshape(blocks, n).max(axis=1)
+    lo = np.where(ok, values, np.inf).reshape(blocks, n).min(axis=1)
+    count = ok.reshape(blocks, n).sum(axis=1)
+    complete = count == n
+    best = float((hi - lo)[complete].max()) if complete.any() else None
+    pair = np.maximum(hi[1:], hi[:-1]) - np.minimum(lo[1:], lo[:-1])
+    can = (count[1:] + count[:-1] >= n) & (pair > (-np.inf if best is None else best))
+    if not can.any():
+        return best
+    mark = np.zeros(blocks, dtype=bool)
+    mark[np.flatnonzero(can)] = True
+    mark[np.flatnonzero(can) + 1] = True
+    starts = np.flatnonzero(mark & ~np.r_[False, mark[:-1]])  # runs of marked blocks
+    ends = np.flatnonzero(mark & ~np.r_[mark[1:], False]) + 1
+    pieces = []
+    for a, b in zip(starts, ends, strict=True):
+        pieces += [np.where(ok[a * n: b * n], values[a * n: b * n], np.nan), np.array([np.nan])]
+    series = pl.Series("v", np.concatenate(pieces), nan_to_null=True)
+    slid = (series.rolling_max(window_size=n, min_samples=n) - series.rolling_min(window_size=n, min_samples=n)).max()
+    if slid is None:
+        return best
+    return float(slid) if best is None else max(best, float(slid))  # type: ignore[arg-type]

@@ -6,7 +6,8 @@ import pytest
 
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from pipeline.warehouse import read_day
+from pipeline.tables import statements
+from pipeline.warehouse import compute_connection, read_day
 from tests.builders import DAY, power_table, square_wave, two_host_inventory
 
 DATE = DAY.isoformat()
@@ -87,6 +88,30 @@ def test_gaps_carried_or_excluded(swings):
     # slot 800 is empty but 799 exists: carried; 801, 802 stay empty.
     assert con.execute("select count(*) from fleet_power_100ms where entity='infer-0' and not complete").fetchone()[0] == 2
     assert _row(con, "host", "infer-0", 1)[8:] == (119, 1)
+
+
+UPPER_COLUMNS = """level, entity, window_s, series, max_swing_w, max_swing_pct, p50_swing_w, p99_swing_w, max_ramp_w_per_s,
+    windows_over_10pct, windows_over_25pct, provisioned_w, windows_complete, windows_incomplete, grid_step_ms"""
+
+
+def upper_rows_kernel_and_sql(data_dir, date: str) -> tuple[list, list]:
+    """The stored host, cluster, role and fleet rows (the kernel's: grid_swings) and the rows
+    sql/swing_stats/swing_stats.sql computes for them when run alone over the same day (the CLI)."""
+    levels = "level IN ('host', 'cluster', 'role', 'fleet')"
+    with compute_connection(data_dir, date) as con:
+        kernel = con.execute(f"SELECT {UPPER_COLUMNS} FROM swing_stats WHERE {levels} ORDER BY ALL").fetchall()
+        prepare, query = statements("swing_stats/swing_stats")
+        for statement in prepare:
+            con.execute(statement)
+        sql = con.execute(f"SELECT {UPPER_COLUMNS} FROM ({query}) WHERE {levels} ORDER BY ALL").fetchall()
+    return kernel, sql
+
+
+def test_upper_rows_of_the_kernel_match_the_sql_definition(swings):
+    kernel, sql = upper_rows_kernel_and_sql(swings[0], DATE)
+    assert {r[0] for r in kernel} == {"host", "cluster", "role", "fleet"}
+    assert any(r[13] for r in kernel), "a hole makes windows incomplete"
+    assert kernel == sql
 
 
 def test_checks_pass(swings):

@@ -1,11 +1,13 @@
-"""kernels.max_swings (block-pruned, then slid exactly where it can matter) against a brute force
-over every window, on random series built to put the best window across block edges, inside
-runs split by gaps, on ties and on a few samples."""
+"""kernels.max_swings and grid.sliding_max_swing (block-pruned, then slid exactly where it can
+matter) against a brute force over every window, on random series built to put the best window
+across block edges, inside runs split by gaps or holes, on ties and on a few samples."""
 
 import numpy as np
 import polars as pl
 import pytest
 
+from pipeline import kernels
+from pipeline.grid import sliding_max_swing
 from pipeline.kernels import RUN_GAP_NS, max_swings
 
 S = 1_000_000_000
@@ -21,8 +23,10 @@ def brute_force(t_ns: np.ndarray, p: np.ndarray, window_s: int) -> float:
     return best
 
 
+@pytest.mark.parametrize("fine_from", [20_000, 0], ids=["pairs", "fine"])
 @pytest.mark.parametrize("seed", range(40))
-def test_matches_brute_force(seed):
+def test_matches_brute_force(seed, fine_from, monkeypatch):
+    monkeypatch.setattr(kernels, "FINE_FROM_SAMPLES", fine_from)  # 0: the fine bound on every series
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
     step = rng.choice([20_000_000, 100_000_000, 700_000_000])
@@ -44,3 +48,20 @@ def test_several_gpus_and_empty():
     assert got.select("gpu", "window_s", "max_swing_w").rows() == [(0, 1, 9.0), (0, 2, 19.0), (3, 1, 0.0), (3, 2, 0.0)]
     assert max_swings(df.clear(), (1, 2)).is_empty()
     assert max_swings(pl.DataFrame(), (1, 2)).columns == ["gpu", "window_s", "max_swing_w", "sample_interval_ms"]  # a day without GPUs
+
+
+def brute_force_grid(values: np.ndarray, ok: np.ndarray, n: int) -> float | None:
+    """max over every run of n consecutive ok bins of max − min, one window at a time."""
+    found = [float(values[i: i + n].max() - values[i: i + n].min()) for i in range(len(values) - n + 1) if ok[i: i + n].all()]
+    return max(found) if found else None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_grid_sliding_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([2, 5, 10, 50]))
+    bins = n * int(rng.integers(1, 40))
+    values = np.round(np.cumsum(rng.standard_normal(bins)) * 50, 0 if seed % 3 == 0 else 3)  # drift; rounded: ties
+    values[rng.random(bins) < 0.01] += 500  # rare spikes, anywhere relative to the blocks
+    ok = rng.random(bins) > rng.choice([0.0, 0.01, 0.1, 0.5])  # holes: windows over them do not count
+    assert sliding_max_swing(values, ok, n) == brute_force_grid(values, ok, n)

@@ -9,7 +9,7 @@ import polars as pl
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, dense, grid_stats, summed_series
-from pipeline.kernels import arrow_frame, best_samples, max_swings, registered
+from pipeline.kernels import arrow_frame, best_samples, in_file_order, max_swings, registered
 from pipeline.tables import Table, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
@@ -46,8 +46,9 @@ def native_swings(con) -> None:
         del avg
         for gpu in host_gpus:
             # the curve's part is written sorted by (host, gpu, t_ns) in row groups that the gpu
-            # filter skips; sorted here only if it ever is not
-            inst = arrow_frame(con.sql(_INSTANT_SAMPLES, params={"host": host, "gpu": gpu}).to_arrow_table())
+            # filter skips, and read in file order; sorted here only if it ever is not
+            with in_file_order(con):
+                inst = arrow_frame(con.sql(_INSTANT_SAMPLES, params={"host": host, "gpu": gpu}).to_arrow_table())
             if not inst["t_ns"].is_sorted():
                 inst = inst.sort("t_ns")
             frames.append(_swings(inst.with_columns(pl.lit(gpu, pl.Int64).alias("gpu")), host, "instant"))
@@ -69,7 +70,7 @@ def insert_frame(con, table: str, frame: pl.DataFrame) -> None:
 
 def grid_step(con) -> int:
     """The connection's grid step (ms): the resource's setting; 100 where none is set (SQL by hand)."""
-    return con.execute("SELECT getvariable('grid_step_ms')").fetchone()[0] or DEFAULT_GRID_STEP_MS
+    return con.execute("SELECT getvariable('grid_step_ms')").fetchall()[0][0] or DEFAULT_GRID_STEP_MS  # fetchall: the result is finished
 
 
 def grid_series(con) -> None:
@@ -84,20 +85,23 @@ def grid_series(con) -> None:
         insert_frame(con, "_grid_series", frame)
 
 
-_GRID_COLUMNS = """level VARCHAR, entity VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
+_GRID_COLUMNS = """level VARCHAR, entity VARCHAR, series VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
     p99_swing_w DOUBLE, max_ramp_w_per_s DOUBLE, windows_over_10pct BIGINT, windows_over_25pct BIGINT,
     windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER"""
 
+_UPPER_SCOPE = "(getvariable('scope') IS DISTINCT FROM 'fleet' OR g.level IN ('role', 'fleet'))"
+"""A fleet-day rollup (scope 'fleet') swings only the role and fleet series."""
 
-def grid_swings(con) -> None:
-    """Temp table ``_grid_swings``: the host, cluster, role and fleet rows of the instant series on
-    fleet_power_grid (a fleet-day: role and fleet), one entity's dense day series at a time; empty
-    at the default step, where the SQL takes those rows from fleet_power_100ms."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _grid_swings ({_GRID_COLUMNS})")
-    step = grid_step(con)
-    if step == DEFAULT_GRID_STEP_MS:
-        return
-    bins = DAY_NS // (step * 1_000_000)
+_GRID_100MS = f"""
+SELECT g.level, g.entity, e.provisioned_w, (epoch_ms(g.ts) - epoch_ms(day_start())) // 100 AS bin,
+       g.power_w, g.power_avg_w, g.complete
+FROM fleet_power_100ms AS g JOIN inventory_entities AS e USING (level, entity)
+WHERE g.date = getvariable('partition_date') AND {_UPPER_SCOPE}
+"""
+
+
+def _stored_step(con, step: int) -> None:
+    """fleet_power_grid of this day must be on the setting's grid (it is built before swing_stats)."""
     try:
         stored = {s for (s,) in con.execute(
             "SELECT DISTINCT grid_step_ms FROM fleet_power_grid WHERE date = getvariable('partition_date')").fetchall()}
@@ -106,25 +110,47 @@ def grid_swings(con) -> None:
     if stored - {step}:
         raise RuntimeError(f"fleet_power_grid of this day is on a {sorted(stored)} ms grid, the setting is {step} ms: "
                            "materialize fleet_power_grid again before swing_stats")
-    entities = con.execute(
-        """SELECT DISTINCT g.level, g.entity, e.provisioned_w FROM fleet_power_grid AS g
-           JOIN inventory_entities AS e USING (level, entity)
-           WHERE g.date = getvariable('partition_date')
-             AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR g.level IN ('role', 'fleet'))
-           ORDER BY 1, 2"""
-    ).fetchall()
+
+
+def _entity_rows(frame: pl.DataFrame, series: str, value: str, ok: pl.Expr, step: int) -> list[dict]:
+    """swing_stats' grid columns of each (level, entity) of ``frame`` (bin, the ``value`` column, a
+    provisioned_w), on the dense day series whose bins are complete where ``ok`` holds."""
+    bins = DAY_NS // (step * 1_000_000)
     out = []
-    for level, entity, provisioned_w in entities:
-        frame = arrow_frame(con.sql(
-            """SELECT (epoch_us(ts) - epoch_us(day_start())) // ($step * 1000) AS bin, power_w, complete
-               FROM fleet_power_grid WHERE date = getvariable('partition_date') AND level = $level AND entity = $entity""",
-            params={"step": step, "level": level, "entity": entity},
+    for (level, entity), part in frame.with_columns(ok.fill_null(False).alias("_ok")).partition_by(
+            ["level", "entity"], as_dict=True, maintain_order=True).items():
+        values, complete = dense(part.select("bin", pl.col(value).fill_null(0.0).alias("power_w"), pl.col("_ok").alias("complete")), bins)
+        out += [{"level": level, "entity": entity, "series": series, **row, "grid_step_ms": step}
+                for row in grid_stats(values, complete, step, WINDOWS_S, float(part["provisioned_w"][0]))]
+    return out
+
+
+def grid_swings(con) -> None:
+    """Temp table ``_grid_swings``: the host, cluster, role and fleet rows (a fleet-day: role and
+    fleet), each entity's dense day series swung by pipeline/grid.py's grid_stats (polars rolling
+    max/min: exact sliding windows over complete bins, as the SQL's block pairs are). The avg1s
+    series on fleet_power_100ms; the instant series on fleet_power_100ms at the default step, on
+    fleet_power_grid at another. Row for row what sql/swing_stats/swing_stats.sql computes for these
+    levels on its own (tests/test_swing_stats.py), at a fraction of its cost."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _grid_swings ({_GRID_COLUMNS})")
+    step = grid_step(con)
+    slots = arrow_frame(con.sql(_GRID_100MS).to_arrow_table())
+    out = _entity_rows(slots, "avg1s", "power_avg_w", pl.col("complete") & pl.col("power_avg_w").is_not_null(), DEFAULT_GRID_STEP_MS)
+    if step == DEFAULT_GRID_STEP_MS:
+        out += _entity_rows(slots, "instant", "power_w", pl.col("complete") & pl.col("power_w").is_not_null(), step)
+    else:
+        del slots
+        _stored_step(con, step)
+        grid = arrow_frame(con.sql(
+            f"""SELECT g.level, g.entity, e.provisioned_w, (epoch_us(g.ts) - epoch_us(day_start())) // ($step * 1000) AS bin, g.power_w, g.complete
+                FROM fleet_power_grid AS g JOIN inventory_entities AS e USING (level, entity)
+                WHERE g.date = getvariable('partition_date') AND {_UPPER_SCOPE}""",
+            params={"step": step},
         ).to_arrow_table())
-        values, ok = dense(frame, bins)
-        out += [{"level": level, "entity": entity, **row, "grid_step_ms": step}
-                for row in grid_stats(values, ok, step, WINDOWS_S, float(provisioned_w))]
+        out += _entity_rows(grid, "instant", "power_w", pl.col("complete") & pl.col("power_w").is_not_null(), step)
     if out:
         insert_frame(con, "_grid_swings", pl.DataFrame(out))
+    con.execute("SET VARIABLE upper_swings_from_kernel = true")
 
 
 def swing_inputs(con) -> None:

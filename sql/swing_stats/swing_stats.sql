@@ -21,11 +21,13 @@ CREATE TEMP TABLE IF NOT EXISTS _native_swings (
     host VARCHAR, gpu BIGINT, series VARCHAR, window_s BIGINT, max_swing_w DOUBLE, sample_interval_ms DOUBLE
 );
 
--- Host-and-above rows of the instant series when the grid step (setting grid_step_ms) is not 100
--- ms: _grid_swings, left by the asset's kernel from fleet_power_grid (pipeline/grid.py); at 100 ms
--- it is empty and those rows come from fleet_power_100ms below.
+-- Host-and-above rows (both series) as the asset's kernel computes them: _grid_swings, left by
+-- pipeline/assets/swing_stats.py (grid_swings: polars rolling windows over each entity's dense day
+-- series from fleet_power_100ms, or fleet_power_grid for the instant series at another step),
+-- which then sets the variable upper_swings_from_kernel. Run alone in the CLI, the table is empty
+-- and those rows come from fleet_power_100ms below (the definition the kernel is tested against).
 CREATE TEMP TABLE IF NOT EXISTS _grid_swings (
-    level VARCHAR, entity VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
+    level VARCHAR, entity VARCHAR, series VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
     p99_swing_w DOUBLE, max_ramp_w_per_s DOUBLE, windows_over_10pct BIGINT, windows_over_25pct BIGINT,
     windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER
 );
@@ -45,19 +47,22 @@ FROM (
 WHERE gap IS NOT NULL
 GROUP BY ALL;
 
--- Every series at every level, one row per slot; p / pa are null where the slot is incomplete
--- (p of host and above also at a grid step other than 100 ms: _grid_swings has those rows).
+-- Every series at every level, one row per slot, in double precision (differences of the stored
+-- float32 watts are taken exactly); p / pa are null where the slot is incomplete
+-- (p of host and above also at a grid step other than 100 ms). Host and above only when the
+-- kernel has not left their rows in _grid_swings.
 CREATE OR REPLACE TEMP VIEW _slots AS
-SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w AS p, power_avg_w AS pa, true AS ok
+SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w::DOUBLE AS p, power_avg_w::DOUBLE AS pa, true AS ok
 FROM gpu_grid_day('power_100ms', '_carried')
 UNION ALL
 SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot,
-       CASE WHEN complete AND coalesce(getvariable('grid_step_ms'), 100) = 100 THEN power_w END,
-       CASE WHEN complete THEN power_avg_w END, complete
+       CASE WHEN complete AND coalesce(getvariable('grid_step_ms'), 100) = 100 THEN power_w::DOUBLE END,
+       CASE WHEN complete THEN power_avg_w::DOUBLE END, complete
 FROM fleet_power_100ms
 WHERE date = getvariable('partition_date')
   -- a fleet-day rollup (SET VARIABLE scope = 'fleet') swings only the role and fleet series
-  AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR level IN ('role', 'fleet'));
+  AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR level IN ('role', 'fleet'))
+  AND getvariable('upper_swings_from_kernel') IS DISTINCT FROM true;
 
 -- 1 s blocks: each block's ten slot values side by side (v0..v9, null where a slot is empty or
 -- incomplete), so max, min, count and every 100 ms step inside the block come from one row.
@@ -131,14 +136,19 @@ FROM _windows
 GROUP BY ALL;
 
 -- Pairs (w, w + 1) whose joint range beats the best aligned window: the only places a sliding
--- window can be larger. Each is re-read at 100 ms as the 1 s blocks it covers.
+-- window can be larger. Each is re-read at 100 ms as the 1 s blocks it covers. Not for a GPU
+-- series whose max the kernel took on its raw samples (_native_swings): that max wins below.
 CREATE OR REPLACE TEMP TABLE _candidates AS
 SELECT ky.level, ky.entity, ky.gpu, ky.series, w.k, w.m, w.w, w.w * w.m + i.i AS block
 FROM _windows AS w
 JOIN _aligned AS a USING (k, m)
 JOIN _keys AS ky USING (k)
 CROSS JOIN range(120) AS i(i)
-WHERE w.pair_can_hold_window AND w.pair_range > coalesce(a.best, -1) AND i.i < 2 * w.m;
+WHERE w.pair_can_hold_window AND w.pair_range > coalesce(a.best, -1) AND i.i < 2 * w.m
+  AND NOT EXISTS (
+      SELECT 1 FROM _native_swings AS ns
+      WHERE ky.level = 'gpu' AND ns.host = ky.entity AND ns.gpu = ky.gpu AND ns.series = ky.series AND ns.window_s = w.m
+  );
 
 CREATE OR REPLACE TEMP TABLE _sliding AS
 WITH r AS (
@@ -214,7 +224,7 @@ SELECT
     g.level,
     g.entity,
     g.window_s,
-    'instant',
+    g.series,
     g.max_swing_w::FLOAT,
     (100 * g.max_swing_w / e.provisioned_w)::FLOAT,
     g.p50_swing_w::FLOAT,
