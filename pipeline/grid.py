@@ -159,19 +159,10 @@ def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
         yield series_frame(u, upper_gpus[key])
 
 
-def dense(frame: pl.DataFrame, bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """An entity's stored bins (bin, power_w, complete) as a dense day series and its completeness."""
-    values = np.zeros(bins)
-    ok = np.zeros(bins, dtype=bool)
-    idx = frame["bin"].to_numpy()
-    values[idx] = frame["power_w"].to_numpy()
-    ok[idx] = frame["complete"].to_numpy()
-    return values, ok
-
-
-def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iterable[int], provisioned_w: float) -> list[dict]:
-    """swing_stats' columns for one entity's instantaneous series on the grid, one dict per window
-    (none when no bin is complete)."""
+def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iterable[int], provisioned_w: float,
+               slide: bool = True) -> list[dict]:
+    """swing_stats' columns for one entity's series on the grid, one dict per window (none when no
+    bin is complete); max_swing_w None unless ``slide`` (a GPU's comes from its raw samples)."""
     if not ok.any():
         return []
     both = ok[1:] & ok[:-1]
@@ -179,7 +170,7 @@ def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iter
     rows = []
     for w in windows_s:
         n = w * 1000 // step_ms
-        sliding = sliding_max_swing(values, ok, n)
+        sliding = sliding_max_swing(values, ok, n) if slide else None
         blocks = ok.reshape(-1, n)
         complete = blocks.all(axis=1)
         used = values.reshape(-1, n)[complete]
@@ -229,3 +220,44 @@ def sliding_max_swing(values: np.ndarray, ok: np.ndarray, n: int) -> float | Non
     if slid is None:
         return best
     return float(slid) if best is None else max(best, float(slid))  # type: ignore[arg-type]
+
+
+SLOTS_PER_MINUTE = 600
+
+
+def carried_slots(slot: np.ndarray, end_slot: int) -> tuple[np.ndarray, np.ndarray]:
+    """One GPU's empty 100 ms slots that take an earlier slot's value, and that slot's row: the
+    carry rule of sql/views/power_series.sql (gpu_grid_carried), step for step. Only minutes with
+    an empty slot ("gappy") and the minute before each are looked at; a row carries its value
+    into the empty slots after it, at most to the next such row and at most ``reach`` slots (the
+    0.9 discrete quantile of the row spacing in its minute, less one, at least one); only slots in
+    gappy minutes before ``end_slot`` are kept. ``slot``: the GPU's slots of the day, sorted, unique."""
+    none = np.zeros(0, np.int64)
+    minute = slot // SLOTS_PER_MINUTE
+    minutes, counts = np.unique(minute, return_counts=True)
+    gappy = minutes[counts < SLOTS_PER_MINUTE]
+    if not len(gappy):
+        return none, none
+    rows = np.flatnonzero(np.isin(minute, np.union1d(gappy, gappy - 1)))
+    s, m = slot[rows], minute[rows]
+    has_next = np.r_[np.ones(len(s) - 1, bool), False]
+    spacing = np.r_[s[1:] - s[:-1], 0]
+    # reach per minute: quantile_disc(spacing, 0.9) over its rows that have a next row
+    reach = np.ones(len(s), np.int64)  # a minute without such rows: 1
+    order = np.lexsort((spacing[has_next], m[has_next]))
+    ms, sp = m[has_next][order], spacing[has_next][order]
+    if len(ms):
+        first = np.flatnonzero(np.r_[True, ms[1:] != ms[:-1]])
+        n = np.diff(np.r_[first, len(ms)])
+        keys = ms[first]
+        values = np.maximum(1, sp[first + np.maximum(1, np.ceil(n * 0.9)).astype(np.int64) - 1] - 1)  # DuckDB: element ⌈n q⌉
+        at = np.searchsorted(keys, m).clip(max=len(keys) - 1)
+        hit = keys[at] == m
+        reach[hit] = values[at[hit]]
+    carries = ~has_next | (spacing > 1)
+    take = np.minimum(np.where(has_next, spacing - 1, 1), reach)[carries]
+    src = rows[carries]
+    out_src = np.repeat(src, take)
+    out = np.repeat(slot[src], take) + (np.arange(len(out_src)) - np.repeat(np.cumsum(take) - take, take)) + 1
+    keep = np.isin(out // SLOTS_PER_MINUTE, gappy) & (out < end_slot)
+    return out[keep], out_src[keep]

@@ -106,12 +106,19 @@ def max_swings(samples: pl.DataFrame, windows_s: tuple[int, ...]) -> pl.DataFram
     """
     rows: list[tuple[int, int, float, float | None]] = []
     for (gpu,), part in ([] if samples.is_empty() else samples.partition_by("gpu", as_dict=True, maintain_order=True).items()):
-        t, p = part["t_ns"].to_numpy(), part["p"].to_numpy().astype(np.float64)
-        spacing = float(np.median(np.diff(t))) / 1e6 if len(t) > 1 else None
-        gap = np.r_[True, np.diff(t) > RUN_GAP_NS]
-        rows.extend((int(gpu), w, _max_swing(t, p, gap, w), spacing) for w in windows_s)
+        rows.extend((int(gpu), *row) for row in series_swings(part["t_ns"].to_numpy(), part["p"].to_numpy().astype(np.float64), windows_s))
     schema = {"gpu": pl.Int64, "window_s": pl.Int64, "max_swing_w": pl.Float64, "sample_interval_ms": pl.Float64}
     return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def series_swings(t_ns: np.ndarray, p: np.ndarray, windows_s: tuple[int, ...]) -> list[tuple[int, float, float | None]]:
+    """One series' (window_s, max_swing_w, sample_interval_ms) per window (max_swings, for one GPU's
+    sorted samples: no frame to split); none for an empty series."""
+    if not len(t_ns):
+        return []
+    spacing = float(np.median(np.diff(t_ns))) / 1e6 if len(t_ns) > 1 else None
+    gap = np.r_[True, np.diff(t_ns) > RUN_GAP_NS]
+    return [(w, _max_swing(t_ns, p, gap, w), spacing) for w in windows_s]
 
 
 def arrow_frame(table) -> pl.DataFrame:

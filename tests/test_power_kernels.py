@@ -14,6 +14,7 @@ from pipeline.runner import run_day
 from pipeline.tables import statements
 from pipeline.warehouse import compute_connection
 from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
+from tests.test_power_swings import assert_kernels_match_sql
 
 DATE = DAY.isoformat()
 T0 = day_start_ns()
@@ -62,7 +63,7 @@ def day(tmp_path_factory):
     p2 = 500 + 100 * rng.random(len(t2))
     write_dataset(power_table("train-1", 0, t2[600:], p2[600:]), d, "power", prefix="e")
     write_dataset(power_table("train-1", 0, t2[:600], p2[:600]), d, "power", prefix="f")
-    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms"])
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms", "fleet_power_1s", "fleet_power_100ms", "swing_stats"])
     assert outcome.success, outcome.error
     assert not [c for c in outcome.failed_checks if c.asset == "energy_curve"], outcome.failed_checks
     return d
@@ -150,3 +151,13 @@ def test_seconds_kernel_rows_match_sql_definition(day):
         # timestamps, where the SQL's lag takes the tied rows in any order
         if not repeated & {(k[0], k[1], k[2]), (k[0], k[1], k[2] - datetime.timedelta(seconds=1))}:
             assert k[11] == s[11], (k, s)
+
+
+def test_swing_kernels_match_sql_definition(day):
+    """swing_stats' kernels (GPU rows from the slots with the carry rule, the levels above from
+    fleet_power_100ms) against the SQL file run alone, on the messy day: sources switching, 1 s
+    averages only on one GPU, gaps, repeated timestamps, a host missing from the inventory."""
+    rows = assert_kernels_match_sql(day, DATE)
+    assert {r[1] for r in rows if r[0] == "gpu"} == {"train-0/0", "train-0/1"}  # train-1 is not in the inventory: left out
+    assert {r[3] for r in rows if r[1] == "train-0/1"} == {"avg1s"}, "1 s averages only: no instant series"
+

@@ -90,28 +90,41 @@ def test_gaps_carried_or_excluded(swings):
     assert _row(con, "host", "infer-0", 1)[8:] == (119, 1)
 
 
-UPPER_COLUMNS = """level, entity, window_s, series, max_swing_w, max_swing_pct, p50_swing_w, p99_swing_w, max_ramp_w_per_s,
-    windows_over_10pct, windows_over_25pct, provisioned_w, windows_complete, windows_incomplete, grid_step_ms"""
+ROW_COLUMNS = """level, entity, window_s, series, p50_swing_w, p99_swing_w, max_ramp_w_per_s, windows_over_10pct,
+    windows_over_25pct, provisioned_w, windows_complete, windows_incomplete, grid_step_ms, max_swing_w, max_swing_pct"""
 
 
-def upper_rows_kernel_and_sql(data_dir, date: str) -> tuple[list, list]:
-    """The stored host, cluster, role and fleet rows (the kernel's: grid_swings) and the rows
-    sql/swing_stats/swing_stats.sql computes for them when run alone over the same day (the CLI)."""
-    levels = "level IN ('host', 'cluster', 'role', 'fleet')"
+def kernel_and_sql_rows(data_dir, date: str) -> tuple[list, list]:
+    """The stored rows (the asset's kernels: gpu_swings, grid_swings) and the rows
+    sql/swing_stats/swing_stats.sql computes when run alone over the same day (the CLI), sorted;
+    the last two columns are the max swing (a GPU's: on its raw samples, stored; on the grid, SQL)."""
     with compute_connection(data_dir, date) as con:
-        kernel = con.execute(f"SELECT {UPPER_COLUMNS} FROM swing_stats WHERE {levels} ORDER BY ALL").fetchall()
+        kernel = con.execute(f"SELECT {ROW_COLUMNS} FROM swing_stats WHERE level <> 'cluster_role' ORDER BY ALL").fetchall()
         prepare, query = statements("swing_stats/swing_stats")
         for statement in prepare:
             con.execute(statement)
-        sql = con.execute(f"SELECT {UPPER_COLUMNS} FROM ({query}) WHERE {levels} ORDER BY ALL").fetchall()
+        sql = con.execute(f"SELECT {ROW_COLUMNS} FROM ({query}) WHERE level <> 'cluster_role' ORDER BY ALL").fetchall()
     return kernel, sql
 
 
-def test_upper_rows_of_the_kernel_match_the_sql_definition(swings):
-    kernel, sql = upper_rows_kernel_and_sql(swings[0], DATE)
-    assert {r[0] for r in kernel} == {"host", "cluster", "role", "fleet"}
-    assert any(r[13] for r in kernel), "a hole makes windows incomplete"
-    assert kernel == sql
+def assert_kernels_match_sql(data_dir, date: str) -> list:
+    """Every column equal; for GPUs all but the max swing, taken on the raw samples (against a brute
+    force in tests/test_power_swings_native.py), not on the grid: a 1 s average sampled every second
+    swings 0 W within 1 s on its samples, while the grid carries each value into the next second."""
+    kernel, sql = kernel_and_sql_rows(data_dir, date)
+    assert [r[:4] for r in kernel] == [r[:4] for r in sql]
+    for k, s in zip(kernel, sql, strict=True):
+        if k[0] == "gpu":
+            assert k[:-2] == s[:-2], (k, s)
+        else:
+            assert k == s, (k, s)
+    return kernel
+
+
+def test_kernel_rows_match_the_sql_definition(swings):
+    rows = assert_kernels_match_sql(swings[0], DATE)
+    assert {r[0] for r in rows} == {"gpu", "host", "cluster", "role", "fleet"}
+    assert any(r[11] for r in rows if r[0] == "gpu") and any(r[11] for r in rows if r[0] == "host"), "a hole makes windows incomplete"
 
 
 def test_checks_pass(swings):

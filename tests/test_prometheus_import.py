@@ -25,6 +25,7 @@ from collectors.prometheus import PrometheusError, chunks, import_prometheus
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.cli_util import invoke, one_line_error
+from tests.test_power_swings import assert_kernels_match_sql
 
 PROMETHEUS = "/usr/bin/prometheus"
 RECORDED = Path(__file__).parent / "data" / "dcgm" / "h200_1s.csv"
@@ -194,6 +195,7 @@ def test_imported_day_equals_the_recorded_series(prometheus, tmp_path):
         outcome = run_day(data, day, selection=["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms",
                                                 "swing_stats"])
         assert outcome.success, outcome.error
+        assert_kernels_match_sql(data, day)  # the dcgm rule (no window under two steps) in the kernel as in the SQL
         swings += read_day(data, "swing_stats", day).select(["level", "window_s", "series"]).to_pylist()
         p1s = read_day(data, "power_1s", day).select(["gpu", "energy_j", "source", "is_average"]).to_pylist()
         assert {r["source"] for r in p1s} == {"dcgm"} and all(r["is_average"] for r in p1s)

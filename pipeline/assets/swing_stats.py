@@ -3,13 +3,15 @@ within 1, 2, 10 and 60 s, on the instantaneous trace and on the driver's 1 s ave
 `fleet_power_grid`, the host-and-above series the swings use when the grid step (setting
 ``grid_step_ms``) is not the 100 ms of `fleet_power_100ms`."""
 
+from collections.abc import Iterator
+
 import duckdb
 import numpy as np
 import polars as pl
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
-from pipeline.grid import DAY_NS, dense, grid_stats, summed_series
-from pipeline.kernels import arrow_frame, best_samples, in_file_order, max_swings, registered
+from pipeline.grid import DAY_NS, carried_slots, grid_stats, sliding_max_swing, summed_series
+from pipeline.kernels import arrow_frame, best_samples, in_file_order, registered, series_swings
 from pipeline.tables import Table, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
@@ -25,25 +27,72 @@ WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND N
 """
 
 
-def _swings(samples: pl.DataFrame, host: str, series: str) -> pl.DataFrame:
-    return max_swings(samples, WINDOWS_S).with_columns(pl.lit(host).alias("host"), pl.lit(series).alias("series"))
+_GPU_SLOTS = """
+SELECT gpu, slot_100ms(ts) AS slot, CASE WHEN is_average THEN NULL ELSE power_w END::DOUBLE AS p, power_avg_w::DOUBLE AS pa,
+       source = 'dcgm' AS dcgm
+FROM power_100ms WHERE date = getvariable('partition_date') AND host = $host
+"""
 
 
-def native_swings(con) -> None:
-    """Temp table ``_native_swings``: each GPU's max swing per window on its raw samples (the
-    instant series on energy_curve's best-source samples, the avg1s series on the rows of the best
-    source that reports a 1 s average, as kernels.best_samples selects them), exact over sample
-    times; one GPU at a time (memory: a GPU-day's samples, and a host's 1 s averages)."""
+def _native(series: str, t_ns: np.ndarray, p: np.ndarray) -> dict[tuple[str, int], tuple[float, float | None]]:
+    """A GPU series' max swing per window on its raw samples, exact over sample times (kernels.max_swings)."""
+    return {(series, w): (mx, ms) for w, mx, ms in series_swings(t_ns, p.astype(np.float64), WINDOWS_S)}
+
+
+def _coarse_step_s(slot: np.ndarray, dcgm: np.ndarray) -> float | None:
+    """A dcgm-exporter GPU's sampling step (s): the median spacing of its dcgm slots (quantile_disc, as
+    the SQL's _coarse), None for other sources. Windows shorter than two steps are left out."""
+    gaps = np.sort(np.diff(slot[dcgm]))
+    return float(gaps[max(1, int(np.ceil(len(gaps) * 0.5))) - 1]) / 10.0 if len(gaps) else None
+
+
+def _gpu_rows(host: str, gpu: int, provisioned_w: float, slot: np.ndarray, p: np.ndarray, pa: np.ndarray, dcgm: np.ndarray,
+              native: dict, first_slot: int) -> list[dict]:
+    """One GPU's swing_stats rows: grid statistics on its 100 ms slots (the carry rule filling empty
+    ones: grid.carried_slots), the max swing of its raw samples where it has them."""
+    bins = DAY_NS // 100_000_000
+    extra, source = carried_slots(slot, first_slot + bins)
+    at = np.r_[slot, extra] - first_slot
+    step_s = _coarse_step_s(slot, dcgm)
+    out = []
+    for series, v in (("instant", np.r_[p, p[source]]), ("avg1s", np.r_[pa, pa[source]])):
+        values, ok = np.zeros(bins), np.zeros(bins, dtype=bool)
+        values[at], ok[at] = np.nan_to_num(v), ~np.isnan(v)
+        for row in grid_stats(values, ok, DEFAULT_GRID_STEP_MS, WINDOWS_S, provisioned_w, slide=False):
+            w = row["window_s"]
+            if step_s is not None and w < 2 * step_s:
+                continue
+            mx, interval_ms = native.get((series, w), (None, None))
+            if mx is None:  # no raw samples of this series: the grid's own sliding windows
+                mx = sliding_max_swing(values, ok, w * 1000 // DEFAULT_GRID_STEP_MS)
+            out.append({"level": "gpu", "entity": f"{host}/{gpu}", "series": series, **row, "max_swing_w": mx,
+                        "grid_step_ms": DEFAULT_GRID_STEP_MS, "sample_interval_ms": interval_ms})
+    return out
+
+
+def gpu_swings(con) -> None:
+    """Rows of temp table ``_kernel_swings`` for every GPU: max swing per window on its raw samples
+    (the instant series on energy_curve's best-source samples, the avg1s series on the rows of the
+    best source that reports a 1 s average, as kernels.best_samples selects them), exact over
+    sample times; p50/p99, ramp and window counts on its 100 ms slots, as the SQL computes them
+    (tests/test_power_swings.py holds the two equal). One GPU at a time (memory: a GPU-day's
+    samples, a host's slots and 1 s averages)."""
+    provisioned = {e: w for e, w in con.execute("SELECT entity, provisioned_w FROM inventory_entities WHERE level = 'gpu'").fetchall()}
+    first_slot = con.execute("SELECT day_first_slot()").fetchall()[0][0]
     gpus: dict[str, list[int]] = {}
     for host, gpu in con.execute(
-        "SELECT DISTINCT host, gpu FROM energy_curve WHERE date = getvariable('partition_date') ORDER BY 1, 2").fetchall():
-        gpus.setdefault(host, []).append(gpu)
-    frames = []
+        "SELECT DISTINCT host, gpu FROM power_100ms WHERE date = getvariable('partition_date') ORDER BY 1, 2").fetchall():
+        if f"{host}/{gpu}" in provisioned:  # GPUs missing from the inventory are left out (power_1s' check names them)
+            gpus.setdefault(host, []).append(gpu)
+    out: list[dict] = []
     for host, host_gpus in gpus.items():
         avg = con.sql(_AVG1S_SAMPLES, params={"host": host}).to_arrow_table()
         avg_gpu = avg["gpu"].to_numpy()
         avg_t, avg_p, avg_rank = avg["t_ns"].to_numpy(), avg["power_avg_w"].to_numpy(), avg["source_rank"].to_numpy()
         del avg
+        with in_file_order(con):  # power_100ms' part is sorted by (host, gpu, ts)
+            slots = con.sql(_GPU_SLOTS, params={"host": host}).fetchnumpy()
+        slot_gpu = np.asarray(slots["gpu"])
         for gpu in host_gpus:
             # the curve's part is written sorted by (host, gpu, t_ns) in row groups that the gpu
             # filter skips, and read in file order; sorted here only if it ever is not
@@ -51,15 +100,21 @@ def native_swings(con) -> None:
                 inst = arrow_frame(con.sql(_INSTANT_SAMPLES, params={"host": host, "gpu": gpu}).to_arrow_table())
             if not inst["t_ns"].is_sorted():
                 inst = inst.sort("t_ns")
-            frames.append(_swings(inst.with_columns(pl.lit(gpu, pl.Int64).alias("gpu")), host, "instant"))
+            native = _native("instant", inst["t_ns"].to_numpy(), inst["p"].to_numpy())
+            del inst
             rows = np.flatnonzero(avg_gpu == gpu)
             t, p, _ = best_samples(avg_t[rows], avg_p[rows], avg_rank[rows])
-            frames.append(_swings(pl.DataFrame({"gpu": np.full(len(t), gpu, np.int64), "t_ns": t, "p": p}), host, "avg1s"))
-    native = pl.concat(frames) if frames else max_swings(pl.DataFrame(), WINDOWS_S).with_columns(
-        pl.lit(None, pl.Utf8).alias("host"), pl.lit(None, pl.Utf8).alias("series"))
-    native = native.select("host", "gpu", "series", "window_s", "max_swing_w", "sample_interval_ms")
-    with registered(con, "_native_swings_frame", native):
-        con.execute("CREATE OR REPLACE TEMP TABLE _native_swings AS SELECT * FROM _native_swings_frame")
+            native |= _native("avg1s", t, p)
+            mine = np.flatnonzero(slot_gpu == gpu)
+            slot = np.asarray(slots["slot"])[mine]
+            if len(slot) > 1 and not bool((slot[1:] > slot[:-1]).all()):
+                order = np.argsort(slot, kind="stable")
+                mine, slot = mine[order], slot[order]
+            p_grid, pa_grid = (np.ma.filled(np.ma.asarray(slots[c])[mine].astype(np.float64), np.nan) for c in ("p", "pa"))
+            out += _gpu_rows(host, gpu, float(provisioned[f"{host}/{gpu}"]), slot, p_grid, pa_grid,
+                             np.ma.filled(np.ma.asarray(slots["dcgm"])[mine], False).astype(bool), native, first_slot)
+    if out:
+        insert_frame(con, "_kernel_swings", pl.DataFrame(out, infer_schema_length=None))
 
 
 def insert_frame(con, table: str, frame: pl.DataFrame) -> None:
@@ -85,19 +140,35 @@ def grid_series(con) -> None:
         insert_frame(con, "_grid_series", frame)
 
 
-_GRID_COLUMNS = """level VARCHAR, entity VARCHAR, series VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
+_KERNEL_COLUMNS = """level VARCHAR, entity VARCHAR, series VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
     p99_swing_w DOUBLE, max_ramp_w_per_s DOUBLE, windows_over_10pct BIGINT, windows_over_25pct BIGINT,
-    windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER"""
+    windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER, sample_interval_ms DOUBLE"""
+
+
+def kernel_table(con) -> None:
+    """Temp table ``_kernel_swings``, the rows the kernels below compute (sql/swing_stats/swing_stats.sql
+    takes them as they are and computes only the levels no kernel has filled)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _kernel_swings ({_KERNEL_COLUMNS})")
+
 
 _UPPER_SCOPE = "(getvariable('scope') IS DISTINCT FROM 'fleet' OR g.level IN ('role', 'fleet'))"
 """A fleet-day rollup (scope 'fleet') swings only the role and fleet series."""
 
-_GRID_100MS = f"""
-SELECT g.level, g.entity, e.provisioned_w, (epoch_ms(g.ts) - epoch_ms(day_start())) // 100 AS bin,
-       g.power_w, g.power_avg_w, g.complete
-FROM fleet_power_100ms AS g JOIN inventory_entities AS e USING (level, entity)
-WHERE g.date = getvariable('partition_date') AND {_UPPER_SCOPE}
-"""
+
+def _entity_series(con, table: str, step: int, columns: str) -> Iterator[tuple[str, str, float, dict[str, np.ndarray]]]:
+    """Each host-and-above entity of ``table`` (fleet_power_100ms or fleet_power_grid) with its
+    provisioned power and its stored bins (``bin`` on the ``step`` grid, then ``columns``), one
+    entity at a time (a filtered read each: cheaper than splitting one read by the string keys)."""
+    entities = con.execute(
+        f"""SELECT DISTINCT g.level, g.entity, e.provisioned_w FROM {table} AS g JOIN inventory_entities AS e USING (level, entity)
+            WHERE g.date = getvariable('partition_date') AND {_UPPER_SCOPE} ORDER BY 1, 2"""
+    ).fetchall()
+    for level, entity, provisioned_w in entities:
+        yield level, entity, float(provisioned_w), con.sql(
+            f"""SELECT (epoch_us(ts) - epoch_us(day_start())) // ($step * 1000) AS bin, {columns}
+                FROM {table} WHERE date = getvariable('partition_date') AND level = $level AND entity = $entity""",
+            params={"step": step, "level": level, "entity": entity},
+        ).fetchnumpy()
 
 
 def _stored_step(con, step: int) -> None:
@@ -112,50 +183,60 @@ def _stored_step(con, step: int) -> None:
                            "materialize fleet_power_grid again before swing_stats")
 
 
-def _entity_rows(frame: pl.DataFrame, series: str, value: str, ok: pl.Expr, step: int) -> list[dict]:
-    """swing_stats' grid columns of each (level, entity) of ``frame`` (bin, the ``value`` column, a
-    provisioned_w), on the dense day series whose bins are complete where ``ok`` holds."""
+def _entity_rows(level: str, entity: str, provisioned_w: float, series: str, bin_: np.ndarray, value: np.ndarray, ok: np.ndarray,
+                 step: int) -> list[dict]:
+    """swing_stats' grid columns of one entity's series, on its dense day series (complete where ``ok``)."""
     bins = DAY_NS // (step * 1_000_000)
-    out = []
-    for (level, entity), part in frame.with_columns(ok.fill_null(False).alias("_ok")).partition_by(
-            ["level", "entity"], as_dict=True, maintain_order=True).items():
-        values, complete = dense(part.select("bin", pl.col(value).fill_null(0.0).alias("power_w"), pl.col("_ok").alias("complete")), bins)
-        out += [{"level": level, "entity": entity, "series": series, **row, "grid_step_ms": step}
-                for row in grid_stats(values, complete, step, WINDOWS_S, float(part["provisioned_w"][0]))]
-    return out
+    values, complete = np.zeros(bins), np.zeros(bins, dtype=bool)
+    values[bin_], complete[bin_] = np.where(ok, value, 0.0), ok
+    return [{"level": level, "entity": entity, "series": series, **row, "grid_step_ms": step}
+            for row in grid_stats(values, complete, step, WINDOWS_S, provisioned_w)]
+
+
+def _filled(x) -> tuple[np.ndarray, np.ndarray]:
+    """A fetched column as float64 values and where they are not NULL."""
+    m = np.ma.asarray(x)
+    return np.ma.filled(m.astype(np.float64), 0.0), ~np.ma.getmaskarray(m)
 
 
 def grid_swings(con) -> None:
-    """Temp table ``_grid_swings``: the host, cluster, role and fleet rows (a fleet-day: role and
+    """Rows of temp table ``_kernel_swings`` for the host, cluster, role and fleet (a fleet-day: role and
     fleet), each entity's dense day series swung by pipeline/grid.py's grid_stats (polars rolling
     max/min: exact sliding windows over complete bins, as the SQL's block pairs are). The avg1s
     series on fleet_power_100ms; the instant series on fleet_power_100ms at the default step, on
     fleet_power_grid at another. Row for row what sql/swing_stats/swing_stats.sql computes for these
-    levels on its own (tests/test_swing_stats.py), at a fraction of its cost."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _grid_swings ({_GRID_COLUMNS})")
+    levels on its own (tests/test_power_swings.py), at a fraction of its cost."""
     step = grid_step(con)
-    slots = arrow_frame(con.sql(_GRID_100MS).to_arrow_table())
-    out = _entity_rows(slots, "avg1s", "power_avg_w", pl.col("complete") & pl.col("power_avg_w").is_not_null(), DEFAULT_GRID_STEP_MS)
-    if step == DEFAULT_GRID_STEP_MS:
-        out += _entity_rows(slots, "instant", "power_w", pl.col("complete") & pl.col("power_w").is_not_null(), step)
-    else:
-        del slots
+    out: list[dict] = []
+    for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, "power_w, power_avg_w, complete"):
+        complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
+        avg, has_avg = _filled(x["power_avg_w"])
+        out += _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete & has_avg, DEFAULT_GRID_STEP_MS)
+        if step == DEFAULT_GRID_STEP_MS:
+            inst, has_inst = _filled(x["power_w"])
+            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step)
+    if step != DEFAULT_GRID_STEP_MS:
         _stored_step(con, step)
-        grid = arrow_frame(con.sql(
-            f"""SELECT g.level, g.entity, e.provisioned_w, (epoch_us(g.ts) - epoch_us(day_start())) // ($step * 1000) AS bin, g.power_w, g.complete
-                FROM fleet_power_grid AS g JOIN inventory_entities AS e USING (level, entity)
-                WHERE g.date = getvariable('partition_date') AND {_UPPER_SCOPE}""",
-            params={"step": step},
-        ).to_arrow_table())
-        out += _entity_rows(grid, "instant", "power_w", pl.col("complete") & pl.col("power_w").is_not_null(), step)
+        for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_grid", step, "power_w, complete"):
+            complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
+            inst, has_inst = _filled(x["power_w"])
+            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step)
     if out:
-        insert_frame(con, "_grid_swings", pl.DataFrame(out))
+        insert_frame(con, "_kernel_swings", pl.DataFrame(out))
     con.execute("SET VARIABLE upper_swings_from_kernel = true")
 
 
+def upper_swings(con) -> None:
+    """The fleet-day's kernel (role and fleet rows)."""
+    kernel_table(con)
+    grid_swings(con)
+
+
 def swing_inputs(con) -> None:
-    """The cluster-day's kernels: each GPU's swings on its samples, the grid rows above the GPU."""
-    native_swings(con)
+    """The cluster-day's kernels: every row of the table (GPUs, then the levels above)."""
+    kernel_table(con)
+    gpu_swings(con)
+    con.execute("SET VARIABLE gpu_swings_from_kernel = true")
     grid_swings(con)
 
 
@@ -185,6 +266,6 @@ SWING_STATS = Table(
     before=swing_inputs,
     rollup=True,  # role and fleet rows: the same SQL over the rolled-up 100 ms series (or grid)
     rollup_deps=[["fleet", "fleet_power_100ms"], ["fleet", "fleet_power_grid"]],
-    rollup_before=grid_swings,
+    rollup_before=upper_swings,
 )
 swing_stats, fleet_swing_stats = table_assets(SWING_STATS)

@@ -1,38 +1,40 @@
 -- swing_stats: per level (gpu, host, cluster, role, fleet), entity, window W ∈ {1, 2, 10, 60} s and
 -- series (instant = the grid of instantaneous power; avg1s = the driver's 1 s average on the 100 ms
 -- grid, where any source of the GPU reports one): the largest max − min inside any W-long
--- window of the day (GPUs: on their raw samples, sample_interval_ms says at what spacing; other
--- levels: sliding slot by slot on the grid, exact), the p50/p99 of the swing over the day's aligned
+-- window of the day (GPUs: on their raw samples, see below; other levels, and GPUs when this file
+-- runs alone: sliding slot by slot on the grid, exact), the p50/p99 of the swing over the day's aligned
 -- W-long windows, the largest ramp between consecutive slots (W/s) and how many aligned windows
 -- swing more than 10% / 25% of the entity's provisioned power. Windows with an incomplete slot are
 -- excluded. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
 -- below) for the GPU and avg1s rows and, at the default setting, for every row; the setting
--- (fleet_power_grid, through _grid_swings) for the instant rows of host and above otherwise.
+-- (fleet_power_grid) for the instant rows of host and above otherwise.
+--
+-- The asset computes the rows with its kernels (pipeline/assets/swing_stats.py) and leaves them
+-- in _kernel_swings: GPU rows with max_swing_w on the raw samples, exact over sample times
+-- (sample_interval_ms says at what spacing; DuckDB's RANGE windows cost ~200x more), and the
+-- other levels on the grid (polars rolling windows over each entity's dense day series). It
+-- then sets the variables gpu_swings_from_kernel / upper_swings_from_kernel, and the statements
+-- below compute only the levels no kernel has filled. Run alone in the CLI this file computes
+-- every row itself, on the 100 ms grid: the definition the kernels are tested against
+-- (tests/test_power_swings.py).
 --
 -- How it stays cheap: the slots are read once into 1 s blocks (the ten values side by side, so
 -- every 100 ms step is a column difference). Aligned W-windows come from the blocks. A sliding
 -- window that starts in aligned window w lies inside w and w + 1, so it can beat the best
 -- aligned window only if the pair's joint range does; only those few pairs are re-read at
 -- 100 ms and slid exactly.
--- GPU rows take max_swing_w from the raw samples, exact over sample times: _native_swings, left by
--- the asset's polars kernel (pipeline/kernels.py: DuckDB's RANGE windows cost ~200x more). Run
--- alone in the CLI, the table is empty and every row uses the grid.
-CREATE TEMP TABLE IF NOT EXISTS _native_swings (
-    host VARCHAR, gpu BIGINT, series VARCHAR, window_s BIGINT, max_swing_w DOUBLE, sample_interval_ms DOUBLE
-);
-
--- Host-and-above rows (both series) as the asset's kernel computes them: _grid_swings, left by
--- pipeline/assets/swing_stats.py (grid_swings: polars rolling windows over each entity's dense day
--- series from fleet_power_100ms, or fleet_power_grid for the instant series at another step),
--- which then sets the variable upper_swings_from_kernel. Run alone in the CLI, the table is empty
--- and those rows come from fleet_power_100ms below (the definition the kernel is tested against).
-CREATE TEMP TABLE IF NOT EXISTS _grid_swings (
+CREATE TEMP TABLE IF NOT EXISTS _kernel_swings (
     level VARCHAR, entity VARCHAR, series VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
     p99_swing_w DOUBLE, max_ramp_w_per_s DOUBLE, windows_over_10pct BIGINT, windows_over_25pct BIGINT,
-    windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER
+    windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER, sample_interval_ms DOUBLE
 );
 
-CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
+-- GPU rows here: not at a fleet-day rollup (it swings only the role and fleet series), not where
+-- the kernel left them.
+CREATE OR REPLACE TEMP MACRO gpu_swings_here() AS
+    getvariable('scope') IS DISTINCT FROM 'fleet' AND getvariable('gpu_swings_from_kernel') IS DISTINCT FROM true;
+
+CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms') WHERE gpu_swings_here();
 
 -- GPUs whose power comes from dcgm-exporter through Prometheus (source 'dcgm'): rows a sampling
 -- step apart (the median gap of their slots, in s). A window shorter than two steps holds at most
@@ -42,18 +44,19 @@ SELECT host AS entity, gpu::INTEGER AS gpu, quantile_disc(gap, 0.5) / 10.0 AS st
 FROM (
     SELECT host, gpu, slot_100ms(ts) - lag(slot_100ms(ts)) OVER (PARTITION BY host, gpu ORDER BY ts) AS gap
     FROM power_100ms
-    WHERE date = getvariable('partition_date') AND source = 'dcgm'
+    WHERE date = getvariable('partition_date') AND source = 'dcgm' AND gpu_swings_here()
 )
 WHERE gap IS NOT NULL
 GROUP BY ALL;
 
 -- Every series at every level, one row per slot, in double precision (differences of the stored
 -- float32 watts are taken exactly); p / pa are null where the slot is incomplete
--- (p of host and above also at a grid step other than 100 ms). Host and above only when the
--- kernel has not left their rows in _grid_swings.
+-- (p of host and above also at a grid step other than 100 ms). Each level only where the
+-- kernels have not left its rows in _kernel_swings.
 CREATE OR REPLACE TEMP VIEW _slots AS
 SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w::DOUBLE AS p, power_avg_w::DOUBLE AS pa, true AS ok
 FROM gpu_grid_day('power_100ms', '_carried')
+WHERE gpu_swings_here()
 UNION ALL
 SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot,
        CASE WHEN complete AND coalesce(getvariable('grid_step_ms'), 100) = 100 THEN power_w::DOUBLE END,
@@ -136,19 +139,14 @@ FROM _windows
 GROUP BY ALL;
 
 -- Pairs (w, w + 1) whose joint range beats the best aligned window: the only places a sliding
--- window can be larger. Each is re-read at 100 ms as the 1 s blocks it covers. Not for a GPU
--- series whose max the kernel took on its raw samples (_native_swings): that max wins below.
+-- window can be larger. Each is re-read at 100 ms as the 1 s blocks it covers.
 CREATE OR REPLACE TEMP TABLE _candidates AS
 SELECT ky.level, ky.entity, ky.gpu, ky.series, w.k, w.m, w.w, w.w * w.m + i.i AS block
 FROM _windows AS w
 JOIN _aligned AS a USING (k, m)
 JOIN _keys AS ky USING (k)
 CROSS JOIN range(120) AS i(i)
-WHERE w.pair_can_hold_window AND w.pair_range > coalesce(a.best, -1) AND i.i < 2 * w.m
-  AND NOT EXISTS (
-      SELECT 1 FROM _native_swings AS ns
-      WHERE ky.level = 'gpu' AND ns.host = ky.entity AND ns.gpu = ky.gpu AND ns.series = ky.series AND ns.window_s = w.m
-  );
+WHERE w.pair_can_hold_window AND w.pair_range > coalesce(a.best, -1) AND i.i < 2 * w.m;
 
 CREATE OR REPLACE TEMP TABLE _sliding AS
 WITH r AS (
@@ -197,8 +195,8 @@ SELECT
     n.entity_name AS entity,
     s.m AS window_s,
     n.series,
-    coalesce(ns.max_swing_w, greatest(a.best, sl.best))::FLOAT AS max_swing_w,
-    (100 * coalesce(ns.max_swing_w, greatest(a.best, sl.best)) / n.provisioned_w)::FLOAT AS max_swing_pct,
+    greatest(a.best, sl.best)::FLOAT AS max_swing_w,
+    (100 * greatest(a.best, sl.best) / n.provisioned_w)::FLOAT AS max_swing_pct,
     s.p50_swing_w::FLOAT AS p50_swing_w,
     s.p99_swing_w::FLOAT AS p99_swing_w,
     (r.best / 0.1)::FLOAT AS max_ramp_w_per_s,
@@ -208,15 +206,13 @@ SELECT
     s.windows_complete,
     s.windows_incomplete,
     100 AS grid_step_ms,
-    ns.sample_interval_ms::FLOAT AS sample_interval_ms
+    NULL::FLOAT AS sample_interval_ms
 FROM stats AS s
 JOIN named AS n USING (k)
 LEFT JOIN _aligned AS a USING (k, m)
 LEFT JOIN _sliding AS sl USING (k, m)
 LEFT JOIN ramps AS r USING (k)
 LEFT JOIN _coarse AS c ON n.level = 'gpu' AND c.entity = n.entity AND c.gpu = n.gpu
-LEFT JOIN _native_swings AS ns
-    ON n.level = 'gpu' AND ns.host = n.entity AND ns.gpu = n.gpu AND ns.series = n.series AND ns.window_s = s.m
 WHERE c.step_s IS NULL OR s.m >= 2 * c.step_s
 UNION ALL
 SELECT
@@ -236,7 +232,7 @@ SELECT
     g.windows_complete,
     g.windows_incomplete,
     g.grid_step_ms,
-    NULL::FLOAT
-FROM _grid_swings AS g
+    g.sample_interval_ms::FLOAT
+FROM _kernel_swings AS g
 JOIN inventory_entities AS e USING (level, entity)
 ORDER BY level, entity, window_s, series
