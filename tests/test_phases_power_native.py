@@ -18,7 +18,7 @@ import pytest
 
 from collectors.parquet_sink import write_dataset
 from pipeline.assets.inference_phases import power_resolution
-from pipeline.phases.power_detect import detect
+from pipeline.phases.power_detect import detect, detect_gpu
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
 from tests.builders import DAY, day_start_ns, power_table
@@ -117,3 +117,27 @@ def test_a_1s_average_source_gets_no_power_segments(tmp_path):
     with compute_connection(d, date) as con:
         assert power_resolution(con) == {"ep-avg": {"dcgm": {
             "sample_interval_ms": 1000.0, "power_only": "prefills cannot be resolved at 1000 ms: the source is a 1 s average"}}}
+
+
+@pytest.mark.parametrize("trailing", [True, False])
+@pytest.mark.parametrize("lead_ns", [0, 60 * MS])
+def test_numpy_detector_gives_the_polars_runs(trailing, lead_ns):
+    """detect_gpu (the asset's one-GPU numpy path) returns detect's frame exactly: jittered 20 ms
+    samples with prefill bursts, repeated power values (ties at the levels), gaps over 2 s (a lone
+    sample between two of them) and tiny inputs."""
+    rng = np.random.default_rng(11)
+    n = 20_000
+    t = np.cumsum(rng.integers(15 * MS, 25 * MS, n))
+    t[5_000:] += 3_000 * MS
+    t[5_001:] += 2_500 * MS  # sample 5,000 alone between two gaps
+    t[12_000:] += 10_000 * MS
+    busy = rng.random(n) < 0.85
+    w = np.where(busy, 250.0 + 30 * rng.standard_normal(n), 80.0)
+    w[rng.random(n) < 0.05] = 800.0
+    w = np.round(w / 5) * 5  # ties
+    for k in (n, 1, 2, 3):
+        frame = pl.DataFrame({"gk": 7, "t_ns": t[:k], "power_w": w[:k], "tdp_w": 700.0}).with_columns(pl.col("gk").cast(pl.Int64))
+        want = detect(frame, lead_ns, trailing)
+        got = detect_gpu(7, t[:k], w[:k], 700.0, lead_ns, trailing)
+        assert got.schema == want.schema
+        assert got.equals(want), k

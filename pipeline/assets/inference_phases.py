@@ -113,7 +113,7 @@ def source_stats(con, gk: int, host: str, gpu: int) -> tuple[dict, curve.Curve]:
     if not found:
         return {}, curve.read_curve(con, host, gpu)
     best, _, is_average = found[0]
-    c = curve.read_curve(con, host, gpu, best)
+    c = curve.read_curve(con, host, gpu, best if len(found) > 1 else None)  # one source: every row is its
     gaps = (c.next_t_ns - c.t_ns)[c.mine & c.has_next]
     stats = {"gk": gk, "source": best, "is_average": bool(is_average),
              "sample_interval_ms": float(np.median(gaps)) / 1e6 if len(gaps) else None}
@@ -179,8 +179,8 @@ def segments(con) -> None:
             stats.append(st)
             ms = st["sample_interval_ms"]
             if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS:
-                samples = pl.DataFrame({"gk": np.full(len(c), gk), "t_ns": c.t_ns, "power_w": c.power_w, "tdp_w": np.full(len(c), float(tdp_w))})
-                runs = power_detect.detect(samples, power_detect.ONSET_LEAD_NS.get(st["source"], 0), st["source"] in power_detect.TRAILING_SOURCES)
+                runs = power_detect.detect_gpu(gk, c.t_ns, c.power_w, float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
+                                               st["source"] in power_detect.TRAILING_SOURCES)
                 lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()
                 e = c.energy_at(np.concatenate([lo, hi]))
                 energy = e[len(lo):] - e[: len(lo)]

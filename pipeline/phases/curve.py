@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.kernels import RUN_GAP_NS  # energy_curve's gap: next_t_ns / next_w are NULL across it
+
 CURVE_SQL = """
-SELECT t_ns, power_w::DOUBLE AS power_w, energy_j, coalesce(next_t_ns, 0) AS next_t_ns, coalesce(next_w::DOUBLE, 'nan') AS next_w,
-       next_t_ns IS NOT NULL AS has_next{extra}
+SELECT t_ns, power_w::DOUBLE AS power_w, energy_j{extra}
 FROM energy_curve WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu
 """
 SOURCES_SQL = """
@@ -95,9 +96,14 @@ def sources(con, host: str, gpu: int) -> list[tuple[str, int, bool]]:
 
 def read_curve(con, host: str, gpu: int, source: str | None = None) -> Curve:
     """The GPU's rows of the partition day's energy_curve, sorted by t_ns; ``mine`` marks the rows of
-    ``source`` (a boolean column, not the strings: reading those cost more than the rest)."""
+    ``source`` (a boolean column, not the strings: reading those cost more than the rest).
+
+    next_t_ns / next_w are not read: by the table's definition (sql/energy_curve/energy_curve.sql)
+    they are the next row's t_ns / power_w when it is at most RUN_GAP_NS later, else NULL, so they
+    are the same values taken from t_ns and power_w here (half the columns to decode: the read was
+    most of the phase assets' time on a curve)."""
     params: dict = {"host": host, "gpu": gpu}
-    extra = ", true AS mine"
+    extra = ""
     if source is not None:
         extra, params["source"] = ", source::VARCHAR = $source AS mine", source
     tab = con.sql(CURVE_SQL.format(extra=extra), params=params).fetchnumpy()  # no NULLs: plain arrays
@@ -109,12 +115,15 @@ def read_curve(con, host: str, gpu: int, source: str | None = None) -> Curve:
         v = np.asarray(tab[name], dtype=dtype)
         return v if order is None else v[order]
 
+    t, p = col("t_ns", np.int64), col("power_w", np.float64)
+    has_next = np.zeros(len(t), dtype=bool)
+    has_next[:-1] = np.diff(t) <= RUN_GAP_NS
     return Curve(
-        t_ns=col("t_ns", np.int64),
-        power_w=col("power_w", np.float64),
+        t_ns=t,
+        power_w=p,
         energy_j=col("energy_j", np.float64),
-        next_t_ns=col("next_t_ns", np.int64),
-        next_w=col("next_w", np.float64),
-        has_next=col("has_next", bool),
-        mine=col("mine", bool),
+        next_t_ns=np.where(has_next, np.append(t[1:], 0), 0),
+        next_w=np.where(has_next, np.append(p[1:], np.nan), np.nan),
+        has_next=has_next,
+        mine=col("mine", bool) if source is not None else np.ones(len(t), dtype=bool),
     )
