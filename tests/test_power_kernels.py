@@ -5,11 +5,13 @@ repeated timestamps, a 1 s average from another source, 1 s averages only, gaps,
 
 import datetime
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from collectors.parquet_sink import write_dataset
+from pipeline.assets.power_series import _host_by_gpu
 from pipeline.runner import run_day
 from pipeline.tables import statements
 from pipeline.warehouse import compute_connection
@@ -161,3 +163,17 @@ def test_swing_kernels_match_sql_definition(day):
     assert {r[1] for r in rows if r[0] == "gpu"} == {"train-0/0", "train-0/1"}  # train-1 is not in the inventory: left out
     assert {r[3] for r in rows if r[1] == "train-0/1"} == {"avg1s"}, "1 s averages only: no instant series"
 
+
+
+@pytest.mark.parametrize("layout", ["runs", "interleaved"])
+def test_host_rows_split_by_gpu_in_order(layout):
+    """_host_by_gpu: each GPU's rows in read order, whether the rows come in runs of one GPU
+    (sliced) or interleaved row by row (sorted by gpu, stably)."""
+    rng = np.random.default_rng(3)
+    gpu = np.repeat(np.arange(4), 30_000) if layout == "runs" else rng.integers(0, 4, 120_000)
+    con = duckdb.connect(config={"threads": 1})
+    con.register("rows", pa.table({"gpu": gpu.astype(np.uint8), "i": np.arange(len(gpu))}))
+    got = {g: x["i"] for g, x in _host_by_gpu(con, "SELECT gpu, i FROM rows", {})}
+    assert sorted(got) == [0, 1, 2, 3]
+    for g, i in got.items():
+        assert i.tolist() == np.flatnonzero(gpu == g).tolist()

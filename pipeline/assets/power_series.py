@@ -120,7 +120,7 @@ def _seconds_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatc
     """power_1s's rows, one GPU at a time, sorted by (host, gpu, ts)."""
     for host, names in hosts.items():
         source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
-        for g, x in _host_by_gpu(cur, _CURVE_SAMPLES, {"host": host, "sources": names}):
+        for g, x in _host_samples(cur, _CURVE_SAMPLES, host, names):
             c = kernels.seconds_1s(x["t_ns"], x["power_w"], x["source_rank"])
             n = len(c["second"])
             yield pa.record_batch({
@@ -170,7 +170,7 @@ FLEET_POWER_1S = Table(
 fleet_power_1s, fleet_fleet_power_1s = table_assets(FLEET_POWER_1S)
 
 _CURVE_SAMPLES = """
-SELECT gpu, t_ns, power_w, source_rank::UTINYINT AS source_rank, list_position($sources, source)::UTINYINT AS source_id
+SELECT gpu, t_ns, power_w, is_average, list_position($sources, source)::UTINYINT AS source_id
 FROM power_day_samples WHERE host = $host
 """
 
@@ -181,16 +181,35 @@ _CURVE_SCHEMA = pa.schema([  # without the date (the write adds it); host and so
 ])
 
 
+def _host_samples(cur, sql: str, host: str, names: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """One host's raw samples (``sql``: columns gpu, is_average, source_id = position in ``names``
+    and others), per GPU, with ``source_rank`` (view power_day's source_rank macro) looked up per
+    source id: the macro's string CASE on every sample cost ~1 s CPU a read at 8 GPU-days."""
+    ranks = np.zeros(len(names) + 1, np.uint8)  # list_position counts from 1
+    for i, name in enumerate(names, 1):
+        ranks[i] = cur.execute("SELECT source_rank(?, false)", [name]).fetchall()[0][0]
+    for g, x in _host_by_gpu(cur, sql, {"host": host, "sources": names}):
+        x["source_rank"] = np.where(x.pop("is_average"), np.uint8(9), ranks[x["source_id"]])
+        yield g, x
+
+
 def _host_by_gpu(cur, sql: str, params: dict) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """One host's rows of ``sql`` (a ``gpu`` column and others), per GPU in gpu order, as numpy
     arrays. Read in Arrow batches and split by GPU as they come, so memory holds the host's
     rows once, in their narrow types (not DuckDB's result and a copy); a GPU's arrays are freed
-    once the caller has its next."""
+    once the caller has its next. Runs of one GPU (files sorted by gpu, as the collector and
+    the importers write them) are sliced, not sorted (~2 s CPU less a read at 8 GPU-days)."""
     parts: dict[int, list[dict[str, np.ndarray]]] = {}
     for batch in cur.sql(sql, params=params).to_arrow_reader(1 << 20):
         cols = {name: batch.column(i).to_numpy(zero_copy_only=False) for i, name in enumerate(batch.schema.names)}
-        order = np.argsort(cols["gpu"], kind="stable")
-        gpu = cols["gpu"][order]
+        gpu = cols["gpu"]
+        bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
+        if len(bounds) <= 64:  # runs of one GPU (files sorted by gpu, read in file order): slices
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+                parts.setdefault(int(gpu[lo]), []).append({k: v[lo:hi] for k, v in cols.items() if k != "gpu"})
+            continue
+        order = np.argsort(gpu, kind="stable")
+        gpu = gpu[order]
         bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             rows = order[lo:hi]
@@ -207,7 +226,7 @@ def _curve_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]
     kernels.energy_curve."""
     for host, names in hosts.items():
         source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
-        for g, x in _host_by_gpu(cur, _CURVE_SAMPLES, {"host": host, "sources": names}):
+        for g, x in _host_samples(cur, _CURVE_SAMPLES, host, names):
             c = kernels.energy_curve(x["t_ns"], x["power_w"], x["source_rank"])
             first, n, linked = c["first"], len(c["t_ns"]), c["linked"]
             rank, source_id = x["source_rank"], x["source_id"]
@@ -285,7 +304,7 @@ def curve_by_gpu(con, write) -> int:
 
 
 _GRID_SAMPLES = """
-SELECT gpu, t_ns, power_w, coalesce(power_avg_w, 0) AS power_avg_w, power_avg_w IS NOT NULL AS has_avg, source_rank::UTINYINT AS source_rank,
+SELECT gpu, t_ns, power_w, coalesce(power_avg_w, 0) AS power_avg_w, power_avg_w IS NOT NULL AS has_avg, is_average,
        list_position($sources, source)::UTINYINT AS source_id
 FROM power_day_samples WHERE host = $host
 """
@@ -301,7 +320,7 @@ def _grid_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
     """power_100ms's rows, one GPU at a time, sorted by (host, gpu, ts)."""
     for host, names in hosts.items():
         source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
-        for g, x in _host_by_gpu(cur, _GRID_SAMPLES, {"host": host, "sources": names}):
+        for g, x in _host_samples(cur, _GRID_SAMPLES, host, names):
             c = kernels.grid_100ms(x["t_ns"], x["power_w"], x["power_avg_w"], x["has_avg"], x["source_rank"])
             n = len(c["slot"])
             yield pa.record_batch({
