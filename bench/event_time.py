@@ -39,12 +39,17 @@ BEFORE_ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms
 AFTER_ASSETS = [*BEFORE_ASSETS, "energy_curve", "phase_intervals"]
 BIN = Path(sys.executable).parent
 RESULTS = Path(__file__).resolve().parent / "results" / "event-time"
-_TIMING = re.compile(r"^\s+(\S+)\s+([0-9.]+) s$", re.M)
+_TIMING = re.compile(r"^\s+(\S+)\s+([0-9.]+) s(?:\s+([0-9]+) MB peak RSS)?$", re.M)
 
 
 def asset_times(stdout: str) -> dict[str, float]:
     """``wattline run --timings``' per-asset wall seconds, by asset."""
-    return {name: float(s) for name, s in _TIMING.findall(stdout)}
+    return {name: float(s) for name, s, _ in _TIMING.findall(stdout)}
+
+
+def asset_peaks(stdout: str) -> dict[str, float]:
+    """``wattline run --timings``' per-asset peak RSS of the process (MB), by asset."""
+    return {name: float(mb) for name, _, mb in _TIMING.findall(stdout) if mb}
 
 
 def write_data(data_dir: Path, gpus: int, hours: float) -> int:
@@ -131,7 +136,7 @@ def main() -> None:
             out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in done), "cpu_s": [r.cpu_s for r in done],
                          "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in done) / gpu_days,
                          "peak_rss_mb": max(r.peak_rss_mb for r in done), "wall_s": [r.wall_s for r in done],
-                         "asset_wall_s": asset_times(done[-1].stdout)}
+                         "asset_wall_s": asset_times(done[-1].stdout), "asset_peak_rss_mb": asset_peaks(done[-1].stdout)}
             out["load_avg_end"] = os.getloadavg()
             path.write_text(json.dumps(out, indent=1, default=str) + "\n")  # kept after every run
     print(json.dumps(out, indent=1, default=str))

@@ -50,6 +50,8 @@ class RunOutcome:
     failed_checks: list[FailedCheck] = field(default_factory=list)
     error: str | None = None
     step_seconds: dict[str, float] = field(default_factory=dict)
+    step_peak_rss_mb: dict[str, float] = field(default_factory=dict)
+    """The process's peak RSS while each step ran (its largest over the cluster-days), where known."""
     """Seconds per step, summed over the day's cluster-days (wall time of each step)."""
     run_ids: list[str] = field(default_factory=list)
     cluster_days: int = 0
@@ -193,7 +195,8 @@ def _run_part(args) -> dict:
     selected = _select(job, selection)
     if cluster == UNASSIGNED:  # hosts missing from the inventory: their per-GPU tables only
         selected = [k for k in (selected or job.asset_layer.selected_asset_keys) if k.path[-1] in PER_GPU_TABLES]
-    part = {"cluster": cluster, "success": True, "run_id": "", "materialized": [], "failed_checks": [], "error": None, "step_seconds": {}}
+    part = {"cluster": cluster, "success": True, "run_id": "", "materialized": [], "failed_checks": [], "error": None, "step_seconds": {},
+            "step_peak_rss_mb": {}}
     if selection and not selected:
         return part
     with DagsterInstance.get() as instance:
@@ -210,6 +213,10 @@ def _run_part(args) -> dict:
     for event in result.all_events:
         if event.is_step_success and event.step_key:
             part["step_seconds"][event.step_key] = event.step_success_data.duration_ms / 1000
+    for e in result.get_asset_materialization_events():
+        peak = e.materialization.metadata.get("peak_rss_mb")
+        if peak is not None and e.step_key and isinstance(peak.value, int | float):
+            part["step_peak_rss_mb"][e.step_key] = float(peak.value)
     part["materialized"] = [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()]
     part["failed_checks"] = [
         dict(asset=e.asset_key.to_user_string(), check=e.check_name, severity=e.severity.value, description=e.description or "", partition=cluster or date)
@@ -254,6 +261,8 @@ def _merge(outcome: RunOutcome, part: dict) -> None:
     outcome.failed_checks += [FailedCheck(**c) for c in part["failed_checks"]]
     for step, seconds in part["step_seconds"].items():
         outcome.step_seconds[step] = outcome.step_seconds.get(step, 0.0) + seconds
+    for step, peak in part["step_peak_rss_mb"].items():
+        outcome.step_peak_rss_mb[step] = max(outcome.step_peak_rss_mb.get(step, 0.0), peak)
     if part["error"]:
         outcome.error = f"{outcome.error}; {part['error']}" if outcome.error else part["error"]
 

@@ -43,7 +43,7 @@ from dagster import (
     asset,
 )
 
-from pipeline import sqlfiles
+from pipeline import process_memory, sqlfiles
 from pipeline.constants import SQL_DIR
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
@@ -222,6 +222,7 @@ class Table:
     def compute(self, context: AssetExecutionContext, warehouse: WarehouseResource, config: Config | None, rollup: bool) -> MaterializeResult:
         """Write the partition for the context's cluster-day or fleet-day, check it, describe it."""
         scope = Scope.of(context)
+        process_memory.reset_peak()
         with warehouse.connection(scope) as con:
             for name, value in (self.variables(config) if self.variables and config is not None else {}).items():
                 con.execute(f"SET VARIABLE {name} = ?", [value])
@@ -245,6 +246,9 @@ class Table:
             if self.python_headline is not None and not rollup:
                 metadata.update(self.python_headline(con, **inputs))
         metadata.update({"rows": rows, "dagster/row_count": rows})
+        peak = process_memory.peak_mb()
+        if peak is not None:  # the process's peak RSS while this step ran: which asset sets a run's peak
+            metadata["peak_rss_mb"] = round(peak, 1)
         return MaterializeResult(metadata=metadata, check_results=results)
 
 

@@ -33,7 +33,7 @@ def require_day_data(data_dir, date: str) -> None:
 @click.command("run")
 @date_option
 @click.option("--select", default=None, metavar="ASSET[,ASSET...]", help="Only these assets (default: all).")
-@click.option("--timings", is_flag=True, help="Print each asset's wall time (summed over the cluster-days).")
+@click.option("--timings", is_flag=True, help="Print each asset's wall time (summed over the cluster-days) and the process's peak RSS while it ran.")
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -71,7 +71,8 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
         raise SystemExit(1)
     if timings:
         for step, step_s in sorted(outcome.step_seconds.items(), key=lambda kv: -kv[1]):
-            click.echo(f"  {step:<32} {step_s:8.2f} s")
+            peak = outcome.step_peak_rss_mb.get(step)
+            click.echo(f"  {step:<32} {step_s:8.2f} s" + (f" {peak:8.0f} MB peak RSS" if peak is not None else ""))
     status = "ok" if outcome.ok else "finished with failed ERROR checks"
     click.echo(
         f"{date}: {len(outcome.materialized)} assets materialized in {seconds:.1f} s "

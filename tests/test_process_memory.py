@@ -1,0 +1,37 @@
+"""The per-step peak RSS that `wattline run --timings` prints: the mechanism on a known
+allocation, then the CLI naming each asset with its peak."""
+
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from pipeline import process_memory
+from tests.builders import DAY, write_square_fleet
+from tests.cli_util import invoke
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM and clear_refs are Linux's")
+
+
+def test_peak_follows_an_allocation_and_resets():
+    process_memory.reset_peak()
+    base = process_memory.peak_mb()
+    block = np.ones(200 * 2**20 // 8)  # 200 MiB, touched
+    grown = process_memory.peak_mb()
+    del block
+    process_memory.reset_peak()
+    after = process_memory.peak_mb()
+    assert base is not None and grown is not None and after is not None
+    assert grown - base >= 190
+    assert after < grown - 150, "the reset starts a new high-water mark at the current RSS"
+
+
+def test_timings_name_each_asset_with_its_peak_rss(tmp_path):
+    data_dir = tmp_path / "data"
+    write_square_fleet(data_dir, seconds=30)
+    result = invoke("run", "--date", DAY.isoformat(), "--data-dir", str(data_dir), "--timings", "--select", "power_1s,energy_curve")
+    assert result.exit_code == 0, result.output
+    peaks = dict(re.findall(r"^\s+(\S+)\s+[0-9.]+ s\s+([0-9]+) MB peak RSS$", result.output, re.M))
+    assert set(peaks) == {"power_1s", "energy_curve"}, result.output
+    assert all(50 < int(mb) < 10_000 for mb in peaks.values()), peaks
