@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 RUN_GAP_NS = 2_000_000_000
 """A sample interval longer than this ends a run (as power_1s and the energy curve treat it):
@@ -306,3 +307,80 @@ def in_file_order(con) -> Iterator[None]:
     finally:
         con.execute("SET preserve_insertion_order = false")
 
+
+
+def second_connection(con):
+    """A cursor on ``con``'s database with its variables (they are per connection): it reads
+    while ``con`` runs a write's COPY. Temp tables and views of ``con`` are not visible on it."""
+    cur = con.cursor()
+    for var, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():
+        cur.execute(f"SET VARIABLE {var} = CAST(? AS {type_})", [value])
+    return cur
+
+
+class SpentStream(RuntimeError):
+    """Fewer rows written than the kernel computed: the stream was read by an earlier attempt."""
+
+
+def write_stream(con, write, name: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
+    """Write a table whose rows a kernel yields in batches (read on a second_connection while
+    ``con`` runs the write's COPY): the rows stream into the part in the kernel's order, the date
+    added as the SQL writes it. Raises SpentStream when fewer rows were written than yielded
+    (a stream is read once: a write retried after a quarantine sees it spent)."""
+    produced = 0
+
+    def counted() -> Iterator[pa.RecordBatch]:
+        nonlocal produced
+        for batch in batches:
+            produced += batch.num_rows
+            yield batch
+
+    rows_name = f"_{name}_rows"
+    con.register(rows_name, pa.RecordBatchReader.from_batches(schema, counted()))
+    con.execute("SET preserve_insertion_order = true")  # the part keeps the kernel's order
+    try:
+        rows = write(f"SELECT getvariable('partition_date') AS date, * FROM {rows_name}")
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+        con.unregister(rows_name)
+    if rows != produced:
+        raise SpentStream(f"{name}: {rows} rows written, {produced} computed")
+    return rows
+
+
+def interpolated_slots(slot: np.ndarray, power_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One GPU's 100 ms slots with power (``slot`` sorted, unique; ``power_w`` float64) plus the
+    slots between two samples 2 to 10 slots apart, linearly interpolated as
+    sql/phase_timeline/phase_timeline.sql does (w + (w_next − w) · k / gap, the same float64
+    operations in the same order: identical values)."""
+    n = len(slot)
+    gap = np.r_[np.diff(slot), 0]
+    reps = np.where((gap >= 2) & (gap <= 10), gap, 1)
+    src = np.repeat(np.arange(n), reps)
+    k = np.arange(len(src)) - np.repeat(np.cumsum(reps) - reps, reps)
+    w = power_w[src]
+    mid = np.flatnonzero(k > 0)
+    i, wi = src[mid], w[mid]
+    w[mid] = wi + (power_w[i + 1] - wi) * k[mid].astype(np.float64) / gap[i].astype(np.float64)
+    return slot[src] + k, w
+
+
+def max_label_on_slots(slots: np.ndarray, first: np.ndarray, last: np.ndarray, label: np.ndarray, levels: int) -> np.ndarray:
+    """Per slot of ``slots`` (sorted): the highest ``label`` (0 .. levels − 1) of the runs covering
+    slots ``first`` to ``last`` (inclusive) that include it, −1 where none does. Difference
+    arrays over the slots' span, one per label: no run is expanded slot by slot."""
+    out = np.full(len(slots), -1, np.int8)
+    if not len(slots) or not len(first):
+        return out
+    lo, hi = int(slots[0]), int(slots[-1]) + 1
+    a, b = np.clip(first, lo, hi) - lo, np.clip(last + 1, lo, hi) - lo
+    at = slots - lo
+    for level in range(levels):
+        mine = (label == level) & (a < b)
+        if not mine.any():
+            continue
+        cover = np.zeros(hi - lo + 1, np.int64)
+        np.add.at(cover, a[mine], 1)
+        np.add.at(cover, b[mine], -1)
+        out[np.cumsum(cover)[at] > 0] = level
+    return out

@@ -4,10 +4,14 @@ time and from power alone: the detector of pipeline/phases/power_detect.py on ea
 samples) and `phase_timeline` (the 100 ms grid, derived: charts, the power-only label per slot, the
 clock-skew check)."""
 
+from collections.abc import Iterator
+
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from dagster import MetadataValue
 
+from pipeline import kernels
 from pipeline.kernels import arrow_frame, registered
 from pipeline.phases import checks, curve, power_detect
 from pipeline.tables import PythonCheck, Table, statements, table_assets
@@ -17,35 +21,152 @@ ENDPOINTS_PER_CHUNK = 4
 hash aggregate over a 64-GPU cluster-day's 16 endpoints' busy slots is held by chunks of 4."""
 
 
-def timeline_in_chunks(con, write) -> int:
-    """phase_timeline's statements, the endpoint state built ENDPOINTS_PER_CHUNK endpoints at a time
-    (the statements that read ``getvariable('phase_chunk')``), then the partition written."""
-    prepare, query = statements("phase_timeline/phase_timeline")
+_NO_SEGMENTS = (
+    "CREATE OR REPLACE TEMP VIEW phase_segments AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::VARCHAR AS host, "
+    "NULL::UTINYINT AS gpu, NULL::VARCHAR AS phase, NULL::VARCHAR AS source, NULL::TIMESTAMPTZ AS start_ts, NULL::TIMESTAMPTZ AS end_ts WHERE false"
+)
+_NO_INTERVALS = (
+    "CREATE OR REPLACE TEMP VIEW phase_intervals AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::BIGINT AS start_ns, "
+    "NULL::BIGINT AS end_ns, NULL::VARCHAR AS phase, NULL::INTEGER AS n_prefill, NULL::INTEGER AS n_decode, NULL::BOOLEAN AS prefill_estimated, "
+    "NULL::DOUBLE AS prompt_tokens_per_s, NULL::DOUBLE AS output_tokens_per_s WHERE false"
+)
+
+
+def _timeline_prepare(con) -> set[str]:
+    """phase_timeline's preparatory statements on ``con`` (temp tables _phase_gpus, _phase_ep_state,
+    _phase_logged; not _phase_power_slots: the kernel labels power runs itself), the endpoint state built
+    ENDPOINTS_PER_CHUNK endpoints at a time (the statements that read ``getvariable('phase_chunk')``).
+    A table not built for any day yet is an empty view (phase_segments: power_phase NULL;
+    phase_intervals: phase NULL). Returns the derived views present."""
+    prepare, _ = statements("phase_timeline/phase_timeline")
     present = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
     if "phase_segments" not in present:
-        # not built for any day yet (a selection without it): no power-only labels (power_phase NULL)
-        con.execute(
-            "CREATE OR REPLACE TEMP VIEW phase_segments AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::VARCHAR AS host, "
-            "NULL::UTINYINT AS gpu, NULL::VARCHAR AS phase, NULL::VARCHAR AS source, NULL::TIMESTAMPTZ AS start_ts, NULL::TIMESTAMPTZ AS end_ts WHERE false"
-        )
+        con.execute(_NO_SEGMENTS)
     if "phase_intervals" not in present:
-        # not built for any day yet: no request-based labels (phase NULL)
-        con.execute(
-            "CREATE OR REPLACE TEMP VIEW phase_intervals AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::BIGINT AS start_ns, "
-            "NULL::BIGINT AS end_ns, NULL::VARCHAR AS phase, NULL::INTEGER AS n_prefill, NULL::INTEGER AS n_decode, NULL::BOOLEAN AS prefill_estimated, "
-            "NULL::DOUBLE AS prompt_tokens_per_s, NULL::DOUBLE AS output_tokens_per_s WHERE false"
-        )
+        con.execute(_NO_INTERVALS)
     n_endpoints = con.execute("SELECT count(DISTINCT endpoint) FROM inventory_gpus").fetchone()[0]
     chunks = max(1, -(-n_endpoints // ENDPOINTS_PER_CHUNK))
     con.execute("SET VARIABLE phase_chunks = ?", [chunks])
     for statement in prepare:
+        if "_phase_power_slots AS" in statement:
+            continue
         if "getvariable('phase_chunk')" not in statement:
             con.execute(statement)
             continue
         for chunk in range(chunks):
             con.execute("SET VARIABLE phase_chunk = ?", [chunk])
             con.execute(statement)
-    return write(query)
+    return present
+
+
+EKEY_SLOTS = 1048576
+"""The SQL's endpoint-state key: ek · EKEY_SLOTS + (slot − day_first_slot())."""
+
+_TIMELINE_POWER = """
+SELECT epoch_us(ts) // 100000 AS slot, power_w::DOUBLE AS power_w FROM power_100ms
+WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND power_w IS NOT NULL
+"""
+_TIMELINE_STATE = """
+SELECT ekey, coalesce(n_prefill, 0) AS n_prefill, coalesce(n_decode, 0) AS n_decode,
+       coalesce(prefill_estimated, false) AS prefill_estimated, coalesce(prompt_tokens, 0) AS prompt_tokens,
+       coalesce(output_tokens, 0) AS output_tokens, coalesce(ph, 0) AS ph
+FROM _phase_ep_state WHERE ekey >= $lo AND ekey < $hi ORDER BY ekey
+"""
+_TIMELINE_POWER_RUNS = """
+SELECT epoch_us(start_ts) // 100000 AS first, (epoch_us(end_ts) - 1) // 100000 AS last,
+       CASE phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS ph
+FROM phase_segments
+WHERE date = getvariable('partition_date') AND source = 'power' AND endpoint = $endpoint AND host = $host AND gpu = $gpu
+  AND start_ts IS NOT NULL AND end_ts IS NOT NULL
+"""
+_LABELS = pa.array(["idle", "decode", "prefill"], pa.string())
+_TIMELINE_SCHEMA = pa.schema([  # without the date (the write adds it); strings dictionary-encoded (read as VARCHAR)
+    ("endpoint", pa.dictionary(pa.int32(), pa.string())), ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()),
+    ("ts", pa.timestamp("us", tz="UTC")), ("power_w", pa.float32()), ("energy_j", pa.float64()),
+    ("n_prefill", pa.int32()), ("n_decode", pa.int32()), ("phase", pa.dictionary(pa.int32(), pa.string())),
+    ("prefill_estimated", pa.bool_()), ("prompt_tokens", pa.float64()), ("output_tokens", pa.float64()),
+    ("power_phase", pa.dictionary(pa.int32(), pa.string())),
+])
+
+
+def _label(code: np.ndarray) -> pa.DictionaryArray:
+    """Label codes (0 idle, 1 decode, 2 prefill, −1 NULL) as a dictionary column."""
+    return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), _LABELS)
+
+
+def _filled(values: np.ndarray, hit: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``values[at]`` where ``hit``, zero (false) elsewhere: the SQL's coalesce over its LEFT JOIN."""
+    out = np.zeros(len(hit), values.dtype)
+    out[hit] = values[at]
+    return out
+
+
+def _timeline_batches(cur, has_segments: bool) -> Iterator[pa.RecordBatch]:
+    """phase_timeline's rows, one endpoint GPU at a time in the SQL's order (gk, slot), on ``cur``
+    (the connection _timeline_prepare ran on: its temp tables): the GPU's power_100ms rows read
+    in file order (the part is sorted by host, gpu, ts) and interpolated across short gaps
+    (kernels.interpolated_slots), its endpoint's request state (_phase_ep_state) read once per
+    endpoint and looked up by key, its power runs (phase_segments) labelled onto its slots
+    (kernels.max_label_on_slots). Memory: one GPU-day's slots and one endpoint's state."""
+    gpus = cur.execute(
+        "SELECT ek, endpoint, host, gpu, ek IN (SELECT ek FROM _phase_logged) FROM _phase_gpus ORDER BY gk"
+    ).fetchall()
+    day_first = cur.execute("SELECT day_first_slot()").fetchone()[0]
+    state_of: tuple = (None, {})  # (ek, its state): GPUs come endpoint by endpoint
+    for ek, endpoint, host, gpu, logged in gpus:
+        with kernels.in_file_order(cur):
+            p = cur.execute(_TIMELINE_POWER, {"host": host, "gpu": gpu}).fetchnumpy()
+        if not len(p["slot"]):
+            continue
+        slot, power_w = p["slot"].astype(np.int64), np.asarray(p["power_w"], np.float64)
+        if len(slot) > 1 and not bool((np.diff(slot) > 0).all()):  # not in file order (a part written unsorted)
+            order = np.argsort(slot, kind="stable")
+            slot, power_w = slot[order], power_w[order]
+        slot, power_w = kernels.interpolated_slots(slot, power_w)
+        n = len(slot)
+        if state_of[0] != ek:
+            state_of = (ek, cur.execute(_TIMELINE_STATE, {"lo": ek * EKEY_SLOTS, "hi": (ek + 1) * EKEY_SLOTS}).fetchnumpy())
+        st = state_of[1]
+        key = ek * EKEY_SLOTS + (slot - day_first)
+        at = np.minimum(np.searchsorted(st["ekey"], key), max(len(st["ekey"]) - 1, 0))
+        hit = (st["ekey"][at] == key) if len(st["ekey"]) else np.zeros(n, bool)
+        at = at[hit]
+        pick = {c: _filled(st[c], hit, at) for c in ("n_prefill", "n_decode", "prefill_estimated", "prompt_tokens", "output_tokens", "ph")}
+        ph = pick["ph"]
+        phase = np.where(ph == 2, 2, np.where(ph == 1, 1, 0)) if logged else np.full(n, -1)
+        power_phase = np.full(n, -1, np.int8)
+        if has_segments:
+            runs = cur.execute(_TIMELINE_POWER_RUNS, {"endpoint": endpoint, "host": host, "gpu": gpu}).fetchnumpy()
+            power_phase = kernels.max_label_on_slots(slot, runs["first"].astype(np.int64), runs["last"].astype(np.int64),
+                                                     runs["ph"].astype(np.int8), 3)
+        yield pa.record_batch({
+            "endpoint": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([endpoint])),
+            "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
+            "gpu": pa.array(np.full(n, gpu, np.uint8)),
+            "ts": pa.array(slot * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "power_w": power_w.astype(np.float32),
+            "energy_j": power_w * 0.1,
+            "n_prefill": pick["n_prefill"],
+            "n_decode": pick["n_decode"],
+            "phase": _label(phase),
+            "prefill_estimated": pick["prefill_estimated"],
+            "prompt_tokens": pick["prompt_tokens"],
+            "output_tokens": pick["output_tokens"],
+            "power_phase": _label(power_phase),
+        }, schema=_TIMELINE_SCHEMA)
+
+
+def timeline_by_gpu(con, write) -> int:
+    """phase_timeline's write: sql/phase_timeline/phase_timeline.sql's final query (and its
+    _phase_power_slots) as a numpy kernel, one endpoint GPU at a time (_timeline_batches)
+    streaming into the part; the endpoint state is still the SQL's (_timeline_prepare, on a
+    second connection: ``con`` runs the write's COPY). Identical rows (tests/test_phases.py)."""
+    cur = kernels.second_connection(con)
+    try:
+        present = _timeline_prepare(cur)
+        return kernels.write_stream(con, write, "phase_timeline", _TIMELINE_SCHEMA, _timeline_batches(cur, "phase_segments" in present))
+    finally:
+        cur.close()
 
 
 BOUNDARIES_SQL = """
@@ -263,7 +384,7 @@ PHASE_TIMELINE = Table(
     "cluster-day",
     deps=["power_100ms", "phase_intervals", "phase_segments"],
     group="phases",
-    write=timeline_in_chunks,
+    write=timeline_by_gpu,
     python_checks=(
         PythonCheck(
             "clock_skew",

@@ -262,38 +262,16 @@ def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[
     write then runs once more, over the views the quarantine redefined."""
     try:
         return _write_stream_once(con, write, name, schema, batches)
-    except (duckdb.Error, _SpentStream):
+    except (duckdb.Error, kernels.SpentStream):
         return _write_stream_once(con, write, name, schema, batches)
 
 
-class _SpentStream(RuntimeError):
-    """Fewer rows written than the kernel computed: the stream was read by an earlier attempt."""
-
-
 def _write_stream_once(con, write, name: str, schema: pa.Schema, batches: Callable[[Any, dict[str, list[str]]], Iterator[pa.RecordBatch]]) -> int:
-    cur = con.cursor()
-    for var, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():
-        cur.execute(f"SET VARIABLE {var} = CAST(? AS {type_})", [value])  # variables are per connection
-    hosts, produced = _day_sources(con), 0
-
-    def counted() -> Iterator[pa.RecordBatch]:
-        nonlocal produced
-        for batch in batches(cur, hosts):
-            produced += batch.num_rows
-            yield batch
-
-    rows_name = f"_{name}_rows"
-    con.register(rows_name, pa.RecordBatchReader.from_batches(schema, counted()))
-    con.execute("SET preserve_insertion_order = true")  # the part keeps the kernel's (host, gpu, time) order
+    cur = kernels.second_connection(con)
     try:
-        rows = write(f"SELECT getvariable('partition_date') AS date, * FROM {rows_name}")  # the date as the SQL writes it
+        return kernels.write_stream(con, write, name, schema, batches(cur, _day_sources(con)))
     finally:
-        con.execute("SET preserve_insertion_order = false")
-        con.unregister(rows_name)
         cur.close()
-    if rows != produced:  # a stream is read once: a retried write (after a quarantine) would see it spent
-        raise _SpentStream(f"{name}: {rows} rows written, {produced} computed")
-    return rows
 
 
 def curve_by_gpu(con, write) -> int:

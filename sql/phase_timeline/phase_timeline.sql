@@ -19,6 +19,9 @@
 -- (DuckDB's memory_limit, spilling): the endpoints' request state is built first, into a temp table
 -- (one integer key per busy endpoint slot: the final join's build side), so the GPU slots (one row per
 -- endpoint GPU and slot) stream from their window into the join and the final sort.
+-- The asset runs the statements up to _phase_logged and computes _phase_power_slots and the last
+-- statement in numpy, one endpoint GPU at a time (pipeline/assets/inference_phases.py, timeline_by_gpu;
+-- tests/test_phases_timeline_kernel.py: the same rows as this file).
 
 -- integer keys: windows, joins and the final sort run on (gk, slot), not strings
 CREATE OR REPLACE TEMP TABLE _phase_gpus AS

@@ -1,0 +1,82 @@
+"""phase_timeline's kernel (pipeline/assets/inference_phases.py, timeline_by_gpu) writes exactly the
+rows its SQL definition (sql/phase_timeline/phase_timeline.sql) computes, on a messy endpoint day."""
+
+import numpy as np
+import pyarrow as pa
+
+from collectors.inventory import dump_inventory, parse_inventory
+from collectors.parquet_sink import write_dataset
+from pipeline.runner import run_day
+from pipeline.tables import statements
+from pipeline.warehouse import compute_connection
+from tests.builders import DAY, power_table
+from tests.phase_fixtures import P_DEC, P_IDLE, P_PRE, REQUESTS_S, T0, requests_table, slot_labels
+
+DATE = DAY.isoformat()
+S = 1_000_000_000
+REQUESTS = REQUESTS_S | {
+    "F": (40.0, 40.0, 40.3, 45.0, 1000, 200),  # overlapping prefills and decodes
+    "G": (40.1, 40.1, 40.25, 42.0, 50, 30),
+    "H": (40.15, None, 40.6, 41.0, 20, 5),
+}
+
+
+def _inventory(d) -> None:
+    """ep-a on GPUs 0-2 (logged), ep-b on GPU 3 (no request log: phase NULL)."""
+    inv = {"fleets": [{"name": "t", "clusters": [{"name": "c0", "hosts": [{
+        "name": "infer-0", "role": "inference",
+        "gpus": [{"index": i, "tdp_w": 700.0, "model": "H200"} for i in range(4)],
+        "endpoints": [{"name": "ep-a", "gpus": [0, 1, 2]}, {"name": "ep-b", "gpus": [3]}],
+    }]}]}]}
+    d.mkdir(parents=True, exist_ok=True)
+    dump_inventory(parse_inventory(inv), d / "inventory.yaml")
+
+
+def _levels(t_ns: np.ndarray, rng) -> np.ndarray:
+    n_pre, n_dec = slot_labels({k: v for k, v in REQUESTS.items() if v[1] is not None or k == "E"}, 60)  # power levels only
+    slot = np.clip((t_ns - T0) // 100_000_000, 0, len(n_pre) - 1)
+    return np.where(n_pre[slot] > 0, P_PRE, np.where(n_dec[slot] > 0, P_DEC, P_IDLE)) + 20 * rng.random(len(t_ns))
+
+
+def _messy_day(d) -> None:
+    rng = np.random.default_rng(15)
+    _inventory(d)
+    # GPU 0: nvml-buffer ~50 Hz, jittered µs times, a 0.45 s gap (interpolated) and a 3 s gap (not)
+    t = T0 + np.sort(rng.integers(0, 60 * S, 3000) // 1000 * 1000)
+    t = t[((t < T0 + 25 * S) | (t > T0 + 25 * S + 450_000_000)) & ((t < T0 + 50 * S) | (t > T0 + 53 * S))]
+    write_dataset(power_table("infer-0", 0, t, _levels(t, rng), source="nvml-buffer"), d, "power", prefix="a")
+    # GPU 1: no power at all. GPU 2: a 1 s average only (power_avg_w, no power_w)
+    t = T0 + np.arange(60, dtype=np.int64) * S
+    table = power_table("infer-0", 2, t, _levels(t, rng), source="dcgm")
+    avg = table.column("power_w")
+    table = table.set_column(table.schema.get_field_index("power_w"), "power_w", pa.nulls(len(t), avg.type))
+    table = table.set_column(table.schema.get_field_index("power_avg_w"), "power_avg_w", avg.cast(table.schema.field("power_avg_w").type))
+    write_dataset(table, d, "power", prefix="avg")
+    # GPU 3 (ep-b): nvml-field at 250 ms, then 10 Hz
+    t = T0 + np.r_[np.arange(0, 30 * S, 250_000_000), np.arange(30 * S, 60 * S, 100_000_000)]
+    write_dataset(power_table("infer-0", 3, t, _levels(t, rng), source="nvml-field"), d, "power", prefix="b")
+    write_dataset(requests_table(REQUESTS), d, "requests")
+
+
+def test_timeline_kernel_rows_match_sql_definition(tmp_path):
+    d = tmp_path / "data"
+    _messy_day(d)
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms", "phase_intervals", "phase_segments", "phase_timeline"])
+    assert outcome.success, outcome.error
+    with compute_connection(d, DATE) as con:
+        kernel = con.execute("SELECT * FROM phase_timeline").fetchall()
+        grid = {(r[0], r[1], r[2]) for r in con.execute("SELECT host, gpu, ts FROM power_100ms WHERE power_w IS NOT NULL").fetchall()}
+        prepare, query = statements("phase_timeline/phase_timeline")
+        for statement in prepare:
+            con.execute(statement)
+        sql = con.execute(f"{query}").fetchall()
+    assert kernel == sql  # the same rows in the same order (endpoint, host, gpu, ts)
+    assert len(kernel) > 1000
+    gpus = {r[3]: [x for x in kernel if x[3] == r[3]] for r in kernel}
+    assert set(gpus) == {0, 2, 3}, "GPU 1 has no power: no rows"
+    assert any((r[2], r[3], r[4]) not in grid for r in gpus[0]), "a short gap of GPU 0 interpolated"
+    assert any((r[2], r[3], r[4]) not in grid for r in gpus[2]), "the 1 s average interpolated"
+    assert all(r[9] is None for r in gpus[3]) and all(r[9] is not None for r in gpus[0]), "ep-b has no request log"
+    assert all(r[13] is None for r in gpus[2]), "a 1 s average cannot resolve prefills"
+    assert {r[13] for r in gpus[0]} >= {"prefill", "decode", "idle"}
+    assert max(r[7] for r in gpus[0]) >= 2 and any(r[10] for r in gpus[0]), "overlapping prefills, a fallback prefill start"
