@@ -35,7 +35,7 @@ FROM power_100ms WHERE date = getvariable('partition_date') AND host = $host
 
 
 def _native(series: str, t_ns: np.ndarray, p: np.ndarray) -> dict[tuple[str, int], tuple[float, float | None]]:
-    """A GPU series' max swing per window on its raw samples, exact over sample times (kernels.max_swings)."""
+    """A GPU series' max swing per window on its raw samples, exact over sample times (kernels.series_swings)."""
     return {(series, w): (mx, ms) for w, mx, ms in series_swings(t_ns, p.astype(np.float64), WINDOWS_S)}
 
 
