@@ -11,6 +11,7 @@ import pyarrow as pa
 from collectors.contract import POWER
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
+from pipeline.tables import statements
 
 DAY = dt.date(2026, 11, 30)
 
@@ -84,3 +85,13 @@ def write_square_fleet(data_dir: Path, seconds: float = 600, period_s: float = 4
         for gpu in range(2):
             t, p = square_wave(seconds, period_s, low, high)
             write_dataset(power_table(host, gpu, t, p), data_dir, "power", prefix=f"{host}-{gpu}")
+
+
+def definition_query(con, name: str) -> str:
+    """A derived table's SQL file run as the DuckDB CLI would (``name`` as pipeline.tables.statements
+    takes it, e.g. ``swing_stats/swing_stats``): its preparatory statements executed on ``con``,
+    its final query returned, for a test to hold a kernel's rows against the definition."""
+    prepare, query = statements(name)
+    for statement in prepare:
+        con.execute(statement)
+    return query

@@ -7,9 +7,8 @@ import pyarrow as pa
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from pipeline.tables import statements
 from pipeline.warehouse import compute_connection
-from tests.builders import DAY, power_table
+from tests.builders import DAY, definition_query, power_table
 from tests.phase_fixtures import P_DEC, P_IDLE, P_PRE, REQUESTS_S, T0, requests_table, slot_labels
 
 DATE = DAY.isoformat()
@@ -66,9 +65,7 @@ def test_timeline_kernel_rows_match_sql_definition(tmp_path):
     with compute_connection(d, DATE) as con:
         kernel = con.execute("SELECT * FROM phase_timeline").fetchall()
         grid = {(r[0], r[1], r[2]) for r in con.execute("SELECT host, gpu, ts FROM power_100ms WHERE power_w IS NOT NULL").fetchall()}
-        prepare, query = statements("phase_timeline/phase_timeline")
-        for statement in prepare:
-            con.execute(statement)
+        query = definition_query(con, "phase_timeline/phase_timeline")
         sql = con.execute(f"{query}").fetchall()
     assert kernel == sql  # the same rows in the same order (endpoint, host, gpu, ts)
     assert len(kernel) > 1000

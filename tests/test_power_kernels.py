@@ -13,9 +13,8 @@ import pytest
 from collectors.parquet_sink import write_dataset
 from pipeline.assets.power_series import _host_by_gpu
 from pipeline.runner import run_day
-from pipeline.tables import statements
 from pipeline.warehouse import compute_connection
-from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
+from tests.builders import DAY, day_start_ns, definition_query, power_table, two_host_inventory
 from tests.test_power_swings import assert_kernels_match_sql
 
 DATE = DAY.isoformat()
@@ -74,9 +73,7 @@ def day(tmp_path_factory):
 def test_kernel_rows_match_sql_definition(day):
     with compute_connection(day, DATE) as con:
         kernel = con.execute(f"SELECT {COLUMNS} FROM energy_curve").fetchall()
-        prepare, query = statements("energy_curve/energy_curve")
-        for statement in prepare:
-            con.execute(statement)
+        query = definition_query(con, "energy_curve/energy_curve")
         sql = con.execute(f"SELECT {COLUMNS} FROM ({query}) ORDER BY host, gpu, t_ns").fetchall()
     for host in ("train-0", "train-1"):  # each cluster's part is written sorted by (host, gpu, t_ns)
         part = [r for r in kernel if r[0] == host]
@@ -97,9 +94,7 @@ GRID_COLUMNS = "host, gpu, ts, power_w, samples, source, power_avg_w, is_average
 def test_grid_kernel_rows_match_sql_definition(day):
     with compute_connection(day, DATE) as con:
         kernel = con.execute(f"SELECT {GRID_COLUMNS} FROM power_100ms").fetchall()
-        prepare, query = statements("power_100ms/power_100ms")
-        for statement in prepare:
-            con.execute(statement)
+        query = definition_query(con, "power_100ms/power_100ms")
         sql = con.execute(f"SELECT {GRID_COLUMNS} FROM ({query}) ORDER BY host, gpu, ts").fetchall()
     for host in ("train-0", "train-1"):  # each cluster's part is written sorted by (host, gpu, ts)
         part = [r for r in kernel if r[0] == host]
@@ -139,9 +134,7 @@ SECOND_COLUMNS = "host, gpu, ts, mean_w, min_w, max_w, samples, gap_before, dupl
 def test_seconds_kernel_rows_match_sql_definition(day):
     with compute_connection(day, DATE) as con:
         kernel = con.execute(f"SELECT {SECOND_COLUMNS} FROM power_1s").fetchall()
-        prepare, query = statements("power_1s/power_1s")
-        for statement in prepare:
-            con.execute(statement)
+        query = definition_query(con, "power_1s/power_1s")
         sql = con.execute(f"SELECT {SECOND_COLUMNS} FROM ({query}) ORDER BY host, gpu, ts").fetchall()
     kernel.sort(key=lambda r: (r[0], r[1], r[2]))
     assert len(kernel) == len(sql) > 300

@@ -6,9 +6,8 @@ import pytest
 
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
-from pipeline.tables import statements
 from pipeline.warehouse import compute_connection, read_day
-from tests.builders import DAY, power_table, square_wave, two_host_inventory
+from tests.builders import DAY, definition_query, power_table, square_wave, two_host_inventory
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats"]
@@ -100,9 +99,7 @@ def kernel_and_sql_rows(data_dir, date: str) -> tuple[list, list]:
     the last two columns are the max swing (a GPU's: on its raw samples, stored; on the grid, SQL)."""
     with compute_connection(data_dir, date) as con:
         kernel = con.execute(f"SELECT {ROW_COLUMNS} FROM swing_stats WHERE level <> 'cluster_role' ORDER BY ALL").fetchall()
-        prepare, query = statements("swing_stats/swing_stats")
-        for statement in prepare:
-            con.execute(statement)
+        query = definition_query(con, "swing_stats/swing_stats")
         sql = con.execute(f"SELECT {ROW_COLUMNS} FROM ({query}) WHERE level <> 'cluster_role' ORDER BY ALL").fetchall()
     return kernel, sql
 
