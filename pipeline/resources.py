@@ -27,7 +27,7 @@ class WarehouseResource(ConfigurableResource):
     data_dir: str = ""
     duckdb_memory: str = ""
     """Memory bound of each compute connection (e.g. ``2GB``); empty: $WATTLINE_DUCKDB_MEMORY, else
-    a quarter of RAM capped at 2.5 GiB. pipeline/definitions.py fills it from collectors/settings.py."""
+    a quarter of RAM capped at 2 GiB. pipeline/definitions.py fills it from collectors/settings.py."""
     duckdb_threads: int = 0
     """DuckDB threads per compute connection; 0: $WATTLINE_DUCKDB_THREADS, else all cores."""
     grid_step_ms: int = 0

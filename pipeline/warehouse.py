@@ -72,9 +72,11 @@ def _check_ident(name: str) -> str:
 
 
 def default_memory_mb() -> int:
-    """A quarter of physical RAM, at most 2.5 GiB: the memory all of a day's DuckDBs share (the
-    runner divides it among its worker processes)."""
-    cap_mb, share = 2560, 0.25
+    """A quarter of physical RAM, at most 2 GiB: the memory all of a day's DuckDBs share (the
+    runner divides it among its worker processes). The process holds ~0.5 GB beside DuckDB (Python,
+    Dagster, a kernel's arrays), and DuckDB fills its bound on a 64-GPU cluster-day: at 2.5 GiB the
+    run peaked at 3.08 GB RSS, at 2 GiB it stays under 3 GB (docs/benchmarks.md, round 3)."""
+    cap_mb, share = 2048, 0.25
     try:
         ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
     except (ValueError, OSError, AttributeError):
@@ -87,7 +89,7 @@ def duckdb_config(memory: str | None = None, threads: int | None = None) -> dict
 
     ``memory`` / ``threads``: the resource's fields; unset, the settings ($WATTLINE_DUCKDB_MEMORY,
     $WATTLINE_DUCKDB_THREADS, collectors/settings.py). memory_limit defaults to a quarter of
-    physical RAM capped at 2.5 GiB.
+    physical RAM capped at 2 GiB.
     DuckDB's own default (80 % of RAM) let one day of 64 GPUs reach 15 GB RSS; with the bound,
     larger intermediates (sorts, hash tables) spill to the temp directory and a day's run stays
     under 4 GB RSS whatever its size (bench/results/memory.json: peak RSS and CPU cost).
