@@ -2,14 +2,22 @@
 
 The kernel keeps a high-water mark of the process's RSS (VmHWM in /proc/self/status); writing 5
 to /proc/self/clear_refs resets it to the current RSS. Elsewhere (or where /proc cannot be
-written) the peak is unknown: None."""
+written) the peak is unknown: None.
+
+return_freed_memory() makes glibc give large freed blocks back to the OS: what set the peak RSS
+of a 64-GPU cluster-day was freed numpy arrays the heap kept, not DuckDB."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from pathlib import Path
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+MMAP_THRESHOLD_BYTES = 1 << 20
+"""Blocks of this size and more get their own mapping, unmapped when freed."""
 
 
 def reset_peak() -> None:
@@ -29,3 +37,18 @@ def peak_mb() -> float | None:
     except OSError:
         return None
     return None
+
+
+@functools.cache
+def return_freed_memory() -> bool:
+    """Serve every allocation of MMAP_THRESHOLD_BYTES or more from its own mapping (glibc mallopt),
+    so a freed array goes back to the OS at once. glibc's threshold otherwise rises to the size of
+    the last large block freed (up to 32 MiB): the kernels' per-GPU arrays (1–30 MB) then come from
+    the heap, and a freed one stays in the process while a later block holds the heap up. At 64
+    GPU-days power_100ms alone peaked at 2.98 GB RSS with DuckDB held to 1 GB, and at 2.16 GB with
+    this (docs/benchmarks.md, round 3). Once per process; False where it is not glibc."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))

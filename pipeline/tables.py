@@ -222,6 +222,7 @@ class Table:
     def compute(self, context: AssetExecutionContext, warehouse: WarehouseResource, config: Config | None, rollup: bool) -> MaterializeResult:
         """Write the partition for the context's cluster-day or fleet-day, check it, describe it."""
         scope = Scope.of(context)
+        process_memory.return_freed_memory()
         process_memory.reset_peak()
         with warehouse.connection(scope) as con:
             for name, value in (self.variables(config) if self.variables and config is not None else {}).items():
