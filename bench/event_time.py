@@ -124,7 +124,6 @@ def main() -> None:
     path = args.out or RESULTS / f"gpus-{args.gpus}-h{args.hours:g}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list] = {name: [] for name, _, _ in contenders}
-    failures: dict[str, list] = {}
     for _ in range(args.runs):  # before and after alternate, so a change in the machine's load hits both
         for name, assets, env in contenders:
             m = run_measured(name, [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir), "--timings",
@@ -132,17 +131,15 @@ def main() -> None:
             print(name, f"rc {m.returncode}, cpu {m.cpu_s:.1f} s, wall {m.wall_s:.1f} s, rss {m.peak_rss_mb:.0f} MB", flush=True)
             print(m.stdout, flush=True)
             if m.returncode != 0:  # e.g. out of memory: recorded, not a median
-                failures.setdefault(name, []).append({"cpu_s": m.cpu_s, "wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb,
-                                                      "asset_wall_s": asset_times(m.stdout), "tail": m.stdout[-2000:]})
-                out[f"{name}_failed"] = failures[name]
-                path.write_text(json.dumps(out, indent=1, default=str) + "\n")
-                continue
-            runs[name].append(m)
-            done = runs[name]
-            out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in done), "cpu_s": [r.cpu_s for r in done],
-                         "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in done) / gpu_days,
-                         "peak_rss_mb": max(r.peak_rss_mb for r in done), "wall_s": [r.wall_s for r in done],
-                         "asset_wall_s": asset_times(done[-1].stdout), "asset_peak_rss_mb": asset_peaks(done[-1].stdout)}
+                out.setdefault(f"{name}_failed", []).append({"cpu_s": m.cpu_s, "wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb,
+                                                             "asset_wall_s": asset_times(m.stdout), "tail": m.stdout[-2000:]})
+            else:
+                runs[name].append(m)
+                done = runs[name]
+                out[name] = {"cpu_s_median": statistics.median(r.cpu_s for r in done), "cpu_s": [r.cpu_s for r in done],
+                             "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in done) / gpu_days,
+                             "peak_rss_mb": max(r.peak_rss_mb for r in done), "wall_s": [r.wall_s for r in done],
+                             "asset_wall_s": asset_times(done[-1].stdout), "asset_peak_rss_mb": asset_peaks(done[-1].stdout)}
             out["load_avg_end"] = os.getloadavg()
             path.write_text(json.dumps(out, indent=1, default=str) + "\n")  # kept after every run
     print(json.dumps(out, indent=1, default=str))
