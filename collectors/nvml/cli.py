@@ -13,6 +13,7 @@ import click
 
 from collectors.names import BadName, check_path_name
 from collectors.nvml.nvml_source import NVML_MODULE_ENV, NvmlUnavailable
+from collectors.printable import printable
 from collectors.settings import DATA_DIR_ENV
 from collectors.storage import resolve_data_root
 
@@ -23,7 +24,7 @@ class CollectError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        click.echo(f"error: {printable(self.format_message())}", err=True)
 
 
 def parse_seconds(value: str | float) -> float:

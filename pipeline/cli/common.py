@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from collectors.inventory import InventoryError
+from collectors.printable import printable
 from collectors.settings import DATA_DIR_ENV
 from collectors.storage import resolve_data_root
 from pipeline import warehouse
@@ -21,7 +22,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        click.echo(f"error: {printable(self.format_message())}", err=True)
 
 
 class Interrupted(UserError):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from collectors.printable import printable
 from pipeline import warehouse
 from pipeline.cli.common import UserError, data_dir_option, date_option
 from pipeline.readonly import ReadOnlyError, connect_readonly
@@ -18,7 +19,7 @@ class SectionsFailed(click.ClickException):
     exit_code = 1
 
     def show(self, file=None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        click.echo(f"error: {printable(self.format_message())}", err=True)
 
 
 @click.command("report")
