@@ -16,15 +16,7 @@ import duckdb
 import pytest
 import yaml
 
-from collectors.inventory import (
-    INVENTORY_FILE,
-    PRECISIONS,
-    TRAFFIC_PROFILES,
-    InventoryError,
-    inventory_yaml,
-    load_inventory,
-    parse_inventory,
-)
+from collectors.inventory import INVENTORY_FILE, InventoryError, inventory_yaml, load_inventory, parse_inventory
 from collectors.simulate import traffic
 from collectors.simulate.fleets import BUILTIN, paper_fleet, resolve_fleet
 from pipeline import warehouse
@@ -251,6 +243,8 @@ def test_gpus_per_replica_needs_tp_or_pp(tmp_path):
 
 
 def test_the_simulator_knows_the_same_traffic_profiles():
+    from collectors.inventory import PRECISIONS, TRAFFIC_PROFILES
+
     assert TRAFFIC_PROFILES == tuple(traffic.PROFILES)
     assert len(set(PRECISIONS)) == len(PRECISIONS)
 
