@@ -383,3 +383,15 @@ def test_print_inventory_fills_uuid_model_and_endpoints_from_labels(series_serve
     assert inv.kubernetes.workload_for(SERIES[0]) == ("endpoint", "llama-70b-5f6d-abcde")
     assert inv.kubernetes.workload_for(SERIES[2]) is None
     assert not (tmp_path / "none").exists()
+
+
+def test_a_cluster_day_sees_the_keys_of_the_whole_endpoint():
+    """An endpoint on hosts of two clusters: the cluster-day of the host without the keys still sees them."""
+    def host(name: str, **keys) -> dict:
+        return {"name": name, "role": "inference", "gpus": [{"index": 0, "tdp_w": 700}, {"index": 1, "tdp_w": 700}],
+                "endpoints": [{"name": "ep", "gpus": [0, 1], **keys}]}
+
+    inv = parse_inventory({"fleets": [{"name": "f", "clusters": [{"name": "a", "hosts": [host("h0", tp=2, model="m")]},
+                                                                 {"name": "b", "hosts": [host("h1")]}]}]})
+    rows = warehouse.cluster_inventory(inv, "b").workload_rows("endpoint")
+    assert [(r["host"], r["model"], r["tp"], r["gpus_per_replica"]) for r in rows] == [("h1", "m", 2, 2)]
