@@ -27,6 +27,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -340,7 +341,7 @@ def stub_inventory(url: str, start_s: float, end_s: float, *, metric: str = POWE
             got["pod"].add((labels.get("namespace") or "", labels["pod"]))
     if not seen:
         raise PrometheusError(f"no {metric} series at {url} between {_iso(start_s)} and {_iso(end_s)}")
-    uuids = [u for gpus in seen.values() for g in gpus.values() for u in g["uuid"]]
+    uuids = Counter(u.casefold() for gpus in seen.values() for g in gpus.values() for u in g["uuid"])
     out = ["# Stub from Prometheus labels: check each TDP, set each host's role, and assign endpoints/jobs",
            "# (docs/data-contract.md#inventoryyaml).", "fleets:", "  - name: fleet", "    clusters:",
            "      - name: cluster-0", "        hosts:"]
@@ -354,7 +355,7 @@ def stub_inventory(url: str, start_s: float, end_s: float, *, metric: str = POWE
             tdp = next((w for name, w in KNOWN_TDP_W.items() if model and name in model.upper()), None)
             line = f"              - {{index: {gpu}, tdp_w: {tdp or 700}"
             line += f", model: {json.dumps(model)}" if model else ""
-            line += f", uuid: {json.dumps(uuid)}" if uuid and uuids.count(uuid) == 1 else ""  # one board, one place
+            line += f", uuid: {json.dumps(uuid)}" if uuid and uuids[uuid.casefold()] == 1 else ""  # one board, one place
             line += "}" + ("   # TDP unknown: set it" if tdp is None else "")
             out.append(line)
             if len(got["pod"]) == 1:  # a GPU that changed pods over the range is left for the user
