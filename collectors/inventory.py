@@ -1,19 +1,26 @@
-"""The fleet inventory (``inventory.yaml`` at the data dir root): fleets → clusters → hosts → GPUs.
+"""The fleet inventory (``inventory.yaml`` at the data dir root): fleets → clusters → hosts → GPUs,
+the endpoints and jobs on them (with the model they serve or train), and an optional Kubernetes
+label mapping.
 
 Validated with pydantic on load, so a typo names the bad key and its place in the file
-(``inventory.yaml: fleets[0].clusters[1].hosts[0].name (line 12): ...``). Host and cluster names
-become path segments and follow the rule of :mod:`collectors.names`; cluster names, host names
-and a host's GPU indices are unique; a GPU belongs to at most one job or endpoint; every number
-is finite (``.inf`` and ``.nan`` are YAML floats).
+(``inventory.yaml: fleets[0].clusters[1].hosts[0].name (line 12): ...``). Every key is known: an
+unknown one is an error naming the closest known key, so a misspelt optional key (``parms_b``)
+is never silently ignored. Host and cluster names become path segments and follow the rule of
+:mod:`collectors.names`; cluster names, host names, a host's GPU indices and GPU UUIDs are
+unique; a GPU belongs to at most one job or endpoint; every number is finite (``.inf`` and
+``.nan`` are YAML floats). The schema is described in docs/data-contract.md.
 """
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
+import typing
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from collectors.names import PATH_NAME_RULE, path_name_problem
 
@@ -34,8 +41,9 @@ class _At(ValueError):
 
 
 class _Strict(BaseModel):
+    # extra="forbid": a misspelt optional key (`parms_b`) would otherwise be dropped without a word.
     # allow_inf_nan=False: `tdp_w: .inf` would pass `gt=0` and make every share of it zero.
-    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _path_name(value: str) -> str:
@@ -46,16 +54,105 @@ def _path_name(value: str) -> str:
     return value
 
 
+def _one_of(what: str, value: str, allowed: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(value, allowed, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"{what} must be one of {', '.join(allowed)} (got {value!r}){hint}")
+
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "mxfp8", "mxfp6", "mxfp4", "nvfp4", "int8", "int4")
+"""Number formats of a model's weights (and activations) that later work turns into bytes per parameter;
+written in any case (``BF16`` reads as ``bf16``)."""
+TRAFFIC_PROFILES = ("conv", "code")
+"""The simulator's traffic profiles (``collectors.simulate.traffic.PROFILES``; the core imports nothing of ours)."""
+KUBERNETES_LABELS = ("pod", "namespace", "container")
+"""dcgm-exporter's Kubernetes labels (its pod-resources mapping): which pod holds a GPU."""
+_PROMETHEUS_LABEL = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class Gpu(_Strict):
     index: int = Field(ge=0, le=255)
     tdp_w: float = Field(gt=0)
     model: str | None = None
+    uuid: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^\S+$")
+    """NVML's UUID (``GPU-…``; dcgm-exporter's ``UUID`` label): the board itself, wherever it is."""
+    power_limit_w: float | None = Field(default=None, gt=0)
+    """The enforced power limit, when it is not the TDP; unset: unknown."""
 
 
-class Assignment(_Strict):
+class _Workload(_Strict):
+    """What runs on some of a host's GPUs. One name on several hosts is one endpoint or job."""
+
     name: str
     gpus: list[int]
     tz_offset_h: float = 0.0
+    model: str | None = None
+    """The served or trained model, free-form (``meta-llama/Llama-3.1-70B-Instruct``)."""
+    params_b: float | None = Field(default=None, gt=0)
+    active_params_b: float | None = Field(default=None, gt=0)
+    """Parameters active per token (mixture of experts), billions."""
+    precision: str | None = None
+    tp: int | None = Field(default=None, ge=1, le=4096)
+    pp: int | None = Field(default=None, ge=1, le=4096)
+    engine: str | None = None
+    """The serving or training engine, free-form (``vllm``, ``sglang``, ``megatron``)."""
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_known(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip().lower()
+            if value not in PRECISIONS:
+                _one_of("precision", value, PRECISIONS)
+        return value
+
+    @model_validator(mode="after")
+    def _active_within_total(self) -> _Workload:
+        if self.active_params_b is not None and self.params_b is not None and self.active_params_b > self.params_b:
+            raise _At(("active_params_b",), f"active_params_b {self.active_params_b:g} is more than params_b {self.params_b:g}")
+        return self
+
+    @property
+    def gpus_per_replica(self) -> int | None:
+        """tp × pp (a missing one of the two is 1); None when neither is given: unknown, not guessed."""
+        if self.tp is None and self.pp is None:
+            return None
+        return (self.tp or 1) * (self.pp or 1)
+
+
+class Endpoint(_Workload):
+    peak_rps: float | None = Field(default=None, gt=0)
+    """Simulator: arrival rate at the local-time peak (requests/s)."""
+    prompt_median: float | None = Field(default=None, gt=0)
+    output_median: float | None = Field(default=None, gt=0)
+    """Simulator: median prompt and output lengths (tokens)."""
+    traffic: str | None = None
+    """Simulator: whose Azure 2023 length distributions and burstiness the endpoint follows."""
+
+    @field_validator("traffic")
+    @classmethod
+    def _traffic_known(cls, value: str | None) -> str | None:
+        if value is not None and value not in TRAFFIC_PROFILES:
+            _one_of("traffic", value, TRAFFIC_PROFILES)
+        return value
+
+
+class Job(_Workload):
+    dp: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Data-parallel degree over all the job's GPUs (on every host): its GPUs = tp × pp × dp."""
+
+    @model_validator(mode="after")
+    def _fits_its_world(self) -> Job:
+        world = self.dp * self.gpus_per_replica if self.dp is not None and self.gpus_per_replica else None
+        if world is not None and len(self.gpus) > world:  # one host can tell no more than this
+            raise _At(("dp",), f"job {self.name!r} has {len(self.gpus)} GPU(s) on this host, more than "
+                      f"tp × pp × dp = {world} in the whole job")
+        return self
+
+
+WORKLOAD_KEYS = ("model", "params_b", "active_params_b", "precision", "tp", "pp", "engine", "dp",
+                 "peak_rps", "prompt_median", "output_median", "traffic")
+"""Keys of the endpoint or job as a whole: given on one of its hosts, they hold on all; given on several, they agree."""
 
 
 class Host(_Strict):
@@ -63,8 +160,10 @@ class Host(_Strict):
     role: Literal["training", "inference"]
     gpus: list[Gpu] = Field(min_length=1)
     provisioned_w: float | None = Field(default=None, gt=0)
-    jobs: list[Assignment] = []
-    endpoints: list[Assignment] = []
+    power_limit_w: float | None = Field(default=None, gt=0)
+    """The enforced power limit of each of its GPUs that does not set its own."""
+    jobs: list[Job] = []
+    endpoints: list[Endpoint] = []
 
     _name_is_a_path_name = field_validator("name")(_path_name)
 
@@ -76,8 +175,9 @@ class Host(_Strict):
                 raise _At(("gpus", j, "index"), f"host {self.name!r} lists GPU index {i} more than once")
         known = set(indices)
         owner: dict[int, str] = {}
-        for kind, items in (("job", self.jobs), ("endpoint", self.endpoints)):
-            for k, a in enumerate(items):
+        items: list[tuple[str, list[_Workload]]] = [("job", list(self.jobs)), ("endpoint", list(self.endpoints))]
+        for kind, workloads in items:
+            for k, a in enumerate(workloads):
                 missing = sorted(set(a.gpus) - known)
                 if missing:
                     raise _At((f"{kind}s", k), f"{a.name!r} uses GPU(s) {missing} that host {self.name!r} does not list")
@@ -115,13 +215,71 @@ class Fleet(_Strict):
     clusters: list[Cluster] = Field(min_length=1)
 
 
+class KubernetesLabels(_Strict):
+    """The Prometheus label names that carry each Kubernetes field (dcgm-exporter's defaults)."""
+
+    pod: str = Field(default="pod", pattern=_PROMETHEUS_LABEL)
+    namespace: str = Field(default="namespace", pattern=_PROMETHEUS_LABEL)
+    container: str = Field(default="container", pattern=_PROMETHEUS_LABEL)
+
+
+class KubernetesMatch(_Strict):
+    """Glob patterns (``*``, ``?``, ``[…]``, case-sensitive) on the label values; all given must match."""
+
+    pod: str | None = Field(default=None, min_length=1)
+    namespace: str | None = Field(default=None, min_length=1)
+    container: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> KubernetesMatch:
+        if self.pod is None and self.namespace is None and self.container is None:
+            raise ValueError(f"match needs at least one of {', '.join(KUBERNETES_LABELS)}")
+        return self
+
+    def matches(self, values: dict[str, str | None]) -> bool:
+        patterns = ((k, getattr(self, k)) for k in KUBERNETES_LABELS)
+        return all(values.get(k) is not None and fnmatch.fnmatchcase(str(values[k]), p) for k, p in patterns if p is not None)
+
+
+class KubernetesRule(_Strict):
+    match: KubernetesMatch
+    endpoint: str | None = None
+    job: str | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> KubernetesRule:
+        if (self.endpoint is None) == (self.job is None):
+            raise ValueError("a rule names exactly one of endpoint or job")
+        return self
+
+
+class Kubernetes(_Strict):
+    """Which endpoint or job a GPU serves, from the pod that holds it: the first rule that matches wins."""
+
+    labels: KubernetesLabels = KubernetesLabels()
+    rules: list[KubernetesRule] = []
+
+    def workload_for(self, labels: dict[str, str]) -> tuple[str, str] | None:
+        """(``endpoint`` or ``job``, its name) for a series' labels, or None when no rule matches."""
+        values = {k: labels.get(getattr(self.labels, k)) for k in KUBERNETES_LABELS}
+        for rule in self.rules:
+            if rule.match.matches(values):
+                return ("endpoint", rule.endpoint) if rule.endpoint is not None else ("job", str(rule.job))
+        return None
+
+
 class Inventory(_Strict):
     fleets: list[Fleet] = Field(min_length=1)
+    kubernetes: Kubernetes | None = None
+
+    _specs: dict[tuple[str, str], dict] = PrivateAttr(default_factory=dict)
+    """(kind, name) → the keys of that endpoint or job as a whole, gathered from all its hosts."""
 
     @model_validator(mode="after")
     def _names_unique(self) -> Inventory:
         clusters: set[str] = set()
         hosts: set[str] = set()
+        uuids: dict[str, str] = {}
         for f, fleet in enumerate(self.fleets):
             for c, cluster in enumerate(fleet.clusters):  # cluster names are partition keys and folder names
                 if cluster.name in clusters:
@@ -131,7 +289,68 @@ class Inventory(_Strict):
                     if host.name in hosts:
                         raise _At(("fleets", f, "clusters", c, "hosts", h, "name"), f"host name {host.name!r} appears twice")
                     hosts.add(host.name)
+                    for g, gpu in enumerate(host.gpus):  # a UUID is one board: two places for it is a mistake
+                        if gpu.uuid is None:
+                            continue
+                        here = f"GPU {gpu.index} of host {host.name!r}"
+                        if gpu.uuid.casefold() in uuids:
+                            raise _At(("fleets", f, "clusters", c, "hosts", h, "gpus", g, "uuid"),
+                                      f"uuid {gpu.uuid!r} of {here} is also {uuids[gpu.uuid.casefold()]}'s")
+                        uuids[gpu.uuid.casefold()] = here
+        self._specs = self._gather_specs()
+        self._kubernetes_names_known()
         return self
+
+    def _gather_specs(self) -> dict[tuple[str, str], dict]:
+        specs: dict[tuple[str, str], dict] = {}
+        where: dict[tuple[str, str, str], str] = {}
+        gpus: dict[tuple[str, str], int] = {}
+        first: dict[tuple[str, str], tuple] = {}
+        for f, fleet in enumerate(self.fleets):
+            for c, cluster in enumerate(fleet.clusters):
+                for h, host in enumerate(cluster.hosts):
+                    items: list[tuple[str, list[_Workload]]] = [("job", list(host.jobs)), ("endpoint", list(host.endpoints))]
+                    for kind, workloads in items:
+                        for k, w in enumerate(workloads):
+                            loc = ("fleets", f, "clusters", c, "hosts", h, f"{kind}s", k)
+                            spec = specs.setdefault((kind, w.name), {})
+                            first.setdefault((kind, w.name), loc)
+                            gpus[(kind, w.name)] = gpus.get((kind, w.name), 0) + len(w.gpus)
+                            for key in sorted(w.model_fields_set & set(WORKLOAD_KEYS)):
+                                value = getattr(w, key)
+                                if value is None:
+                                    continue
+                                if key in spec and spec[key] != value:
+                                    raise _At(loc + (key,), f"{kind} {w.name!r} has {key} {value!r} on host {host.name!r} and "
+                                              f"{spec[key]!r} on host {where[(kind, w.name, key)]!r}; one {kind} is one "
+                                              "engine: give it one value (or on one host only)")
+                                spec[key] = value
+                                where[(kind, w.name, key)] = host.name
+        for (kind, name), spec in specs.items():
+            if kind != "endpoint" or ("tp" not in spec and "pp" not in spec):
+                continue
+            per_replica = spec.get("tp", 1) * spec.get("pp", 1)
+            if gpus[(kind, name)] % per_replica:  # replicas are whole: tp × pp GPUs each
+                key = "tp" if "tp" in spec else "pp"
+                raise _At(first[(kind, name)] + (key,), f"endpoint {name!r} has {gpus[(kind, name)]} GPU(s), not a "
+                          f"multiple of tp × pp = {per_replica} (the GPUs of one replica)")
+        return specs
+
+    def _kubernetes_names_known(self) -> None:
+        if self.kubernetes is None:
+            return
+        for r, rule in enumerate(self.kubernetes.rules):
+            kind = "endpoint" if rule.endpoint is not None else "job"
+            name = str(rule.endpoint if rule.endpoint is not None else rule.job)
+            if (kind, name) not in self._specs:
+                names = sorted(n for k, n in self._specs if k == kind)
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise _At(("kubernetes", "rules", r, kind), f"no {kind} named {name!r} in the inventory{hint}")
+
+    def workload_spec(self, kind: Literal["endpoint", "job"], name: str) -> dict:
+        """The keys of endpoint or job ``name`` as a whole (those given on any of its hosts)."""
+        return dict(self._specs.get((kind, name), {}))
 
     def iter_hosts(self):
         for fleet in self.fleets:
@@ -144,12 +363,14 @@ class Inventory(_Strict):
         rows = []
         for fleet, cluster, host in self.iter_hosts():
             owner = {}
-            for kind, items in (("job", host.jobs), ("endpoint", host.endpoints)):
-                for a in items:
+            items: list[tuple[str, list[_Workload]]] = [("job", list(host.jobs)), ("endpoint", list(host.endpoints))]
+            for kind, workloads in items:
+                for a in workloads:
                     for g in a.gpus:
                         owner[g] = (kind, a.name, a.tz_offset_h)
             for gpu in host.gpus:
                 kind, name, tz = owner.get(gpu.index, (None, None, 0.0))
+                limit = gpu.power_limit_w if gpu.power_limit_w is not None else host.power_limit_w
                 rows.append(
                     dict(
                         fleet=fleet.name,
@@ -164,8 +385,28 @@ class Inventory(_Strict):
                         endpoint_tz_offset_h=tz if kind == "endpoint" else None,
                         host_provisioned_w=float(host.effective_provisioned_w),
                         cluster_provisioned_w=float(cluster.effective_provisioned_w),
+                        uuid=gpu.uuid,
+                        power_limit_w=None if limit is None else float(limit),
                     )
                 )
+        return rows
+
+    def workload_rows(self, kind: Literal["endpoint", "job"]) -> list[dict]:
+        """One row per endpoint (or job) and host it runs on (the ``inventory_endpoints`` and
+        ``inventory_jobs`` tables): its GPUs there and the keys of the whole endpoint or job."""
+        rows = []
+        for fleet, cluster, host in self.iter_hosts():
+            for w in host.endpoints if kind == "endpoint" else host.jobs:
+                spec = self.workload_spec(kind, w.name)
+                tp, pp = spec.get("tp"), spec.get("pp")
+                row = dict(fleet=fleet.name, cluster=cluster.name, host=host.name, **{kind: w.name}, gpus=len(w.gpus),
+                           model=spec.get("model"), params_b=spec.get("params_b"),
+                           active_params_b=spec.get("active_params_b"), precision=spec.get("precision"), tp=tp, pp=pp)
+                if kind == "job":
+                    row["dp"] = spec.get("dp")
+                row.update(gpus_per_replica=None if tp is None and pp is None else (tp or 1) * (pp or 1),
+                           engine=spec.get("engine"), tz_offset_h=w.tz_offset_h)
+                rows.append(row)
         return rows
 
 
@@ -178,19 +419,49 @@ def _where(loc: tuple) -> str:
 
 
 def _line_of(node, loc: tuple) -> int | None:
-    """The 1-based line of ``loc`` in a composed YAML document (the deepest node found)."""
+    """The 1-based line of ``loc`` in a composed YAML document: the deepest node found, and for a
+    mapping's entry its key's line (a key whose value is a block is found where it is written)."""
     line = None
     for p in loc:
         if node is None:
             break
         line = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if getattr(k, "value", None) == p), None)
+            pair = next(((k, v) for k, v in node.value if getattr(k, "value", None) == str(p)), None)
+            if pair is None:
+                return line
+            line, node = pair[0].start_mark.line + 1, pair[1]
         elif isinstance(node, yaml.SequenceNode) and isinstance(p, int) and p < len(node.value):
             node = node.value[p]
+            line = node.start_mark.line + 1
         else:
-            node = None
-    return node.start_mark.line + 1 if node is not None else line
+            return line
+    return line
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model that validates the mapping at ``loc`` (None where it is no model)."""
+    model: object = Inventory
+    for p in loc:
+        if isinstance(p, int):
+            continue  # a list's item: the list's item type is already taken
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or p not in model.model_fields:
+            return None
+        model = model.model_fields[p].annotation
+        while typing.get_origin(model) is not None:  # list[X], X | None → X
+            model = next((a for a in typing.get_args(model) if a is not type(None)), None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unknown_key(loc: tuple) -> str:
+    """``unknown key 'parms_b'; did you mean 'params_b'?`` from the keys the place allows."""
+    key = str(loc[-1])
+    model = _model_at(loc[:-1])
+    known = list(model.model_fields) if model else []
+    close = difflib.get_close_matches(key, known, n=1)
+    if close:
+        return f"unknown key {key!r}; did you mean {close[0]!r}?"
+    return f"unknown key {key!r}; known keys here: {', '.join(known)}" if known else f"unknown key {key!r}"
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: same results, faster
@@ -202,15 +473,17 @@ def parse_inventory(data: object, source: str = "inventory", text: str | None = 
         return Inventory.model_validate(data)
     except ValidationError as exc:
         document = yaml.compose(text, Loader=_LOADER) if text is not None else None
-        err = exc.errors()[0]
+        errors = exc.errors()
+        # an unknown key first: a misspelt required key also shows as that key missing
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         cause = (err.get("ctx") or {}).get("error")
         if isinstance(cause, _At):
             loc += cause.loc
         line = _line_of(document, loc) if document is not None else None
         at = f" (line {line})" if line else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+        msg = _unknown_key(loc) if err["type"] == "extra_forbidden" and loc else err["msg"].removeprefix("Value error, ")
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise InventoryError(" ".join(f"{source}: {_where(loc)}{at}: {msg}{more}".split())) from None
 
 

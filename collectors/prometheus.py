@@ -27,6 +27,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -326,23 +327,47 @@ def import_prometheus(url: str, start_s: float, end_s: float, data_dir, **kw) ->
 
 def stub_inventory(url: str, start_s: float, end_s: float, *, metric: str = POWER_METRIC,
                    host_label: str = "Hostname", gpu_label: str = "gpu", timeout_s: float = 60.0) -> str:
-    """An inventory.yaml from the series' labels, for the user to complete (roles, endpoints, TDPs)."""
-    seen: dict[str, dict[int, str | None]] = {}
+    """An inventory.yaml from the series' labels, for the user to complete (roles, endpoints, TDPs):
+    each GPU's ``modelName`` and ``UUID``, and an endpoint per Kubernetes pod holding GPUs
+    (dcgm-exporter's ``pod``/``namespace`` labels) with the rule that maps the pod to it."""
+    seen: dict[str, dict[int, dict[str, set]]] = {}
     for labels in Client(url, timeout_s).series(metric, start_s, end_s):
         host, gpu = _labels_key(labels, host_label, gpu_label, metric)
-        seen.setdefault(host, {})[gpu] = labels.get("modelName")
+        got = seen.setdefault(host, {}).setdefault(gpu, {"model": set(), "uuid": set(), "pod": set()})
+        for key, label in (("model", "modelName"), ("uuid", "UUID")):
+            if labels.get(label):
+                got[key].add(labels[label])
+        if labels.get("pod"):  # several series of one GPU: the pods it had over the range
+            got["pod"].add((labels.get("namespace") or "", labels["pod"]))
     if not seen:
         raise PrometheusError(f"no {metric} series at {url} between {_iso(start_s)} and {_iso(end_s)}")
+    uuids = Counter(u.casefold() for gpus in seen.values() for g in gpus.values() for u in g["uuid"])
     out = ["# Stub from Prometheus labels: check each TDP, set each host's role, and assign endpoints/jobs",
            "# (docs/data-contract.md#inventoryyaml).", "fleets:", "  - name: fleet", "    clusters:",
            "      - name: cluster-0", "        hosts:"]
+    pods: dict[tuple[str, str], None] = {}
     for host in sorted(seen):
         out += [f"          - name: {host}", "            role: inference   # or training", "            gpus:"]
-        for gpu, model in sorted(seen[host].items()):
+        on_host: dict[tuple[str, str], list[int]] = {}
+        for gpu, got in sorted(seen[host].items()):
+            model = next(iter(got["model"])) if len(got["model"]) == 1 else None
+            uuid = next(iter(got["uuid"])) if len(got["uuid"]) == 1 else None
             tdp = next((w for name, w in KNOWN_TDP_W.items() if model and name in model.upper()), None)
             line = f"              - {{index: {gpu}, tdp_w: {tdp or 700}"
-            line += f", model: {json.dumps(model)}}}" if model else "}"
-            if tdp is None:
-                line += "   # TDP unknown: set it"
+            line += f", model: {json.dumps(model)}" if model else ""
+            line += f", uuid: {json.dumps(uuid)}" if uuid and uuids[uuid.casefold()] == 1 else ""  # one board, one place
+            line += "}" + ("   # TDP unknown: set it" if tdp is None else "")
             out.append(line)
+            if len(got["pod"]) == 1:  # a GPU that changed pods over the range is left for the user
+                on_host.setdefault(next(iter(got["pod"])), []).append(gpu)
+        if on_host:
+            out.append("            endpoints:   # one per pod holding GPUs; a training pod is a job (jobs:)")
+            for (namespace, pod), gpus in sorted(on_host.items()):
+                out.append(f"              - {{name: {json.dumps(pod)}, gpus: {gpus}}}")
+                pods[(namespace, pod)] = None
+    if pods:
+        out += ["kubernetes:   # which endpoint a GPU's pod serves (docs/data-contract.md#kubernetes-labels)", "  rules:"]
+        for namespace, pod in pods:
+            match = (f"namespace: {json.dumps(namespace)}, " if namespace else "") + f"pod: {json.dumps(pod)}"
+            out.append(f"    - {{match: {{{match}}}, endpoint: {json.dumps(pod)}}}")
     return "\n".join(out) + "\n"

@@ -176,15 +176,16 @@ def _empty_relation_sql(dataset: str) -> str:
 
 
 def _create_inventory_tables(con: duckdb.DuckDBPyConnection, inventory: Inventory | None) -> None:
-    gpu_rows = inventory.gpu_rows() if inventory else []
-    gpus = pa.Table.from_pylist(gpu_rows, schema=_INVENTORY_GPUS)
-    entities = pa.Table.from_pylist(entity_rows(inventory) if inventory else [], schema=_INVENTORY_ENTITIES)
-    con.register("_inventory_gpus", gpus)
-    con.register("_inventory_entities", entities)
-    con.execute("CREATE OR REPLACE TABLE inventory_gpus AS SELECT * FROM _inventory_gpus")
-    con.execute("CREATE OR REPLACE TABLE inventory_entities AS SELECT * FROM _inventory_entities")
-    con.unregister("_inventory_gpus")
-    con.unregister("_inventory_entities")
+    tables = {
+        "inventory_gpus": (inventory.gpu_rows() if inventory else [], _INVENTORY_GPUS),
+        "inventory_entities": (entity_rows(inventory) if inventory else [], _INVENTORY_ENTITIES),
+        "inventory_endpoints": (inventory.workload_rows("endpoint") if inventory else [], _INVENTORY_ENDPOINTS),
+        "inventory_jobs": (inventory.workload_rows("job") if inventory else [], _INVENTORY_JOBS),
+    }
+    for name, (rows, schema) in tables.items():
+        con.register(f"_{name}", pa.Table.from_pylist(rows, schema=schema))
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM _{name}")
+        con.unregister(f"_{name}")
 
 
 _INVENTORY_GPUS = pa.schema(
@@ -201,8 +202,37 @@ _INVENTORY_GPUS = pa.schema(
         ("endpoint_tz_offset_h", pa.float64()),
         ("host_provisioned_w", pa.float64()),
         ("cluster_provisioned_w", pa.float64()),
+        ("uuid", pa.string()),
+        ("power_limit_w", pa.float64()),
     ]
 )
+
+
+def _workload_schema(kind: str) -> pa.Schema:
+    """One row per endpoint (job) and host: the model it serves (trains) and how it is split."""
+    return pa.schema(
+        [
+            ("fleet", pa.string()),
+            ("cluster", pa.string()),
+            ("host", pa.string()),
+            (kind, pa.string()),
+            ("gpus", pa.int64()),
+            ("model", pa.string()),
+            ("params_b", pa.float64()),
+            ("active_params_b", pa.float64()),
+            ("precision", pa.string()),
+            ("tp", pa.int64()),
+            ("pp", pa.int64()),
+            *([("dp", pa.int64())] if kind == "job" else []),
+            ("gpus_per_replica", pa.int64()),
+            ("engine", pa.string()),
+            ("tz_offset_h", pa.float64()),
+        ]
+    )
+
+
+_INVENTORY_ENDPOINTS = _workload_schema("endpoint")
+_INVENTORY_JOBS = _workload_schema("job")
 
 _INVENTORY_ENTITIES = pa.schema(
     [

@@ -339,7 +339,7 @@ def test_demo_fleet_follows_a_day():
     from collectors.simulate.fleets import resolve_fleet
 
     t = np.arange(0, 86_400, 10.0)
-    total = sum(diurnal_rate_rps(t, float(e.model_extra["peak_rps"]), e.tz_offset_h)
+    total = sum(diurnal_rate_rps(t, float(e.peak_rps), e.tz_offset_h)
                 for _, _, h in resolve_fleet("demo").iter_hosts() for e in h.endpoints)
     hourly = total.reshape(24, -1).mean(axis=1)
     assert hourly.max() / hourly.min() == pytest.approx(DEMO_ARRIVAL_PEAK_TROUGH, abs=0.01)

@@ -1,9 +1,13 @@
-"""Built-in fleets (``demo``, ``tiny``) as inventories, and resolving the ``fleet`` argument.
+"""Built-in fleets (``demo``, ``tiny``, ``paper``) as inventories, and resolving the ``fleet`` argument.
 
-Endpoints may carry optional simulator keys (the inventory allows extra keys):
+Endpoints may carry optional simulator keys (known keys of the inventory, collectors/inventory.py):
 ``peak_rps`` (arrival rate at the local-time peak), ``prompt_median`` and ``output_median``
 (token medians), ``traffic`` (``conv`` or ``code``: whose Azure 2023 length distributions and
 burstiness the endpoint follows, :mod:`collectors.simulate.traffic`). Hosts' GPUs have no other simulator-specific settings.
+
+The built-in fleets also say what the simulator models: each endpoint one tensor-parallel group
+(``tp`` = its GPUs) of the 8B decoder its engine is calibrated on, each job pure data parallel
+(``dp`` = its GPUs). The simulator does not read these keys: they describe, they do not drive.
 """
 
 from __future__ import annotations
@@ -28,8 +32,17 @@ def _gpus(n: int) -> list[dict]:
     return [{"index": i, "tdp_w": H200_TDP_W, "model": "H200"} for i in range(n)]
 
 
+SIMULATED_MODEL = {"model": "sim-8b-decoder", "params_b": 8.0}
+"""The model the serving engine is calibrated on (collectors/simulate/calibration.py: an 8B decoder on one H200)."""
+
+
 def _endpoint(name: str, gpus: list[int], tz_offset_h: float, **extra) -> dict:
-    return {"name": name, "gpus": gpus, "tz_offset_h": tz_offset_h, **extra}
+    return {"name": name, "gpus": gpus, "tz_offset_h": tz_offset_h, **SIMULATED_MODEL, "tp": len(gpus), "pp": 1, **extra}
+
+
+def _job(name: str, gpus: list[int], job_gpus: int) -> dict:
+    """A synchronous data-parallel job (collectors/simulate/training.py) of ``job_gpus`` GPUs on all its hosts."""
+    return {"name": name, "gpus": gpus, "tp": 1, "pp": 1, "dp": job_gpus}
 
 
 def _inference_host(name: str, a: dict, b: dict) -> dict:
@@ -54,7 +67,7 @@ def _demo() -> dict:
             "role": "training",
             "provisioned_w": HOST_PROVISIONED_W,
             "gpus": _gpus(8),
-            "jobs": [{"name": "pretrain-a", "gpus": list(range(8))}],
+            "jobs": [_job("pretrain-a", list(range(8)), 16)],
         }
         for i in range(2)
     ]
@@ -101,7 +114,7 @@ def _tiny() -> dict:
                                 "role": "training",
                                 "provisioned_w": 2500.0,
                                 "gpus": _gpus(2),
-                                "jobs": [{"name": "tiny-train", "gpus": [0, 1]}],
+                                "jobs": [_job("tiny-train", [0, 1], 2)],
                             },
                             {
                                 "name": "infer-0",
@@ -141,7 +154,7 @@ def paper_fleet(inference_hosts: int = 256, training_hosts: int = 128) -> dict:
              endpoints=[_endpoint(f"ep-{i:04d}", list(range(8)), PAPER_TZ_H[i % len(PAPER_TZ_H)], peak_rps=PAPER_PEAK_RPS)])
         for i in range(inference_hosts)
     ]
-    training = [host(f"trn-{i:04d}", "training", jobs=[{"name": "pretrain-paper", "gpus": list(range(8))}])
+    training = [host(f"trn-{i:04d}", "training", jobs=[_job("pretrain-paper", list(range(8)), 8 * training_hosts)])
                 for i in range(training_hosts)]
     return {
         "fleets": [

@@ -78,8 +78,7 @@ def workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tupl
     jobs: dict[str, list[tuple[str, list[int]]]] = {}
     for _, _, host in inv.iter_hosts():
         for e in host.endpoints:
-            extra = e.model_extra or {}
-            profile = str(extra.get("traffic", "conv"))
+            profile = e.traffic or "conv"
             if profile not in traffic.PROFILES:
                 raise InventoryError(f"endpoint {e.name!r}: traffic must be one of {', '.join(traffic.PROFILES)} (got {profile!r})")
             ep = endpoints.setdefault(
@@ -87,9 +86,9 @@ def workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tupl
                 _Endpoint(
                     e.name,
                     e.tz_offset_h,
-                    float(extra.get("peak_rps", DEFAULT_PEAK_RPS)),
-                    float(extra.get("prompt_median", DEFAULT_PROMPT_MEDIAN)),
-                    float(extra.get("output_median", DEFAULT_OUTPUT_MEDIAN)),
+                    float(e.peak_rps if e.peak_rps is not None else DEFAULT_PEAK_RPS),
+                    float(e.prompt_median if e.prompt_median is not None else DEFAULT_PROMPT_MEDIAN),
+                    float(e.output_median if e.output_median is not None else DEFAULT_OUTPUT_MEDIAN),
                     traffic.PROFILES[profile],
                 ),
             )
