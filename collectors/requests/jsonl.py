@@ -20,7 +20,16 @@ from collectors.days import write_day_problem
 from collectors.printable import printable
 from collectors.requests.lines import Block, Line
 from collectors.requests.quarantine import Reject
-from collectors.requests.records import DEFAULT_STATUS, INT32_MAX, REQUIRED_TS, TS_FIELDS, BadRecord, loads, validate
+from collectors.requests.records import (
+    DEFAULT_STATUS,
+    INT32_MAX,
+    MAX_DURATION_S,
+    REQUIRED_TS,
+    TS_FIELDS,
+    BadRecord,
+    loads,
+    validate,
+)
 from collectors.requests.store import FRAME_SCHEMA, empty_frame, rows_to_frame
 from collectors.requests.timestamps import BadTimestamp, column_to_ns, to_ns, utc_day
 
@@ -215,6 +224,7 @@ def _vectorised_checks(
         # a value given but not converted by the fast parser: let the per-line parser decide
         & pl.all_horizontal(pl.col(n).is_not_null() | ~pl.col("_given").struct.field(n) for n in TS_FIELDS)
         & _ordered()
+        & ((pl.col("end_ts") - pl.col("arrival_ts")) <= MAX_DURATION_S * 1_000_000_000)
     ).fill_null(False)
     parsed = parsed.with_columns(_src=pl.lit(source), _line=numbers, _raw=pl.Series(raws, dtype=pl.Binary), _clean=clean)
     unsure = parsed.with_row_index("_i").filter(~pl.col("_clean"))["_i"].to_list()

@@ -181,6 +181,8 @@ def validate(obj, default_endpoint: str | None = None) -> dict:
         raise BadRecord(f"status must be one of {', '.join(REQUEST_STATUSES)}, got {shown(status)}")
     row["status"] = status
     check_order(row)
+    if row["end_ts"] - row["arrival_ts"] > MAX_DURATION_S * 1_000_000_000:
+        raise BadRecord(f"request longer than {MAX_DURATION_S} s (7 days) from arrival_ts to end_ts")
     return row
 
 
