@@ -17,6 +17,7 @@ import yaml
 
 from collectors.days import writable_ns_bounds, write_day_problem
 from collectors.inventory import INVENTORY_FILE, parse_inventory
+from collectors.printable import printable
 from collectors.requests.azure import NotAzureTrace, read_azure
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH, parse_block, parse_lines
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES, Block, Line, iter_blocks
@@ -51,16 +52,17 @@ class Summary:
     known_endpoints: frozenset | None = None  # the inventory's endpoints, when there is an inventory
 
     def line(self, source: str | None = None) -> str:
+        """The summary line; every name in it that came from the input goes through ``printable``."""
         return (
             f"ingested {self.ingested} request(s), quarantined {self.quarantined}, "
             f"duplicates {self.duplicates} (from {source or f'{self.files_read} file(s)'}"
             + (f"; {len(self.errors)} unreadable" if self.errors else "")
             + ")"
-            + ("; quarantine reasons: " + ", ".join(f"{k} {n}" for k, n in self.reasons_by_count())
+            + ("; quarantine reasons: " + ", ".join(f"{printable(k, 200)} {n}" for k, n in self.reasons_by_count())
                if self.reasons else "")
-            + "".join(f"; skipped {n} span(s): {k}" for k, n in sorted(self.skipped.items()))
+            + "".join(f"; skipped {n} span(s): {printable(k, 200)}" for k, n in sorted(self.skipped.items()))
             + (f"; {sum(self.unknown_endpoints().values())} span(s) of endpoint(s) not in inventory.yaml: "
-               + ", ".join(f"{k} ({n})" for k, n in sorted(self.unknown_endpoints().items()))
+               + ", ".join(f"{printable(k, 200)} ({n})" for k, n in sorted(self.unknown_endpoints().items()))
                if self.unknown_endpoints() else "")
         )
 

@@ -17,10 +17,20 @@ import polars as pl
 
 from collectors.contract import REQUEST_STATUSES
 from collectors.days import write_day_problem
+from collectors.printable import printable
 from collectors.requests.lines import Block, Line
 from collectors.requests.quarantine import Reject
-from collectors.requests.records import DEFAULT_STATUS, INT32_MAX, REQUIRED_TS, TS_FIELDS, BadRecord, validate
-from collectors.requests.store import FRAME_SCHEMA, empty_frame
+from collectors.requests.records import (
+    DEFAULT_STATUS,
+    INT32_MAX,
+    MAX_DURATION_S,
+    REQUIRED_TS,
+    TS_FIELDS,
+    BadRecord,
+    loads,
+    validate,
+)
+from collectors.requests.store import FRAME_SCHEMA, empty_frame, rows_to_frame
 from collectors.requests.timestamps import BadTimestamp, column_to_ns, to_ns, utc_day
 
 _TEXT_OK = (pl.String, pl.Null)
@@ -130,7 +140,7 @@ def _per_line(lines: list[Line], source: str, default_endpoint: str | None) -> t
             except UnicodeDecodeError as exc:
                 raise BadRecord(f"invalid UTF-8 at byte {exc.start}") from None
             try:
-                obj = json.loads(text)
+                obj = loads(text)  # an integer of thousands of digits is read, never converted
             except json.JSONDecodeError as exc:
                 what = "truncated last line (no newline at end of file)" if not line.complete else "invalid JSON"
                 raise BadRecord(f"{what}: {exc.msg} at column {exc.colno}") from None
@@ -140,9 +150,14 @@ def _per_line(lines: list[Line], source: str, default_endpoint: str | None) -> t
         except BadRecord as exc:
             rejects.append(Reject(source, line.number, str(exc), line.data, line.length, _arrival_day(obj)))
             continue
+        except Exception as exc:  # a record no check foresaw: it alone is quarantined, never its file
+            reason = f"record could not be read ({type(exc).__name__}: {printable(exc, 200)})"
+            rejects.append(Reject(source, line.number, reason, line.data, line.length))
+            continue
         row.update(_src=source, _line=line.number, _raw=line.data)
         rows.append(row)
-    return pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row") if rows else empty_frame(), rejects
+    frame, unfit = rows_to_frame(rows)
+    return frame, rejects + unfit
 
 
 def _arrival_day(obj) -> str | None:
@@ -150,7 +165,7 @@ def _arrival_day(obj) -> str | None:
     if isinstance(obj, dict) and obj.get("arrival_ts") is not None:
         try:
             ns = to_ns(obj["arrival_ts"])
-        except BadTimestamp:
+        except (BadTimestamp, ValueError, OverflowError):
             return None
         day = utc_day(ns)
         return None if write_day_problem(day) else day  # no quarantine folder for a day no run reaches
@@ -161,6 +176,15 @@ def _vectorised(
     raws: list[bytes], numbers: pl.Series, source: str, default_endpoint: str | None, data: bytes | None = None
 ) -> tuple[pl.DataFrame, list[int]]:
     """(rows the vectorised checks accept, indices of lines to re-check one by one)."""
+    try:
+        return _vectorised_checks(raws, numbers, source, default_endpoint, data)
+    except Exception:  # anything the fast path cannot vouch for is judged line by line
+        return empty_frame(), list(range(len(raws)))
+
+
+def _vectorised_checks(
+    raws: list[bytes], numbers: pl.Series, source: str, default_endpoint: str | None, data: bytes | None
+) -> tuple[pl.DataFrame, list[int]]:
     everything = list(range(len(raws)))
     data = data if data is not None else b"\n".join(raws)
     if not _ids_are_strings(data, len(raws)):
@@ -200,6 +224,7 @@ def _vectorised(
         # a value given but not converted by the fast parser: let the per-line parser decide
         & pl.all_horizontal(pl.col(n).is_not_null() | ~pl.col("_given").struct.field(n) for n in TS_FIELDS)
         & _ordered()
+        & ((pl.col("end_ts") - pl.col("arrival_ts")) <= MAX_DURATION_S * 1_000_000_000)
     ).fill_null(False)
     parsed = parsed.with_columns(_src=pl.lit(source), _line=numbers, _raw=pl.Series(raws, dtype=pl.Binary), _clean=clean)
     unsure = parsed.with_row_index("_i").filter(~pl.col("_clean"))["_i"].to_list()

@@ -17,28 +17,42 @@ attributes in seconds (``vllm/tracing.py: SpanAttributes``). The mapping:
 * ``status`` = ``error`` when the span status is ERROR, else ``ok``;
 * ``request_id`` = ``gen_ai.request.id``; ``endpoint`` = a fixed name, or a resource attribute.
 
-Seconds become nanoseconds by ``floor(s × 1e9 + 0.5)``, as for vLLM bench results. Spans with
-another name are counted and ignored (a Collector may forward every span of a trace); an
-``llm_request`` span that cannot become a row is rejected with a reason and quarantined.
+Seconds become nanoseconds by ``floor(s × 1e9 + 0.5)``, as for vLLM bench results, after their
+range is checked (finite, 0..7 days); the span start must fall on a day the pipeline can run and
+the request may last at most 7 days. Spans with another name are counted and ignored (a Collector
+may forward every span of a trace); an ``llm_request`` span that cannot become a row is rejected
+with a reason and quarantined, alone: the other spans of its export (or line) are kept. In OTLP/JSON
+a span the protobuf mapping cannot read (a time past 2⁶⁴, an integer of thousands of digits, an id
+that is not hex) is such a span too; only a body that is not an export at all is refused whole.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from collectors.printable import printable
 from collectors.requests.quarantine import Reject
-from collectors.requests.records import INT32_MAX, BadRecord, check_order
-from collectors.requests.store import FRAME_SCHEMA, empty_frame
+from collectors.requests.records import (
+    INT32_MAX,
+    BadRecord,
+    arrival_problem,
+    check_derived_times,
+    dumps_exact,
+    loads,
+    seconds_to_ns,
+    shown,
+)
+from collectors.requests.store import empty_frame, rows_to_frame
 from collectors.requests.timestamps import utc_day
 
 SPAN_NAME = "llm_request"
@@ -66,25 +80,81 @@ def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
     return req
 
 
+@dataclass(frozen=True)
+class BadSpan:
+    """A span of an OTLP/JSON body that the protobuf mapping cannot read: quarantined alone."""
+
+    raw: bytes
+    reason: str
+    name: Any
+
+
+_SPAN_ERRORS = (json_format.ParseError, AttributeError, TypeError, ValueError, RecursionError)
+
+
 def parse_json(body: bytes | str) -> ExportTraceServiceRequest:
+    """OTLP/JSON to the protobuf message, refusing the whole body when any span is unreadable
+    (:func:`parse_json_spans` sets such spans aside instead)."""
+    req, bad = parse_json_spans(body)
+    if bad:
+        raise BadBody(f"not an OTLP JSON ExportTraceServiceRequest ({bad[0].reason})")
+    return req
+
+
+def parse_json_spans(body: bytes | str) -> tuple[ExportTraceServiceRequest, list[BadSpan]]:
     """OTLP/JSON (the spec's JSON mapping: lowerCamelCase keys, trace and span ids as hex, int64 as
-    strings or numbers, enums as integers; unknown fields ignored) to the protobuf message."""
+    strings or numbers, enums as integers; unknown fields ignored) to the protobuf message, plus
+    the spans it could not read (left out of the message). :class:`BadBody` only when the body
+    itself is not an export: not JSON, or a resource or scope level that is not one."""
     try:
-        doc = json.loads(body)
+        doc = loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadBody(f"not JSON ({exc})") from None
+    except RecursionError:
+        raise BadBody("not JSON (nested too deeply)") from None
     if not isinstance(doc, dict):
         raise BadBody("not a JSON object")
+    bad: list[BadSpan] = []
     try:
+        scopes = []  # (scope dict, [(span, its original ids)])
         for rs in doc.get("resourceSpans") or ():
             for ss in rs.get("scopeSpans") or ():
+                kept = []
                 for span in ss.get("spans") or ():
-                    _hex_ids_to_base64(span)
-                    for link in span.get("links") or ():
-                        _hex_ids_to_base64(link)
-        return json_format.ParseDict(doc, ExportTraceServiceRequest(), ignore_unknown_fields=True)
-    except (json_format.ParseError, AttributeError, TypeError, ValueError) as exc:
-        raise BadBody(f"not an OTLP JSON ExportTraceServiceRequest ({exc})") from None
+                    if not isinstance(span, dict):
+                        bad.append(BadSpan(dumps_exact(span), "invalid OTLP span: not a JSON object", None))
+                        continue
+                    ids = {k: span[k] for k in _ID_FIELDS if k in span}
+                    try:
+                        _hex_ids_to_base64(span)
+                    except BadBody as exc:
+                        bad.append(_bad_span(span, ids, f"invalid OTLP span: {exc}"))
+                        continue
+                    kept.append((span, ids))
+                scopes.append((ss, kept))
+                ss["spans"] = [span for span, _ in kept]
+        try:
+            return json_format.ParseDict(doc, ExportTraceServiceRequest(), ignore_unknown_fields=True), bad
+        except _SPAN_ERRORS:
+            pass
+        for ss, kept in scopes:  # find the spans that fail, one by one; the rest are kept
+            good = []
+            for span, ids in kept:
+                try:
+                    json_format.ParseDict(span, Span(), ignore_unknown_fields=True)
+                except _SPAN_ERRORS as exc:
+                    bad.append(_bad_span(span, ids, f"invalid OTLP span: {printable(exc, 300)}"))
+                    continue
+                good.append(span)
+            ss["spans"] = good
+        return json_format.ParseDict(doc, ExportTraceServiceRequest(), ignore_unknown_fields=True), bad
+    except _SPAN_ERRORS as exc:
+        raise BadBody(f"not an OTLP JSON ExportTraceServiceRequest ({printable(exc, 300)})") from None
+
+
+def _bad_span(span: dict, ids: dict, reason: str) -> BadSpan:
+    """The span as it came (its hex ids back in place), its reason and its name."""
+    return BadSpan(dumps_exact({**span, **ids}), reason, span.get("name"))
 
 
 def _hex_ids_to_base64(obj: dict) -> None:
@@ -95,7 +165,7 @@ def _hex_ids_to_base64(obj: dict) -> None:
             try:
                 obj[key] = base64.b64encode(bytes.fromhex(value)).decode()
             except ValueError:
-                raise BadBody(f"{key} {value[:40]!r} is not hex") from None
+                raise BadBody(f"{key} {shown(value)} is not hex") from None
 
 
 def to_json(message) -> bytes:
@@ -137,9 +207,7 @@ def _seconds(attrs: dict, name: str, required: bool) -> int | None:
         if required:
             raise BadRecord(f"missing attribute {name}")
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise BadRecord(f"{name} must be a non-negative number of seconds, got {value!r}")
-    return math.floor(value * 1e9 + 0.5)
+    return seconds_to_ns(value, name)
 
 
 def _tokens(attrs: dict, name: str) -> int:
@@ -147,7 +215,7 @@ def _tokens(attrs: dict, name: str) -> int:
     if value is None:
         raise BadRecord(f"missing attribute {name}")
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
-        raise BadRecord(f"{name} must be an integer in 0..2^31-1, got {value!r}")
+        raise BadRecord(f"{name} must be an integer in 0..2^31-1, got {shown(value)}")
     return value
 
 
@@ -160,6 +228,9 @@ def span_row(span, endpoint: str) -> dict:
     arrival = span.start_time_unix_nano
     if arrival <= 0:
         raise BadRecord("span has no start time")
+    problem = arrival_problem(arrival)  # before any arithmetic: a start past 2**63 fits no row
+    if problem:
+        raise BadRecord(problem)
     ttft = _seconds(attrs, TIME_TO_FIRST_TOKEN, required=True)
     first_token = arrival + ttft
     prefill = _seconds(attrs, TIME_IN_MODEL_PREFILL, required=False)
@@ -188,13 +259,24 @@ def span_row(span, endpoint: str) -> dict:
         "output_tokens": _tokens(attrs, COMPLETION_TOKENS),
         "status": "error" if span.status.code == Status.STATUS_CODE_ERROR else "ok",
     }
-    check_order(row)
+    check_derived_times(row)
     return row
 
 
+def map_body(body: bytes, *, is_json: bool, source: str, endpoint: str | None = None,
+             endpoint_from: str | None = None) -> Mapped:
+    """One export body (after gzip), protobuf or OTLP/JSON, → :class:`Mapped`: every span that can
+    become a row, a reject for each ``llm_request`` span that cannot (also a JSON span the protobuf
+    mapping cannot read). Raises :class:`BadBody` only when the body as a whole is not an export."""
+    req, bad = parse_json_spans(body) if is_json else (parse_protobuf(body), [])
+    return map_request(req, source, endpoint=endpoint, endpoint_from=endpoint_from, bad_spans=bad)
+
+
 def map_request(req: ExportTraceServiceRequest, source: str, line_no: int = 0, *,
-                endpoint: str | None = None, endpoint_from: str | None = None) -> Mapped:
-    """Every span of ``req`` → rows (FRAME_SCHEMA), rejects and skip counts.
+                endpoint: str | None = None, endpoint_from: str | None = None,
+                bad_spans: list[BadSpan] | tuple = ()) -> Mapped:
+    """Every span of ``req`` → rows (FRAME_SCHEMA), rejects and skip counts; ``bad_spans`` (from
+    :func:`parse_json_spans`) become rejects too, those named other than ``llm_request`` skips.
 
     The endpoint is ``endpoint`` when given, else the resource attribute ``endpoint_from`` (a span
     attribute of that name when the resource has none). ``source`` and ``line_no`` say where the
@@ -203,6 +285,11 @@ def map_request(req: ExportTraceServiceRequest, source: str, line_no: int = 0, *
     if (endpoint is None) == (endpoint_from is None):
         raise ValueError("give exactly one of endpoint, endpoint_from")
     rows, rejects, skipped, endpoints = [], [], Counter(), Counter()
+    for bad in bad_spans:
+        if isinstance(bad.name, str) and bad.name != SPAN_NAME:
+            skipped[NOT_LLM_REQUEST] += 1
+        else:
+            rejects.append(Reject(source, line_no, bad.reason, bad.raw, len(bad.raw)))
     for rs in req.resource_spans:
         resource = attributes(rs.resource.attributes)
         for ss in rs.scope_spans:
@@ -221,14 +308,24 @@ def map_request(req: ExportTraceServiceRequest, source: str, line_no: int = 0, *
                             raise BadRecord(f"no resource attribute {endpoint_from} (--endpoint-from)")
                     row = span_row(span, name)
                 except BadRecord as exc:
-                    day = utc_day(span.start_time_unix_nano) if span.start_time_unix_nano > 0 else None
-                    rejects.append(Reject(source, line_no, str(exc), raw, len(raw), day))
+                    rejects.append(Reject(source, line_no, str(exc), raw, len(raw), _reject_day(span)))
+                    continue
+                except Exception as exc:  # a span no check foresaw: it alone is quarantined, never its export
+                    reason = f"span could not be mapped ({type(exc).__name__}: {printable(exc, 200)})"
+                    rejects.append(Reject(source, line_no, reason, raw, len(raw)))
                     continue
                 row.update(_src=source, _line=line_no, _raw=raw)
                 rows.append(row)
-                endpoints[row["endpoint"]] += 1
-    frame = pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row") if rows else empty_frame()
-    return Mapped(frame, rejects, skipped, endpoints)
+    frame, unfit = rows_to_frame(rows)
+    kept = Counter(frame["endpoint"].to_list()) if unfit else Counter(r["endpoint"] for r in rows)
+    endpoints.update(kept)
+    return Mapped(frame, rejects + unfit, skipped, endpoints)
+
+
+def _reject_day(span) -> str | None:
+    """The quarantine day of a rejected span: its start's, when that is a day the pipeline can run."""
+    start = span.start_time_unix_nano
+    return utc_day(start) if start > 0 and arrival_problem(start) is None else None
 
 
 def read_otlp_lines(path, *, endpoint: str | None, endpoint_from: str | None, max_line_bytes: int,
@@ -246,8 +343,8 @@ def read_otlp_lines(path, *, endpoint: str | None, endpoint_from: str | None, ma
                 yield Mapped(empty_frame(), [Reject(source, n, "line too long", data[:4096], len(data))])
                 continue
             try:
-                req = parse_json(data)
+                req, bad = parse_json_spans(data)
             except BadBody as exc:
                 yield Mapped(empty_frame(), [Reject(source, n, f"invalid OTLP JSON: {exc}", data, len(data))])
                 continue
-            yield map_request(req, source, n, endpoint=endpoint, endpoint_from=endpoint_from)
+            yield map_request(req, source, n, endpoint=endpoint, endpoint_from=endpoint_from, bad_spans=bad)

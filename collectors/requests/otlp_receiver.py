@@ -31,8 +31,9 @@ import polars as pl
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from collectors.printable import printable
 from collectors.requests.ingestor import Ingestor
-from collectors.requests.otlp import BadBody, Mapped, map_request, parse_json, parse_protobuf
+from collectors.requests.otlp import BadBody, Mapped, map_body
 from collectors.requests.quarantine import Reject
 from collectors.requests.store import empty_frame
 
@@ -72,8 +73,8 @@ class Receiver:
 
     def accept(self, body: bytes, content_type: str) -> Mapped:
         """Decode and map one export; the rows wait for the next flush. Raises :class:`BadBody`."""
-        req = parse_protobuf(body) if content_type == PROTOBUF else parse_json(body)
-        mapped = map_request(req, self.source, endpoint=self.endpoint, endpoint_from=self.endpoint_from)
+        mapped = map_body(body, is_json=content_type == JSON, source=self.source, endpoint=self.endpoint,
+                          endpoint_from=self.endpoint_from)
         with self._lock:
             self._frames.append(mapped.frame)
             self._rejects += mapped.rejects
@@ -115,7 +116,7 @@ class Receiver:
             new = sorted(set(self.ingestor.summary.unknown_endpoints()) - self._warned_endpoints)
             if new:
                 self._warned_endpoints.update(new)
-                self.warn(f"spans of endpoint(s) not in inventory.yaml: {', '.join(new)} "
+                self.warn(f"spans of endpoint(s) not in inventory.yaml: {printable(', '.join(new))} "
                           "(ingested; add them to the inventory to attribute their energy)")
 
     def run_flusher(self, stop: threading.Event) -> None:

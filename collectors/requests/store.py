@@ -64,6 +64,29 @@ def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=FRAME_SCHEMA)
 
 
+def rows_to_frame(rows: list[dict]) -> tuple[pl.DataFrame, list[Reject]]:
+    """Checked rows (with ``_src``, ``_line``, ``_raw``) → a FRAME_SCHEMA batch, and a reject for
+    each row the batch's types cannot hold: one such row is quarantined alone, never its batch.
+    (The importers check ranges before this; it is the net under those checks.)"""
+    if not rows:
+        return empty_frame(), []
+    try:
+        return pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row"), []
+    except Exception:  # any failure: find the row, keep the rest
+        pass
+    good, rejects = [], []
+    for row in rows:
+        try:
+            pl.DataFrame([row], schema=FRAME_SCHEMA, orient="row")
+        except Exception as exc:
+            raw = row.get("_raw") or b""
+            rejects.append(Reject(row["_src"], row["_line"], f"a value does not fit the contract's types ({type(exc).__name__})",
+                                  raw, len(raw)))
+            continue
+        good.append(row)
+    return (pl.DataFrame(good, schema=FRAME_SCHEMA, orient="row") if good else empty_frame()), rejects
+
+
 def day_expr() -> pl.Expr:
     return pl.from_epoch(pl.col("arrival_ts"), time_unit="ns").dt.strftime("%Y-%m-%d")
 

@@ -10,19 +10,23 @@ list, ``+ itl × (output_len − 1)`` for a mean. The benchmark does not see the
 scheduling, so ``prefill_start_ts`` stays null. ``line_no`` of a rejected request is its
 1-based position in the arrays. ``request_id`` is ``vllm-<start ns>-<input>-<output>``: built
 from content, so the same results file ingested twice adds nothing.
+
+Ranges are checked before any arithmetic: durations finite and 0..7 days, counts 0..2^31-1, the
+start on a day the pipeline can run, the request at most 7 days long. A request with a bad value
+anywhere in the arrays is one quarantined record; the file's other requests are stored.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import polars as pl
 
+from collectors.printable import printable
 from collectors.requests.quarantine import Reject
-from collectors.requests.records import BadRecord, check_order
-from collectors.requests.store import FRAME_SCHEMA, empty_frame
+from collectors.requests.records import BadRecord, check_derived_times, dumps_exact, int32_count, loads, seconds_to_ns
+from collectors.requests.store import rows_to_frame
 from collectors.requests.timestamps import BadTimestamp, epoch_to_ns
 
 START_KEYS = ("request_timestamps", "start_times", "request_start_times")
@@ -31,18 +35,6 @@ NEEDED = ("input_lens", "output_lens", "ttfts", "itls")
 
 class NotBenchResult(ValueError):
     pass
-
-
-def _seconds_ns(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise BadRecord(f"{name} must be a non-negative number of seconds, got {value!r}")
-    return math.floor(value * 1e9 + 0.5)
-
-
-def _count(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BadRecord(f"{name} must be a non-negative integer, got {value!r}")
-    return value
 
 
 def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
@@ -55,18 +47,18 @@ def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
         start_ns = epoch_to_ns(item(start_key))
     except BadTimestamp as exc:
         raise BadRecord(f"{start_key}: {exc}") from None
-    prompt, output = _count(item("input_lens"), "input_lens"), _count(item("output_lens"), "output_lens")
+    prompt, output = int32_count(item("input_lens"), "input_lens"), int32_count(item("output_lens"), "output_lens")
     errors = doc.get("errors") if isinstance(doc.get("errors"), list) else []
     error = errors[i] if i < len(errors) else ""
     ttft, itl = item("ttfts"), item("itls")
     first_ns = end_ns = None
     if not error:
-        first_ns = start_ns + _seconds_ns(ttft, "ttfts")
+        first_ns = start_ns + seconds_to_ns(ttft, "ttfts")
         if isinstance(itl, list):
-            decode_ns = sum(_seconds_ns(x, "itls") for x in itl)
+            decode_ns = sum(seconds_to_ns(x, "itls") for x in itl)
         else:
-            decode_ns = _seconds_ns(itl, "itls") * max(output - 1, 0)
-        end_ns = first_ns + decode_ns
+            decode_ns = seconds_to_ns(itl, "itls") * max(output - 1, 0)
+        end_ns = first_ns + decode_ns  # Python ints: bounded by check_derived_times before any cast
     row = {
         "request_id": f"vllm-{start_ns}-{prompt}-{output}",
         "endpoint": endpoint,
@@ -78,7 +70,7 @@ def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
         "output_tokens": output,
         "status": "error" if error else "ok",
     }
-    check_order(row)
+    check_derived_times(row)
     return row
 
 
@@ -86,7 +78,7 @@ def read_vllm_bench(path: Path, endpoint: str | None = None) -> tuple[pl.DataFra
     """All requests of one results file: (rows, rejects)."""
     source = str(path)
     try:
-        doc = json.loads(Path(path).read_bytes())
+        doc = loads(Path(path).read_bytes())  # an integer of thousands of digits: read, never converted
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotBenchResult(f"{path}: not a JSON document ({exc})") from None
     except RecursionError:
@@ -104,13 +96,17 @@ def read_vllm_bench(path: Path, endpoint: str | None = None) -> tuple[pl.DataFra
     rows, rejects = [], []
     for i in range(max(len(doc[k]) for k in (start_key, *NEEDED))):
         # the request's entries as one JSON object: its "raw line" for quarantine
-        raw = json.dumps({k: doc[k][i] for k in used if isinstance(doc.get(k), list) and i < len(doc[k])}).encode()
+        raw = dumps_exact({k: doc[k][i] for k in used if isinstance(doc.get(k), list) and i < len(doc[k])}, compact=False)
         try:
             row = _record(doc, start_key, i, endpoint)
         except BadRecord as exc:
             rejects.append(Reject(source, i + 1, str(exc), raw, len(raw)))
             continue
+        except Exception as exc:  # a request no check foresaw: it alone is quarantined, never its file
+            reason = f"request could not be read ({type(exc).__name__}: {printable(exc, 200)})"
+            rejects.append(Reject(source, i + 1, reason, raw, len(raw)))
+            continue
         row.update(_src=source, _line=i + 1, _raw=raw)
         rows.append(row)
-    frame = pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row") if rows else empty_frame()
-    return frame, rejects
+    frame, unfit = rows_to_frame(rows)
+    return frame, rejects + unfit

@@ -11,6 +11,7 @@ import click
 import yaml
 
 from collectors.inventory import InventoryError
+from collectors.printable import printable
 from collectors.requests.ingestor import FORMATS, Ingestor
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
@@ -70,7 +71,7 @@ def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes
                             "and re-running the same command is safe") from None
     summary = ingestor.summary
     for error in summary.errors:
-        click.echo(f"warning: {error}", err=True)
+        click.echo(f"warning: {printable(error)}", err=True)
     click.echo(summary.line())
     refresh_stale_catalog(data_dir)
     if summary.files_read == 0:
