@@ -71,7 +71,9 @@ def parse_json(body: bytes | str) -> ExportTraceServiceRequest:
     strings or numbers, enums as integers; unknown fields ignored) to the protobuf message."""
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise BadBody("JSON nested too deep") from None
+    except ValueError as exc:  # also an integer of more than 4300 digits
         raise BadBody(f"not JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise BadBody("not a JSON object")
@@ -83,6 +85,8 @@ def parse_json(body: bytes | str) -> ExportTraceServiceRequest:
                     for link in span.get("links") or ():
                         _hex_ids_to_base64(link)
         return json_format.ParseDict(doc, ExportTraceServiceRequest(), ignore_unknown_fields=True)
+    except RecursionError:
+        raise BadBody("JSON nested too deep") from None
     except (json_format.ParseError, AttributeError, TypeError, ValueError) as exc:
         raise BadBody(f"not an OTLP JSON ExportTraceServiceRequest ({exc})") from None
 
