@@ -108,10 +108,10 @@ def parse_json_spans(body: bytes | str) -> tuple[ExportTraceServiceRequest, list
     itself is not an export: not JSON, or a resource or scope level that is not one."""
     try:
         doc = loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadBody(f"not JSON ({exc})") from None
     except RecursionError:
-        raise BadBody("not JSON (nested too deeply)") from None
+        raise BadBody("JSON nested too deep") from None
+    except ValueError as exc:  # not UTF-8, not JSON
+        raise BadBody(f"not JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise BadBody("not a JSON object")
     bad: list[BadSpan] = []
@@ -127,6 +127,9 @@ def parse_json_spans(body: bytes | str) -> tuple[ExportTraceServiceRequest, list
                     ids = {k: span[k] for k in _ID_FIELDS if k in span}
                     try:
                         _hex_ids_to_base64(span)
+                        for link in span.get("links") or ():
+                            if isinstance(link, dict):
+                                _hex_ids_to_base64(link)
                     except BadBody as exc:
                         bad.append(_bad_span(span, ids, f"invalid OTLP span: {exc}"))
                         continue

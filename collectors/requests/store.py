@@ -10,6 +10,7 @@ row's arrival day, so the store is idempotent by content.
 from __future__ import annotations
 
 import fcntl
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,23 @@ FRAME_SCHEMA = {
     "_raw": pl.Binary,
 }
 """A parsed batch: contract columns with timestamps as epoch ns, plus provenance."""
+
+
+DEFAULT_CACHE_BYTES = 256 << 20
+"""Bytes of row fingerprints kept in memory (24 per row: ~11 million rows, a day of a large fleet);
+older days are read again from their files when needed."""
+FINGERPRINT_COLUMNS = ["_k1", "_k2", "_v"]
+FINGERPRINT_SCHEMA = {c: pl.UInt64 for c in FINGERPRINT_COLUMNS}
+
+
+def fingerprints(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per row: two independent 64-bit hashes of the key and one of the other contract columns
+    (FRAME_SCHEMA types on both sides, so stored and new rows hash alike within a process)."""
+    return rows.select(
+        _k1=pl.struct(KEY).hash(seed=1),
+        _k2=pl.struct(KEY).hash(seed=2),
+        _v=pl.struct(VALUE_COLUMNS).hash(seed=3),
+    )
 
 
 @contextmanager
@@ -109,34 +127,57 @@ class AddResult:
 
 
 class RequestStore:
-    """The requests dataset under ``data_dir`` (local or ``s3://``), with each touched day's rows
-    cached in memory.
+    """The requests dataset under ``data_dir`` (local or ``s3://``), with a fingerprint of each
+    touched day's rows cached in memory.
+
+    A row's fingerprint is 24 bytes whatever its request id's length: two independent 64-bit
+    hashes of ``(request_id, endpoint)`` and one of the other columns (is a repeat identical?).
+    The cache holds at most ``max_cache_bytes``; past it the least recently used days are dropped
+    and read again from their files when a batch touches them.
 
     Callers serialise :meth:`add` across processes (see :func:`writer_lock`); the cache then
     only needs the files other writers added, which :meth:`_stored` picks up by name.
     """
 
-    def __init__(self, data_dir: Path | str | DataRoot, prefix: str = "req") -> None:
+    def __init__(self, data_dir: Path | str | DataRoot, prefix: str = "req",
+                 max_cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.root = DataRoot.open(data_dir)
         self.data_dir = self.root.location("")
         self.prefix = prefix
-        self._days: dict[str, pl.DataFrame] = {}
+        self.max_cache_bytes = max_cache_bytes
+        self._days: OrderedDict[str, pl.DataFrame] = OrderedDict()  # least recently used first
         self._files: dict[str, set[str]] = {}  # per day: the files already in ``_days``
 
+    @property
+    def cache_bytes(self) -> int:
+        return sum(df.estimated_size() for df in self._days.values())
+
     def _stored(self, day: str) -> pl.DataFrame:
-        """The day's stored rows, including files another writer added since we last looked."""
+        """Fingerprints of the day's stored rows, including files another writer added since we last looked."""
         folder = DATASETS["requests"].partition_key(day)
-        known = self._files.setdefault(day, set())
-        new = [k for k in self.root.list(f"{folder}/*.parquet") if PurePosixPath(k).name not in known]
         if day not in self._days:
-            self._days[day] = pl.DataFrame(schema={c: FRAME_SCHEMA[c] for c in COLUMNS})
+            self._days[day] = pl.DataFrame(schema=FINGERPRINT_SCHEMA)
+            self._files[day] = set()
+        self._days.move_to_end(day)
+        known = self._files[day]
+        new = [k for k in self.root.list(f"{folder}/*.parquet") if PurePosixPath(k).name not in known]
         if new:
             table = self.root.read_parquet(new, columns=COLUMNS)
             rows = pl.from_arrow(table).with_columns(pl.col(TS_COLUMNS).dt.epoch("ns"))
-            rows = rows.cast({c: FRAME_SCHEMA[c] for c in COLUMNS})
-            self._days[day] = pl.concat([self._days[day], rows]).unique(KEY, keep="first", maintain_order=True)
+            rows = fingerprints(rows.cast({c: FRAME_SCHEMA[c] for c in COLUMNS}))
+            self._days[day] = pl.concat([self._days[day], rows]).unique(["_k1", "_k2"], keep="first",
+                                                                         maintain_order=True)
             known.update(PurePosixPath(k).name for k in new)
         return self._days[day]
+
+    def _trim(self, keep: str | None = None) -> None:
+        """Drop least recently used days until the cache fits (``keep``, the day just used, last)."""
+        total = self.cache_bytes
+        for day in [d for d in self._days if d != keep] + ([keep] if keep in self._days else []):
+            if total <= self.max_cache_bytes:
+                break
+            total -= self._days.pop(day).estimated_size()
+            del self._files[day]
 
     def add(self, batch: pl.DataFrame) -> AddResult:
         """Write the new rows of ``batch`` (FRAME_SCHEMA, in input order); report the rest."""
@@ -148,13 +189,14 @@ class RequestStore:
         repeats = batch.join(first.select("_i"), on="_i", how="anti")
         self._classify(repeats, first.select(KEY + VALUE_COLUMNS + ["_src", "_line"]), "seen earlier", result)
 
+        first = pl.concat([first, fingerprints(first).select(FINGERPRINT_COLUMNS)], how="horizontal")
         new_parts = []
         for day in first["_day"].unique().sort().to_list():
             rows = first.filter(pl.col("_day") == day)
             stored = self._stored(day)
-            known = rows.join(stored.select(KEY), on=KEY, how="semi")
-            self._classify(known, stored, "already stored", result)
-            fresh = rows.join(stored.select(KEY), on=KEY, how="anti")
+            known = rows.join(stored, on=["_k1", "_k2"], how="inner", suffix="_old")
+            self._classify_stored(known, result)
+            fresh = rows.join(stored.select("_k1", "_k2"), on=["_k1", "_k2"], how="anti")
             if fresh.height:
                 new_parts.append(fresh)
         if new_parts:
@@ -164,12 +206,29 @@ class RequestStore:
             written = write_dataset(to_contract(fresh), self.root, "requests", prefix=self.prefix, sort_by=["arrival_ts"])
             for part in new_parts:
                 day = part["_day"][0]
-                self._days[day] = pl.concat([self._days[day], part.select(COLUMNS)])
+                if day in self._days:
+                    self._days[day] = pl.concat([self._days[day], part.select(FINGERPRINT_COLUMNS)])
             for location in written:
                 path = PurePosixPath(str(location))  # a Path, or an s3:// URL
-                self._files[path.parent.name.removeprefix("date=")].add(path.name)
+                day = path.parent.name.removeprefix("date=")
+                if day in self._files:
+                    self._files[day].add(path.name)
             result.written = fresh.height
+        self._trim(keep=first["_day"].max())
         return result
+
+    @staticmethod
+    def _classify_stored(joined: pl.DataFrame, result: AddResult) -> None:
+        """Rows whose key is stored: the same fingerprint of values → duplicate, else a conflict."""
+        if joined.height == 0:
+            return
+        same = joined["_v"] == joined["_v_old"]
+        result.duplicates += int(same.sum())
+        for row in joined.filter(~same).iter_rows(named=True):
+            raw = row["_raw"] if row["_raw"] is not None else b""
+            result.conflicts.append(Reject(row["_src"], row["_line"],
+                                           "duplicate (request_id, endpoint) with different content, already stored",
+                                           raw, len(raw), row["_day"]))
 
     @staticmethod
     def _classify(rows: pl.DataFrame, reference: pl.DataFrame, where: str, result: AddResult) -> None:

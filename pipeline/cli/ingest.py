@@ -15,6 +15,7 @@ from collectors.printable import printable
 from collectors.requests.ingestor import FORMATS, Ingestor
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
+from collectors.requests.otlp_receiver import Limits
 from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog
 
 
@@ -92,6 +93,9 @@ def _ingestor(data_dir, fmt: str, **kw) -> Ingestor:
         raise UserError(f"inventory.yaml: {str(exc).splitlines()[0]}") from None
 
 
+_LIMITS = Limits()
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[V6]:PORT`` → (host, port)."""
     host, sep, port = value.rpartition(":")
@@ -111,12 +115,27 @@ def parse_listen(value: str) -> tuple[str, int]:
               help="Seconds between atomic Parquet flushes (a crash loses at most this much).")
 @click.option("--allow-remote", is_flag=True,
               help="Allow a non-loopback --listen address (anyone who reaches it can write requests).")
+@click.option("--max-body-bytes", type=click.IntRange(min=1024), default=_LIMITS.max_body_bytes, show_default=True,
+              help="Largest body, before and after gzip (larger: 413).")
+@click.option("--max-inflight-bytes", type=click.IntRange(min=1024), default=_LIMITS.max_inflight_bytes,
+              show_default=True, help="Bytes of bodies held at once, received and inflated (more: 503 Retry-After).")
+@click.option("--max-decoding", type=click.IntRange(min=1, max=64), default=_LIMITS.max_decoding, show_default=True,
+              help="Bodies decoded at once (more wait, then 503 Retry-After).")
+@click.option("--max-connections", type=click.IntRange(min=1, max=4096), default=_LIMITS.max_connections,
+              show_default=True, help="Connections served at once (one thread each).")
+@click.option("--request-timeout-s", type=click.FloatRange(min=0.5), default=_LIMITS.request_timeout_s,
+              show_default=True, help="Seconds a client has to send a whole request; also its idle time between requests.")
 @data_dir_option
-def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote, data_dir) -> None:
+def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote, max_body_bytes, max_inflight_bytes,
+                 max_decoding, max_connections, request_timeout_s, data_dir) -> None:
     """Receive vLLM's OpenTelemetry traces (llm_request spans) as request rows, until Ctrl-C."""
     from collectors.names import remote_listen_problem, remote_listen_warning
     from collectors.requests.otlp_receiver import TRACES_PATH, Receiver, serve
 
+    limits = Limits(max_body_bytes=max_body_bytes, max_inflight_bytes=max_inflight_bytes, max_decoding=max_decoding,
+                    max_connections=max_connections, request_timeout_s=request_timeout_s)
+    if limits.problem():
+        raise UserError(f"--max-inflight-bytes {max_inflight_bytes}: {limits.problem()} (--max-body-bytes)")
     host, port = parse_listen(listen)
     problem = remote_listen_problem(host, allow_remote, "the OTLP receiver")
     if problem:
@@ -124,7 +143,7 @@ def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote
     _check_endpoint_choice(endpoint, endpoint_from)
     ingestor = _ingestor(data_dir, "otlp", endpoint=endpoint, endpoint_from=endpoint_from)
     receiver = Receiver(ingestor, endpoint=endpoint, endpoint_from=endpoint_from, flush_interval_s=flush_interval_s,
-                        source=f"otlp-http://{listen}")
+                        source=f"otlp-http://{listen}", limits=limits)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -143,8 +162,10 @@ def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote
         if not receiver.exports:
             raise UserError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
         raise UserError(f"writing to {data_dir} failed ({exc}); {ingestor.summary.line('OTLP')}") from None
-    click.echo(ingestor.summary.line(f"{receiver.exports} OTLP export(s)"
-                                     + (f", {receiver.bad_bodies} malformed" if receiver.bad_bodies else "")))
+    refused = [(receiver.bad_bodies, "malformed"), (receiver.too_large, "too large"),
+               (receiver.busy, "answered busy (503)"), (receiver.disconnects, "client(s) gone early")]
+    click.echo(printable(ingestor.summary.line(f"{receiver.exports} OTLP export(s)"
+                                               + "".join(f", {n} {what}" for n, what in refused if n)), limit=20_000))
 
 
 def _follow(paths, ingestor: Ingestor, flush_interval_s: float, checkpoint_path: Path | None) -> None:
