@@ -7,8 +7,8 @@ says how much of it had samples), and when none of an endpoint's requests meet i
 usual cause is a clock or zone mistake (an nvidia-smi log read in the wrong zone lands hours away):
 the ERROR check estimates that offset so the message can say how to re-import.
 
-- power_runs (before= hook): temp table `_power_runs` (endpoint, host, gpu, lo_ns, hi_ns), the spans
-  where each endpoint GPU's energy curve is continuous (samples at most RUN_GAP_NS apart): where
+- power_runs (before= hook of request_energy and training_energy): temp table `_power_runs`
+  (endpoint, job, host, gpu, lo_ns, hi_ns), the spans where each endpoint or job GPU's energy curve is continuous (samples at most RUN_GAP_NS apart): where
   energy is measured.
 - estimate_offset: the shift (±14 h) that best lines up requests in flight with power, by masked
   correlation on a 1 s grid (FFT), refined on the samples' own instants.
@@ -58,22 +58,25 @@ def gpu_runs(t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo[keep], hi[keep]
 
 
+RUNS_SCHEMA = {"endpoint": pl.String, "job": pl.String, "host": pl.String, "gpu": pl.Int64, "lo_ns": pl.Int64, "hi_ns": pl.Int64}
+
+
 def power_runs(con: duckdb.DuckDBPyConnection) -> None:
-    """Temp table `_power_runs` (endpoint, host, gpu, lo_ns, hi_ns): each endpoint GPU's measured
-    spans of the partition day, one GPU's sample instants at a time."""
+    """Temp table `_power_runs` (endpoint, job, host, gpu, lo_ns, hi_ns): the measured spans of the
+    partition day of each GPU serving an endpoint or a job, one GPU's sample instants at a time."""
     frames = []
-    for endpoint, host, gpu in con.execute(
-        "SELECT endpoint, host, gpu FROM inventory_gpus WHERE endpoint IS NOT NULL ORDER BY ALL"
+    for endpoint, job, host, gpu in con.execute(
+        "SELECT endpoint, job, host, gpu FROM inventory_gpus WHERE endpoint IS NOT NULL OR job IS NOT NULL ORDER BY host, gpu"
     ).fetchall():
         t = np.asarray(con.sql(_CURVE_T, params={"host": host, "gpu": gpu}).fetchnumpy()["t_ns"], np.int64)
         lo, hi = gpu_runs(np.sort(t))
         if len(lo):
-            frames.append(pl.DataFrame({"endpoint": endpoint, "host": host, "gpu": gpu, "lo_ns": lo, "hi_ns": hi},
-                                       schema={"endpoint": pl.String, "host": pl.String, "gpu": pl.Int64, "lo_ns": pl.Int64, "hi_ns": pl.Int64}))
-    frame = pl.concat(frames) if frames else pl.DataFrame(
-        schema={"endpoint": pl.String, "host": pl.String, "gpu": pl.Int64, "lo_ns": pl.Int64, "hi_ns": pl.Int64})
+            frames.append(pl.DataFrame({"endpoint": endpoint, "job": job, "host": host, "gpu": gpu, "lo_ns": lo, "hi_ns": hi},
+                                       schema=RUNS_SCHEMA))
+    frame = pl.concat(frames) if frames else pl.DataFrame(schema=RUNS_SCHEMA)
     with registered(con, "_power_runs_frame", frame):
-        con.execute("CREATE OR REPLACE TEMP TABLE _power_runs AS SELECT endpoint, host, gpu::UTINYINT AS gpu, lo_ns, hi_ns FROM _power_runs_frame")
+        con.execute("CREATE OR REPLACE TEMP TABLE _power_runs AS "
+                    "SELECT endpoint, job, host, gpu::UTINYINT AS gpu, lo_ns, hi_ns FROM _power_runs_frame")
 
 
 def _xcorr(f: np.ndarray, g: np.ndarray, n: int) -> np.ndarray:
