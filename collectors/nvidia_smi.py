@@ -133,16 +133,35 @@ class ImportResult:
     first_ts: dt.datetime | None = None
     last_ts: dt.datetime | None = None
     tz_name: str = ""
+    tz_given: bool = True
+    """Whether --tz named the zone (else this machine's zone was assumed)."""
+    offsets: set = field(default_factory=set)
+    """The UTC offsets the zone gave the rows (two across a DST change)."""
     power_rules: list[str] = field(default_factory=list)
     reasons: dict = field(default_factory=dict)
     written: list[Path | str] = field(default_factory=list)  # Paths, or s3:// URLs on S3
+
+    def zone_text(self) -> str:
+        """Which zone the zone-less timestamps were read in, every time: the offsets applied, the zone's
+        name and whether it was assumed (no --tz: this machine's zone), because a wrong zone shifts
+        power against request logs by hours without any other sign."""
+        name = self.tz_name.replace(" (this machine's zone)", "").replace(" (this machine's offset)", "")
+        offsets = ", ".join(_offset_text(o) for o in sorted(self.offsets)) or name
+        why = [name] if name != offsets else []
+        why.append("--tz" if self.tz_given else f"this machine's {'offset' if 'offset' in self.tz_name else 'zone'}: no --tz given")
+        return f"timestamps had no zone: read as {offsets} ({', '.join(why)})"
 
     def summary(self, host: str) -> str:
         span = (f"{self.first_ts:%Y-%m-%d %H:%M:%S} → {self.last_ts:%Y-%m-%d %H:%M:%S} UTC" if self.first_ts else "no rows")
         why = "; ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items())) or "none"
         return (f"imported {self.rows} rows from {self.files} file(s) for host {host} "
-                f"(GPUs {','.join(map(str, sorted(self.gpus))) or '-'}; {span}); timestamps read as {self.tz_name}; "
+                f"(GPUs {','.join(map(str, sorted(self.gpus))) or '-'}; {span}); {self.zone_text()}; "
                 f"{' | '.join(sorted(set(self.power_rules)))}; quarantined {self.quarantined} line(s) ({why})")
+
+
+def _offset_text(offset: dt.timedelta) -> str:
+    minutes = int(offset.total_seconds()) // 60
+    return f"UTC{'-' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
 def _power_rule(cols: dict[str, int], mode: str, first_name: str | None) -> tuple[str | None, str | None, str]:
@@ -208,7 +227,7 @@ def import_files(paths: list[Path], data_dir: Path | str | DataRoot, host: str, 
     if power_draw not in ("auto", "instant", "average"):
         raise ImportError_(f"--power-draw must be auto, instant or average, not {power_draw!r}")
     zone, res_tz = resolve_tz(tz)
-    res = ImportResult(tz_name=res_tz)
+    res = ImportResult(tz_name=res_tz, tz_given=tz is not None)
     for path in paths:
         _import_one(Path(path), DataRoot.open(data_dir), host, zone, power_draw, res)
     return res
@@ -290,7 +309,9 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
             bad.append((n, line, f"power out of range 0..{MAX_POWER_W:.0f} W"))
             continue
         try:
-            ts = local.replace(tzinfo=zone).astimezone(utc)
+            aware = local.replace(tzinfo=zone)
+            ts = aware.astimezone(utc)
+            res.offsets.add(aware.utcoffset())
         except (OverflowError, ValueError):  # year 1 or 9999 shifted out of datetime's range
             ts = None
         problem = write_day_problem(ts.date()) if ts else f"day of {local.isoformat(sep=' ')} is outside the days the pipeline can run ({writable_range()})"

@@ -122,5 +122,39 @@ def test_from_power_only(built):
     assert gap_w == pytest.approx(levels[levels < STEP_W].mean())
     assert drop_med == pytest.approx(2 * (STEP_W - COMM_W))
     # job-a logs events and job-b does not: a logger is down somewhere.
-    warned = {c.check for c in outcome.failed_checks if c.asset == "training_energy"}
-    assert warned == {"events_cover_jobs"}
+    warned = {c.check: c for c in outcome.failed_checks if c.asset == "training_energy"}
+    # and job-a's last event ends 137 ms after its GPUs' last sample (events logged 37 ms late): said, not hidden
+    assert set(warned) == {"events_cover_jobs", "power_coverage"}
+    assert warned["power_coverage"].description == "training jobs without full power coverage: job-a: 99.9 % of its events' GPU-time had power samples"
+    coverage = con.execute("select any_value(power_coverage) from t where job = 'job-a'").fetchone()[0]
+    assert coverage == pytest.approx(1 - 0.137 / (len(levels) / 10), abs=1e-9)
+
+
+def test_job_without_power_is_null_not_zero(tmp_path):
+    """job-a's GPUs have power for the first half of its events only, job-c's none at all: job-a's
+    power_coverage is that half (WARN), job-c keeps its row with its steps and NULL energies (it was
+    absent), never 0 J."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    hosts = [{"name": f"train-{i}", "role": "training", "gpus": [{"index": g, "tdp_w": 700} for g in range(2)],
+              "jobs": [{"name": f"job-{'ac'[i]}", "gpus": [0, 1]}]} for i in range(2)]
+    dump_inventory(parse_inventory({"fleets": [{"name": "f", "clusters": [{"name": "c0", "hosts": hosts}]}]}), data_dir / "inventory.yaml")
+    events, levels = _timeline()
+    t = day_start_ns() + np.arange(len(levels), dtype=np.int64) * 100_000_000
+    half = len(levels) // 2
+    for gpu in range(2):
+        write_dataset(power_table("train-0", gpu, t[:half], levels[:half]), data_dir, "power", prefix=f"train-0-{gpu}")
+    write_dataset(_events_table("train-0", events), data_dir, "job_events", prefix="ev")
+    other = _events_table("train-1", events).to_pylist()
+    write_dataset(pa.Table.from_pylist([dict(r, job="job-c") for r in other], schema=JOB_EVENTS), data_dir, "job_events", prefix="ev-c")
+    outcome = run_day(data_dir, DATE, selection=ASSETS)
+    assert outcome.success, outcome.error
+    con = duckdb.connect()
+    con.register("training_energy", read_day(data_dir, "training_energy", DATE))
+    rows = dict(con.execute("SELECT job, (any_value(power_coverage), any_value(steps), any_value(j_per_step), any_value(step_mean_w)) "
+                            "FROM training_energy GROUP BY job").fetchall())
+    cov_a, steps_a, j_a, w_a = rows["job-a"]
+    assert cov_a == pytest.approx(0.5, abs=0.01) and j_a > 0 and w_a > 0  # the measured half (WARNed)
+    assert rows["job-c"] == (0.0, 60, None, None)
+    warn = {c.check: c for c in outcome.failed_checks}["power_coverage"].description
+    assert "job-c: 0.0 % of its events' GPU-time had power samples (energies null)" in warn and "job-a: 49.9 %" in warn, warn

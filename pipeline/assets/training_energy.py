@@ -1,6 +1,7 @@
 """`training_energy`: what a training job's steps cost and how hard its gaps (collectives,
 checkpoints, evals) swing the feed — from job_events, or from the power alone when a job logs none."""
 
+from pipeline.phases import coverage
 from pipeline.tables import Table, table_assets
 
 TRAINING_ENERGY = Table(
@@ -9,8 +10,10 @@ TRAINING_ENERGY = Table(
     "per token, mean power per GPU in steps vs gaps, gap energy/time shares, and the power drop each "
     "kind of boundary causes (median, max W over the job's GPUs). Event energies are E(end) − E(start) "
     "on energy_curve, exact at the events' own timestamps; the boundary drops and the power-only "
-    "labelling use the 100 ms grid.",
+    "labelling use the 100 ms grid. power_coverage: the share of the events' GPU-time with power samples "
+    "(energies NULL where none).",
     "cluster-day",
     deps=["power_100ms", "energy_curve", "job_events"],
+    before=coverage.power_runs,
 )
 (training_energy,) = table_assets(TRAINING_ENERGY)

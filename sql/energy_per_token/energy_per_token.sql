@@ -1,7 +1,8 @@
 -- energy_per_token: per endpoint and day, overall (bucket_kind 'all') and by batch_size, prompt_len,
 -- output_len, hour (UTC), gpu_model and power_limit (the endpoint's enforced limit, W).
 -- Request metrics (j_per_prompt_token = Σ prefill_j / Σ prompt tokens, j_per_output_token,
--- j_per_request) come from request_energy, each request in one bucket: its mean concurrency over
+-- j_per_request) come from request_energy's requests that had power (requests_with_power of
+-- requests; NULL, never 0, where none had), each request in one bucket: its mean concurrency over
 -- its life (batch_size: requests in flight averaged over its exact intervals in phase_intervals),
 -- its lengths, its arrival hour. Power metrics come from the exact
 -- intervals of phase_intervals, each in its own bucket (batch_size = requests active in it, its hour;
@@ -98,9 +99,11 @@ req_buckets AS (
 ),
 request_metrics AS (
     SELECT endpoint, kind, bucket, count(*) AS requests,
-           xsum(prefill_j) / nullif(sum(prompt_tokens), 0) AS j_per_prompt_token,
-           xsum(decode_j) / nullif(sum(output_tokens), 0) AS j_per_output_token,
-           xsum(total_j) / count(*) AS j_per_request,
+           -- over the requests that had power (request_energy.power_coverage > 0): NULL, not 0, where none had
+           xsum(prefill_j) / nullif(sum(CASE WHEN prefill_j IS NOT NULL THEN prompt_tokens END), 0) AS j_per_prompt_token,
+           xsum(decode_j) / nullif(sum(CASE WHEN decode_j IS NOT NULL THEN output_tokens END), 0) AS j_per_output_token,
+           xsum(total_j) / nullif(count(total_j), 0) AS j_per_request,
+           count(total_j) AS requests_with_power,
            sum(prompt_tokens) AS prompt_tokens, sum(output_tokens) AS output_tokens
     FROM req_buckets GROUP BY ALL
 )
@@ -118,6 +121,7 @@ SELECT
     p.prefill_energy_share,
     CASE WHEN p.gpu_hours > 0 AND kind <> 'batch_size' THEN coalesce(k.n, 0) / p.gpu_hours END AS tdp_exceedances,
     coalesce(r.requests, 0) AS requests,
+    coalesce(r.requests_with_power, 0) AS requests_with_power,
     r.prompt_tokens,
     r.output_tokens,
     p.idle_j,

@@ -10,6 +10,30 @@
 -- charged their share of this day but listed in their arrival day's partition only (with this day's
 -- share missing there: documented). `_charged` holds every request that touched the day, so the
 -- conservation check (checks/energy_conservation.sql) sees all the energy charged this day.
+-- power_coverage: the share of the request's GPU-time (its interval inside the day × its endpoint's
+-- GPUs) that has power samples (temp table _power_runs, the before= hook
+-- pipeline/phases/coverage.py: spans where a GPU's samples are at most 2 s apart). Where it is 0 (no
+-- sample of any of its GPUs while it ran, or an endpoint without GPUs in the inventory) the
+-- energies are NULL, never 0: nothing was measured. Below 1 they are the measured part only
+-- (checks/power_coverage.sql WARNs).
+CREATE OR REPLACE TEMP TABLE _coverage AS
+WITH req AS (
+    SELECT request_id, endpoint,
+           greatest(epoch_ns(prefill_start_ts), epoch_ns(day_start())) AS a_ns,
+           -- an instantaneous request counts as 1 ns: covered if a span holds its instant
+           greatest(least(epoch_ns(end_ts), epoch_ns(day_end())), greatest(epoch_ns(prefill_start_ts), epoch_ns(day_start())) + 1) AS b_ns
+    FROM request_phases
+),
+gpus AS (SELECT endpoint, count(*) AS gpus FROM inventory_gpus WHERE endpoint IS NOT NULL GROUP BY ALL),
+covered AS (
+    SELECT r.request_id, r.endpoint, sum(least(r.b_ns, c.hi_ns) - greatest(r.a_ns, c.lo_ns)) AS gpu_ns
+    FROM req AS r JOIN _power_runs AS c ON c.endpoint = r.endpoint AND c.lo_ns < r.b_ns AND c.hi_ns > r.a_ns
+    GROUP BY ALL
+)
+SELECT r.request_id, r.endpoint,
+       coalesce(least(coalesce(c.gpu_ns, 0) / (g.gpus * (r.b_ns - r.a_ns))::DOUBLE, 1.0), 0.0) AS power_coverage
+FROM req AS r LEFT JOIN gpus AS g USING (endpoint) LEFT JOIN covered AS c USING (request_id, endpoint);
+
 CREATE OR REPLACE TEMP TABLE _charged AS
 WITH span AS (
     SELECT endpoint, min(start_ns) AS lo, max(end_ns) AS hi
@@ -48,18 +72,20 @@ SELECT
     getvariable('partition_date') AS date,
     r.request_id,
     r.endpoint,
-    coalesce(c.prefill_j, 0) AS prefill_j,
-    coalesce(c.decode_j, 0) AS decode_j,
-    coalesce(c.prefill_j, 0) + coalesce(c.decode_j, 0) AS total_j,
-    coalesce(c.prefill_j, 0) / nullif(r.prompt_tokens, 0) AS j_per_prompt_token,
-    coalesce(c.decode_j, 0) / nullif(r.output_tokens, 0) AS j_per_output_token,
+    CASE WHEN v.power_coverage > 0 THEN coalesce(c.prefill_j, 0) END AS prefill_j,
+    CASE WHEN v.power_coverage > 0 THEN coalesce(c.decode_j, 0) END AS decode_j,
+    CASE WHEN v.power_coverage > 0 THEN coalesce(c.prefill_j, 0) + coalesce(c.decode_j, 0) END AS total_j,
+    CASE WHEN v.power_coverage > 0 THEN coalesce(c.prefill_j, 0) / nullif(r.prompt_tokens, 0) END AS j_per_prompt_token,
+    CASE WHEN v.power_coverage > 0 THEN coalesce(c.decode_j, 0) / nullif(r.output_tokens, 0) END AS j_per_output_token,
     r.prefill_start_estimated,
     r.prompt_tokens,
     r.output_tokens,
     r.arrival_ts,
-    r.status
+    r.status,
+    v.power_coverage
 FROM request_phases AS r
 LEFT JOIN per_request AS c USING (request_id, endpoint)
+LEFT JOIN _coverage AS v USING (request_id, endpoint)
 ORDER BY r.endpoint, r.arrival_ts, r.request_id;
 
 

@@ -13,6 +13,11 @@
 --   boundary_drop_*    drop of the job's summed power when this kind begins: mean over the
 --                      0.5 s before minus the 0.5 s after, summed over the job's hosts for the
 --                      same step; median and max over the day's boundaries (W)
+--   power_coverage     share of the job's event GPU-time (each event × each of the job's GPUs on its
+--                      host in the inventory) that had power samples (_power_runs, the before= hook
+--                      pipeline/phases/coverage.py); where it is 0 the energies and powers are NULL,
+--                      never 0 (nothing was measured); below 1 they come from the GPUs and times
+--                      with samples (checks/power_coverage.sql WARNs)
 -- Jobs without events that day are labelled from power alone (source = 'power'): the job's
 -- summed power is split at the midpoint of its p10 and p90 into above (step) and below (gap)
 -- runs; each fall below is a boundary of kind 'power_drop'; tokens are unknown. The boundary
@@ -56,6 +61,26 @@ FROM instants AS p
 ASOF LEFT JOIN (SELECT host, gpu, t_ns, power_w, energy_j, next_t_ns, next_w FROM energy_curve
                 WHERE date = getvariable('partition_date')) AS c
     ON p.host = c.host AND p.gpu = c.gpu AND p.t >= c.t_ns;
+
+-- each event × each of the job's GPUs on its host (samples or not), clipped to the day: the GPU-time
+-- that had samples
+CREATE OR REPLACE TEMP TABLE _job_coverage AS
+WITH eg AS (
+    SELECT e.job, e.host, i.gpu,
+           greatest(epoch_ns(e.start_ts), epoch_ns(day_start())) AS a_ns,
+           least(epoch_ns(e.end_ts), epoch_ns(day_end())) AS b_ns
+    FROM _events AS e
+    JOIN inventory_gpus AS i ON i.job = e.job AND i.host = e.host
+    WHERE e.end_ts > day_start() AND e.start_ts < day_end()
+),
+covered AS (
+    SELECT eg.job, sum(least(eg.b_ns, r.hi_ns) - greatest(eg.a_ns, r.lo_ns)) AS covered_ns
+    FROM eg JOIN _power_runs AS r ON r.host = eg.host AND r.gpu = eg.gpu AND r.lo_ns < eg.b_ns AND r.hi_ns > eg.a_ns
+    GROUP BY ALL
+)
+SELECT eg.job, least(coalesce(any_value(c.covered_ns), 0) / nullif(sum(eg.b_ns - eg.a_ns), 0)::DOUBLE, 1.0) AS power_coverage
+FROM eg LEFT JOIN covered AS c USING (job)
+GROUP BY eg.job;
 
 CREATE OR REPLACE TEMP TABLE _from_events AS
 WITH attributed AS (
@@ -113,20 +138,22 @@ drops AS (
     FROM (SELECT job, kind, step, sum(drop_w) AS drop_w FROM boundaries GROUP BY ALL)
     GROUP BY ALL
 )
-SELECT
-    t.job, st.steps, it.median_step_s,
-    t.energy_j / nullif(st.steps, 0) AS j_per_step,
-    t.energy_j / nullif(st.tokens, 0) AS j_per_token,
+SELECT  -- every job with events, measured or not: a job whose GPUs had no samples keeps its row, energies NULL
+    jc.job, st.steps, it.median_step_s,
+    CASE WHEN jc.power_coverage > 0 THEN t.energy_j / nullif(st.steps, 0) END AS j_per_step,
+    CASE WHEN jc.power_coverage > 0 THEN t.energy_j / nullif(st.tokens, 0) END AS j_per_token,
     t.step_mean_w, t.gap_mean_w, t.gap_energy_share, t.gap_time_share,
     k.kind AS boundary_kind,
     k.energy_j / nullif(k.gpu_s, 0) AS kind_mean_w,
     d.boundary_drop_median_w, d.boundary_drop_max_w,
-    'job_events' AS source
-FROM job_totals AS t
+    'job_events' AS source,
+    jc.power_coverage
+FROM _job_coverage AS jc
+LEFT JOIN job_totals AS t USING (job)
 LEFT JOIN steps AS st USING (job)
 LEFT JOIN iterations AS it USING (job)
-LEFT JOIN by_kind AS k ON k.job = t.job AND k.kind <> 'step'
-LEFT JOIN drops AS d ON d.job = t.job AND d.kind = k.kind;
+LEFT JOIN by_kind AS k ON k.job = jc.job AND k.kind <> 'step'
+LEFT JOIN drops AS d ON d.job = jc.job AND d.kind = k.kind;
 
 CREATE OR REPLACE TEMP TABLE _from_power AS
 WITH series AS (
@@ -180,7 +207,8 @@ SELECT
     sum(energy_j) FILTER (NOT above) / nullif(sum(gpu_s) FILTER (NOT above), 0) AS kind_mean_w,
     (SELECT median(drop_w) FROM falls AS f WHERE f.job = r.job) AS boundary_drop_median_w,
     (SELECT max(drop_w) FROM falls AS f WHERE f.job = r.job) AS boundary_drop_max_w,
-    'power' AS source
+    'power' AS source,
+    NULL::DOUBLE AS power_coverage
 FROM run_stats AS r
 GROUP BY r.job;
 
@@ -199,6 +227,7 @@ SELECT
     boundary_drop_median_w::FLOAT AS boundary_drop_median_w,
     boundary_drop_max_w::FLOAT AS boundary_drop_max_w,
     source,
-    kind_mean_w::FLOAT AS kind_mean_w
+    kind_mean_w::FLOAT AS kind_mean_w,
+    power_coverage
 FROM (FROM _from_events UNION ALL BY NAME FROM _from_power)
 ORDER BY job, boundary_kind
