@@ -1,0 +1,134 @@
+"""The simulator's physics: GPU models, model sizes, tensor parallelism and power limits behave like real ones.
+
+Known answers: a bigger model on more GPUs costs more energy per output token, but energy per token is
+not proportional to the GPU count; a 400 W A100 stays within the ceiling real A100s show (≈ 500 W) and
+its 1 s average within 1.04 × 400 W; every GPU of every fleet passes the pipeline's ERROR check
+`power_within_bounds` (sql/power_1s/checks/power_within_bounds.sql: within [0, 2 × TDP]).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+import yaml
+
+from collectors.gpu_specs import KNOWN_TDP_W, spec_for
+from collectors.simulate import physics, simulate, traffic
+from collectors.simulate.arrivals import Arrivals
+from collectors.simulate.serving_engine import run_engine
+
+DAY = dt.date(2026, 11, 30)
+
+
+def test_gpu_names_as_nvml_reports_them():
+    assert spec_for("NVIDIA H100 80GB HBM3").key == "H100"
+    assert spec_for("NVIDIA A100-SXM4-80GB").key == "A100"  # not the A10
+    assert spec_for("NVIDIA L40S").key == "L40S"  # not the L4
+    assert spec_for("NVIDIA H200").tdp_w == 700 and spec_for("NVIDIA B200").tdp_w == 1000
+    assert spec_for("Tesla K80") is None and spec_for(None) is None
+    assert KNOWN_TDP_W == {"H200": 700, "H100": 700, "B200": 1000, "A100": 400, "L40S": 350, "L4": 72, "A10": 150}
+
+
+def _arrivals(rps: float, seconds: float, seed: int = 1) -> Arrivals:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rps, int(rps * seconds)))
+    return Arrivals(t, *traffic.token_lengths(rng, traffic.PROFILES["conv"], len(t), 1000, 160))
+
+
+def _energy_j(tl, hi: float) -> float:
+    start = np.clip(tl.start_s, 0.0, hi)
+    end = np.clip(np.r_[tl.start_s[1:], hi], 0.0, hi)
+    return float(np.sum(tl.level_w * (end - start)))
+
+
+def _j_per_output_token(model: physics.ServingModel, n_gpus: int, arr: Arrivals) -> float:
+    r = run_engine(np.random.default_rng(0), arr, n_gpus, errors=False, model=model)
+    hi = float(r.end_s.max())
+    return sum(_energy_j(r.timeline_of(k), hi) for k in range(n_gpus)) / float(r.output_tokens.sum())
+
+
+def test_bigger_model_on_more_gpus_costs_more_per_token_but_not_in_proportion():
+    arr = _arrivals(2.0, 600)
+    h100 = physics.GpuPower.of("NVIDIA H100 80GB HBM3", 700, None)
+    small = _j_per_output_token(physics.ServingModel(h100, tp=1), 1, arr)
+    big = _j_per_output_token(physics.ServingModel(h100, 70, 70, tp=4), 4, arr)
+    assert big > 2 * small, (big, small)
+    by_gpus = {n: _j_per_output_token(physics.ServingModel(h100, tp=n), n, arr) for n in (1, 2, 4, 8)}
+    # the same 8B at the same load: more GPUs cost more, far less than in proportion (each moves 1/n of the weights)
+    assert by_gpus[1] < by_gpus[2] < by_gpus[4] < by_gpus[8]
+    assert by_gpus[8] / by_gpus[1] < 5.0, by_gpus
+    assert by_gpus[2] / by_gpus[1] < 1.7, by_gpus
+
+
+def test_default_endpoint_keeps_the_calibrated_step_times():
+    """No model keys: an 8B bf16 decoder on one H200 steps as capture 4 did (51.6 ms + 0.161 ms × running)."""
+    ref = physics.REFERENCE
+    for running in (1, 32, 128):
+        assert ref.decode_step_s(running) == pytest.approx(0.0516 + 0.000161 * running, rel=0.01)
+    assert ref.prefill_compute_s(1500, 1500**2) == pytest.approx(21e-6 * 1500, rel=0.05)
+    assert ref.decode_busy_ratio(20) == pytest.approx(1.0)
+
+
+def _host(name: str, model: str, tdp: float, role: str = "inference", **extra) -> dict:
+    host = {"name": name, "role": role, "gpus": [{"index": i, "tdp_w": tdp, "model": model} for i in range(4)], **extra}
+    if role == "inference":
+        host["endpoints"] = [{"name": f"{name}-ep", "gpus": [0, 1, 2, 3], "tz_offset_h": -8, "peak_rps": 3.0, "tp": 2}]
+    else:
+        host["jobs"] = [{"name": f"{name}-job", "gpus": [0, 1, 2, 3]}]
+    return host
+
+
+def _mixed_fleet(path: Path) -> Path:
+    hosts = [
+        _host("a100-inf", "NVIDIA A100-SXM4-80GB", 400),
+        _host("a100-trn", "NVIDIA A100-SXM4-80GB", 400, role="training"),
+        _host("h100-inf", "NVIDIA H100 80GB HBM3", 700),
+        _host("h200-trn", "NVIDIA H200", 700, role="training"),
+    ]
+    path.write_text(yaml.safe_dump({"fleets": [{"name": "mixed", "clusters": [{"name": "c0", "hosts": hosts}]}]}))
+    return path
+
+
+def _per_gpu(data: Path, fleet: str | Path) -> list[tuple]:
+    """Per GPU: TDP, max instantaneous power, max 1 s average, the limit written, and whether it fails
+    the pipeline's power_within_bounds condition."""
+    simulate(data, start=DAY, fleet=fleet, hours=0.08, shape="simple")
+    con = duckdb.connect()
+    return con.execute(
+        f"""
+        SELECT host, gpu, max(power_w), max(power_avg_w), max(power_limit_w), min(power_w)
+        FROM read_parquet('{data}/power/**/*.parquet') GROUP BY ALL ORDER BY ALL
+        """
+    ).fetchall()
+
+
+def test_a100_stays_within_its_ceiling_and_its_limit(tmp_path):
+    rows = {(h, g): r for h, g, *r in _per_gpu(tmp_path / "d", _mixed_fleet(tmp_path / "fleet.yaml"))}
+    for host in ("a100-inf", "a100-trn"):
+        for g in range(4):
+            mx, mx_avg, limit, _ = rows[(host, g)]
+            assert limit == 400.0
+            assert mx <= 500.0, (host, g, mx)
+            assert mx_avg <= 1.04 * 400.0, (host, g, mx_avg)
+    # the A100's training step sits near its TDP, not at an H200's 700 W
+    assert 330 < rows[("a100-trn", 0)][1] <= 416
+
+
+@pytest.mark.parametrize("fleet", ["tiny", "demo", "mixed"])
+def test_power_within_bounds_on_every_fleet(tmp_path, fleet):
+    target = _mixed_fleet(tmp_path / "fleet.yaml") if fleet == "mixed" else fleet
+    rows = _per_gpu(tmp_path / "d", target)
+    tdp = {(h, g.index): g.tdp_w for h, gpus in _tdps(target) for g in gpus}
+    for host, gpu, mx, mx_avg, limit, mn in rows:
+        assert 0 <= mn and mx <= 2 * tdp[(host, gpu)], (host, gpu, mx)
+        assert mx_avg <= 1.04 * limit, (host, gpu, mx_avg, limit)
+
+
+def _tdps(fleet):
+    from collectors.simulate.fleets import resolve_fleet
+
+    return [(h.name, h.gpus) for _, _, h in resolve_fleet(fleet).iter_hosts()]
