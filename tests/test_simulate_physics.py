@@ -60,8 +60,8 @@ def test_bigger_model_on_more_gpus_costs_more_per_token_but_not_in_proportion():
     by_gpus = {n: _j_per_output_token(physics.ServingModel(h100, tp=n), n, arr) for n in (1, 2, 4, 8)}
     # the same 8B at the same load: more GPUs cost more, far less than in proportion (each moves 1/n of the weights)
     assert by_gpus[1] < by_gpus[2] < by_gpus[4] < by_gpus[8]
-    assert by_gpus[8] / by_gpus[1] < 5.0, by_gpus
-    assert by_gpus[2] / by_gpus[1] < 1.7, by_gpus
+    assert by_gpus[8] / by_gpus[1] < 6.0, by_gpus  # linear would be 8
+    assert by_gpus[2] / by_gpus[1] < 1.75, by_gpus
 
 
 def test_default_endpoint_keeps_the_calibrated_step_times():
@@ -132,3 +132,51 @@ def _tdps(fleet):
     from collectors.simulate.fleets import resolve_fleet
 
     return [(h.name, h.gpus) for _, _, h in resolve_fleet(fleet).iter_hosts()]
+
+
+def test_a_power_cap_holds_the_1s_average_and_slows_prefill_by_the_clock_law(tmp_path):
+    """The same 8B endpoint on H100s uncapped (700 W) and capped at 400 W, same arrivals and seed: the
+    capped GPUs' 1 s average stays ≤ 1.04 × 400 W, and each prefill's GPU part takes 1 / clock longer,
+    clock = ((allowed − idle) / (plateau − idle))^(1/3)."""
+    arr = _arrivals(0.5, 900)
+    runs = {}
+    for limit in (700.0, 400.0):
+        gpu = physics.GpuPower.of("NVIDIA H100 80GB HBM3", 700, limit)
+        runs[limit] = (gpu, run_engine(np.random.default_rng(3), arr, 1, errors=False, model=physics.ServingModel(gpu, tp=1)))
+    (g700, free), (g400, capped) = runs[700.0], runs[400.0]
+    overhead = 0.0584
+
+    def slowdown(r, gpu) -> np.ndarray:
+        """Per prefill batch of one request: its GPU time over what the uncapped GPU needs for it."""
+        starts, counts = np.unique(r.prefill_start_s, return_counts=True)
+        one = np.isin(r.prefill_start_s, starts[counts == 1])
+        p = r.prompt_tokens[one].astype(float)
+        uncapped = physics.ServingModel(g700, tp=1).prefill_compute_s(p, p * p)
+        return ((r.first_token_s - r.prefill_start_s)[one] - overhead) / uncapped
+
+    assert np.allclose(slowdown(free, g700), 1.0)
+    slow = slowdown(capped, g400)
+    assert len(slow) > 100
+    plateau = g700.map_w(np.array([600.0, 900.0]))  # the range prefill levels are drawn in (phases.PREFILL_W)
+    law = [1 / g400.clock(float(p)) for p in plateau]
+    assert law[0] > 1.05  # a 400 W cap does slow a compute-bound prefill
+    assert np.all((slow >= law[0] - 1e-6) & (slow <= law[1] + 1e-6)), (slow.min(), slow.max(), law)
+    # decode is memory-bound: it stays below the cap, its steps hardly change
+    step = lambda r: np.median((r.end_s - r.first_token_s) / np.maximum(r.output_tokens - 1, 1))  # noqa: E731
+    assert step(capped) / step(free) < 1.05
+
+    fleet = {"fleets": [{"name": "caps", "clusters": [{"name": "c0", "hosts": [
+        {"name": name, "role": "inference", "power_limit_w": limit,
+         "gpus": [{"index": i, "tdp_w": 700, "model": "NVIDIA H100 80GB HBM3"} for i in range(2)],
+         "endpoints": [{"name": f"{name}-ep", "gpus": [0, 1], "tp": 1, "peak_rps": 6.0, "tz_offset_h": -8,
+                        "prompt_median": 4000}]}
+        for name, limit in (("h100-700w", 700), ("h100-400w", 400))]}]}]}
+    path = tmp_path / "caps.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    for shape in ("simple", "collector"):
+        d = tmp_path / shape
+        simulate(d, start=DAY, fleet=path, hours=0.05, shape=shape)
+        rows = dict(duckdb.connect().execute(
+            f"""SELECT host, max(power_avg_w) / max(power_limit_w) FROM read_parquet('{d}/power/**/*.parquet')
+                WHERE power_avg_w IS NOT NULL GROUP BY ALL""").fetchall())
+        assert rows["h100-400w"] <= 1.04 and rows["h100-700w"] <= 1.04, (shape, rows)

@@ -63,8 +63,7 @@ class Timeline:
         if gpu.spec.key == "H200" and gpu.spec.tdp_w == 700.0 and gpu.limit_w >= 700.0:
             return self
         level = gpu.map_w(self.level_w.astype(np.float64))
-        allowed = gpu.map_w(calibration.PREFILL_PLATEAU_W) * min(1.0, gpu.limit_w / gpu.spec.tdp_w)
-        level = np.minimum(level, allowed)
+        level = np.minimum(level, gpu.allowed_w)
         return Timeline(self.start_s, self.kind, level.astype(np.float32))
 
     @classmethod

@@ -49,6 +49,9 @@ DECODE_SEQ_LAYER_S = (calibration.DECODE_STEP_S_PER_SEQ
                       - REF_KV_BYTES_PER_TOKEN * REF_CONTEXT_TOKENS / (DEFAULT.mem_bytes_s * DECODE_EFFICIENCY)) / REF_LAYERS
 """Per running request and layer (attention and bookkeeping): capture 4's 0.161 ms per request less the
 KV cache bytes of its mean context."""
+DECODE_KERNEL_SHARE = 0.5
+"""The share of decode's dynamic power (above loaded) that every GPU of a tensor-parallel group draws
+whatever its share of the bytes: the same kernels run on each (assumed; one GPU cannot separate it)."""
 ALLREDUCE_LATENCY_S = 10e-6
 """One small all-reduce over NVLink (assumed: NCCL's latency-bound regime)."""
 LINK_BYTES_S = {"H200": 450e9, "H100": 450e9, "B200": 900e9, "A100": 300e9}
@@ -58,9 +61,8 @@ CLOCK_POWER_EXPONENT = 3.0
 """Dynamic power ∝ clock × voltage², voltage ∝ clock over the DVFS range: ∝ clock³."""
 MEMORY_CLOCK_SENSITIVITY = 0.1
 """A memory-bound step's time ∝ 1 / clock^0.1: the HBM clock does not scale with the SM clock."""
-PLATEAU_SHARE = (calibration.PREFILL_PLATEAU_W - calibration.IDLE_W) / (DEFAULT.tdp_w - calibration.IDLE_W)
-"""Compute-bound power as a share of the idle → TDP range: capture 4's 788 W prefill plateau on a 700 W
-H200 is 1.14 (the board holds it for the tens of ms a prefill lasts)."""
+COMPUTE_MAX_W = 900.0
+"""The highest prefill plateau a 700 W H200 holds at full clocks (capture 4: p90 862 W; phases.PREFILL_W)."""
 
 
 def layers_width(params_b: float) -> tuple[float, float]:
@@ -98,11 +100,16 @@ class GpuPower:
         s = self.spec
         return s.idle_w + (h200_w - calibration.IDLE_W) * (s.tdp_w - s.idle_w) / (DEFAULT.tdp_w - calibration.IDLE_W)
 
+    @property
+    def allowed_w(self) -> float:
+        """The highest level a phase keeps at full clocks: uncapped, every compute-bound level the
+        capture showed (up to ``COMPUTE_MAX_W`` on the H200); under a lower limit, that × limit / TDP."""
+        return max(self.map_w(COMPUTE_MAX_W) * min(1.0, self.limit_w / self.spec.tdp_w), self.spec.idle_w + 1.0)
+
     def clock(self, level_w: float) -> float:
         """The clock share at which a phase that draws ``level_w`` at full clocks fits the limit
-        (1 when uncapped: the limiter lets compute-bound phases overshoot TDP by the capture's share)."""
-        allowed = self.map_w(calibration.PREFILL_PLATEAU_W) * min(1.0, self.limit_w / self.spec.tdp_w)
-        allowed = max(allowed, self.spec.idle_w + 1.0)
+        (1 when uncapped: the limiter lets compute-bound phases overshoot TDP as the capture shows)."""
+        allowed = self.allowed_w
         if level_w <= allowed:
             return 1.0
         return ((allowed - self.spec.idle_w) / (level_w - self.spec.idle_w)) ** (1.0 / CLOCK_POWER_EXPONENT)
@@ -177,7 +184,8 @@ class ServingModel:
         same batch: what scales decode's dynamic power."""
         move, fixed = self.decode_parts_s(running)
         ref = REFERENCE.decode_parts_s(running)
-        return (move / (move + fixed)) / (ref[0] / (ref[0] + ref[1])) / self.pp
+        ratio = (move / (move + fixed)) / (ref[0] / (ref[0] + ref[1]))
+        return (DECODE_KERNEL_SHARE + (1 - DECODE_KERNEL_SHARE) * ratio) / self.pp
 
 
 REFERENCE = ServingModel(GpuPower(DEFAULT, DEFAULT.tdp_w))
