@@ -118,7 +118,7 @@ def test_a100_stays_within_its_ceiling_and_its_limit(tmp_path):
     assert 330 < rows[("a100-trn", 0)][1] <= 416
 
 
-@pytest.mark.parametrize("fleet", ["tiny", "demo", "mixed"])
+@pytest.mark.parametrize("fleet", ["tiny", "demo", "serving", "mixed"])
 def test_power_within_bounds_on_every_fleet(tmp_path, fleet):
     target = _mixed_fleet(tmp_path / "fleet.yaml") if fleet == "mixed" else fleet
     rows = _per_gpu(tmp_path / "d", target)
@@ -180,3 +180,21 @@ def test_a_power_cap_holds_the_1s_average_and_slows_prefill_by_the_clock_law(tmp
             f"""SELECT host, max(power_avg_w) / max(power_limit_w) FROM read_parquet('{d}/power/**/*.parquet')
                 WHERE power_avg_w IS NOT NULL GROUP BY ALL""").fetchall())
         assert rows["h100-400w"] <= 1.04 and rows["h100-700w"] <= 1.04, (shape, rows)
+
+
+def test_pipeline_stages_run_offset_by_the_1f1b_schedule():
+    """Four hosts as two pipelines of two stages: stage 1 starts one forward slot after stage 0 and stops
+    one backward slot before it; data-parallel copies of a stage run together; pp = 1 stays lock-step."""
+    from collectors.simulate import phases
+    from collectors.simulate.training import run_job
+
+    hosts = run_job(np.random.default_rng(5), [8, 8, 8, 8], 120.0, host_jitter_sd=0.0, pp=2, microbatches=4)
+    steps = [h.start_s[h.kind == phases.STEP][:20] for h in hosts]
+    ends = [h.end_s[h.kind == phases.STEP][:20] for h in hosts]
+    slot = (ends[0] - steps[0]) / 5  # stage 0 computes the whole step: (4 + 2 − 1) slots
+    np.testing.assert_allclose(steps[1] - steps[0], slot / 3, rtol=1e-9)
+    np.testing.assert_allclose(ends[0] - ends[1], 2 * slot / 3, rtol=1e-9)
+    np.testing.assert_allclose(steps[2], steps[0])
+    np.testing.assert_allclose(steps[3], steps[1])
+    lock = run_job(np.random.default_rng(5), [8, 8], 120.0, host_jitter_sd=0.0)
+    np.testing.assert_allclose(lock[0].start_s[lock[0].kind == phases.STEP], lock[1].start_s[lock[1].kind == phases.STEP])

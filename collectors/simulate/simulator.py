@@ -266,7 +266,9 @@ def simulate(
     tasks = [(seed, ep, windows, (arrivals or {}).get(name)) for name, ep in endpoints.items()]
     engines = dict(zip(endpoints, _map(_engine_task, tasks, workers), strict=False))
     job_events: dict[str, list[HostEvents]] = {
-        name: run_job(_rng(seed, "job", name), [len(g) for _, g in members], windows[-1][1]) for name, members in jobs.items()
+        name: run_job(_rng(seed, "job", name), [len(g) for _, g in members], windows[-1][1],
+                      pp=int(inv.workload_spec("job", name).get("pp") or 1))
+        for name, members in jobs.items()
     }
 
     plans = []
