@@ -37,7 +37,7 @@ import yaml  # noqa: E402
 from collectors.contract import epoch_ns  # noqa: E402
 from collectors.simulate import phases, power, simulate  # noqa: E402
 from collectors.simulate.fleets import HOST_PROVISIONED_W, paper_fleet  # noqa: E402
-from collectors.simulate.training import HOST_JITTER_SD, run_job  # noqa: E402
+from collectors.simulate.training import HOST_JITTER_SD, MICROBATCHES, run_job  # noqa: E402
 
 PUBLISHED = {"training": 37.5, "inference": 9.0}
 WINDOW_SLOTS = 20
@@ -59,11 +59,12 @@ def host_slots(path: Path, epoch: int, n_slots: int) -> np.ndarray:
     return out
 
 
-def training_swing(n_hosts: int, hours: float, host_jitter_sd: float, stage_offset_s: float, seed: int = 0) -> dict:
+def training_swing(n_hosts: int, hours: float, host_jitter_sd: float, stage_offset_s: float, seed: int = 0,
+                   pp: int = 1, microbatches: int = MICROBATCHES) -> dict:
     """The training cluster's largest 2 s swing for one setting of the job model, from per-GPU samples."""
     span_s = hours * 3600.0
     events = run_job(np.random.default_rng([seed, 1]), [8] * n_hosts, span_s,
-                     host_jitter_sd=host_jitter_sd, stage_offset_s=stage_offset_s)
+                     host_jitter_sd=host_jitter_sd, stage_offset_s=stage_offset_s, pp=pp, microbatches=microbatches)
     total = np.zeros(int(round(span_s * 10)))
     for h, ev in enumerate(events):
         for g in range(8):
@@ -74,9 +75,20 @@ def training_swing(n_hosts: int, hours: float, host_jitter_sd: float, stage_offs
     total = total[WINDOW_SLOTS:-WINDOW_SLOTS]
     prov = HOST_PROVISIONED_W * n_hosts
     sw = max_swing_w(total)
-    return {"gpus": 8 * n_hosts, "host_jitter_sd": host_jitter_sd, "stage_offset_s": stage_offset_s,
+    return {"gpus": 8 * n_hosts, "host_jitter_sd": host_jitter_sd, "stage_offset_s": stage_offset_s, "pp": pp, "microbatches": microbatches,
             "mean_w": round(float(total.mean())), "min_w": round(float(total.min())), "max_w": round(float(total.max())),
             "max_2s_swing_w": round(sw), "max_2s_swing_pct": round(100 * sw / prov, 1)}
+
+
+def pipeline_sweep(n_hosts: int, hours: float, out: Path) -> None:
+    """The 3D-parallel job's swing by pipeline depth and micro-batches (1F1B), hosts in lock-step otherwise."""
+    t0 = time.process_time()
+    rows = [training_swing(n_hosts, hours, HOST_JITTER_SD, 0.0, pp=pp, microbatches=m)
+            for pp, m in ((1, MICROBATCHES), (4, MICROBATCHES), (8, MICROBATCHES), (16, MICROBATCHES), (16, 4), (16, 8), (16, 32), (16, 64))]
+    result = {"hours": hours, "published_pct": PUBLISHED["training"], "cpu_s": round(time.process_time() - t0, 1), "sweep": rows}
+    print(json.dumps(result, indent=1))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "paper-pipeline-sweep.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
 def training_sweep(n_hosts: int, hours: float, out: Path) -> None:
@@ -104,10 +116,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "img")
     ap.add_argument("--keep", action="store_true", help="keep the simulated data dir")
     ap.add_argument("--training-sweep", action="store_true", help="sweep the training job's desynchronisation instead")
+    ap.add_argument("--pipeline-sweep", action="store_true", help="sweep the paper job's pipeline depth and micro-batches instead")
     args = ap.parse_args()
     n_inf, n_trn = max(1, round(256 * args.scale)), max(1, round(128 * args.scale))
     if args.training_sweep:
         training_sweep(n_trn, args.hours, args.out)
+        return
+    if args.pipeline_sweep:
+        pipeline_sweep(n_trn, args.hours, args.out)
         return
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir.mkdir(parents=True)

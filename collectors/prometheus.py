@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from collectors.contract import POWER, TS
+from collectors.gpu_specs import KNOWN_TDP_W
 from collectors.names import BadName, check_path_name
 from collectors.parquet_sink import write_dataset
 from collectors.storage import DataRoot
@@ -47,8 +48,6 @@ SOURCE = "dcgm"
 MAX_POINTS = 11_000
 """Prometheus's limit on points per series in one range query."""
 MAX_POWER_W = 5000.0
-KNOWN_TDP_W = {"H200": 700, "H100": 700, "B200": 1000, "A100": 400, "L40S": 350, "L4": 72, "A10": 150}
-"""Board power of common parts, for the stub inventory only (the user checks it)."""
 
 
 class PrometheusError(ValueError):

@@ -40,9 +40,10 @@ def _endpoint(name: str, gpus: list[int], tz_offset_h: float, **extra) -> dict:
     return {"name": name, "gpus": gpus, "tz_offset_h": tz_offset_h, **SIMULATED_MODEL, "tp": len(gpus), "pp": 1, **extra}
 
 
-def _job(name: str, gpus: list[int], job_gpus: int) -> dict:
-    """A synchronous data-parallel job (collectors/simulate/training.py) of ``job_gpus`` GPUs on all its hosts."""
-    return {"name": name, "gpus": gpus, "tp": 1, "pp": 1, "dp": job_gpus}
+def _job(name: str, gpus: list[int], job_gpus: int, tp: int = 1, pp: int = 1) -> dict:
+    """A synchronous job (collectors/simulate/training.py) of ``job_gpus`` GPUs on all its hosts:
+    tp within a host, pp stages across hosts in inventory order, the rest data parallel."""
+    return {"name": name, "gpus": gpus, "tp": tp, "pp": pp, "dp": job_gpus // (tp * pp)}
 
 
 def _inference_host(name: str, a: dict, b: dict) -> dict:
@@ -136,6 +137,9 @@ def _tiny() -> dict:
 
 
 PAPER_TZ_H = (-8, -7, -6, -5)
+PAPER_PP = 16
+"""The paper job's pipeline stages (tp 8 within a host, 16 stages over 16 hosts, dp 8 at 128 hosts):
+a 3D-parallel layout of the size the published cluster trains (docs/simulator.md, "Paper scale")."""
 PAPER_PEAK_RPS = 4.0
 """Per 8-GPU endpoint at its local peak: with the calibrated engine (capture 4) busy but not saturated."""
 
@@ -143,7 +147,8 @@ PAPER_PEAK_RPS = 4.0
 def paper_fleet(inference_hosts: int = 256, training_hosts: int = 128) -> dict:
     """A fleet at the scale of the published cluster measurements: an inference cluster of
     ``inference_hosts`` × 8 GPUs, one 8-GPU endpoint per host (tensor parallel 8), all in one region
-    (UTC−5…−8), and a training cluster of ``training_hosts`` × 8 GPUs running one synchronous job.
+    (UTC−5…−8), and a training cluster of ``training_hosts`` × 8 GPUs running one 3D-parallel job
+    (tp 8, pp ``PAPER_PP`` or the largest divisor of the hosts below it, dp the rest).
     The default is 2,048 inference and 1,024 training GPUs; ``bench/paper_swings.py`` scales it down."""
 
     def host(name: str, role: str, **work) -> dict:
@@ -154,7 +159,8 @@ def paper_fleet(inference_hosts: int = 256, training_hosts: int = 128) -> dict:
              endpoints=[_endpoint(f"ep-{i:04d}", list(range(8)), PAPER_TZ_H[i % len(PAPER_TZ_H)], peak_rps=PAPER_PEAK_RPS)])
         for i in range(inference_hosts)
     ]
-    training = [host(f"trn-{i:04d}", "training", jobs=[_job("pretrain-paper", list(range(8)), 8 * training_hosts)])
+    pp = max(d for d in range(1, PAPER_PP + 1) if training_hosts % d == 0) if training_hosts else 1
+    training = [host(f"trn-{i:04d}", "training", jobs=[_job("pretrain-paper", list(range(8)), 8 * training_hosts, tp=8, pp=pp)])
                 for i in range(training_hosts)]
     return {
         "fleets": [
@@ -169,7 +175,32 @@ def paper_fleet(inference_hosts: int = 256, training_hosts: int = 128) -> dict:
     }
 
 
-BUILTIN = {"demo": _demo, "tiny": _tiny, "paper": paper_fleet}
+def _serving() -> dict:
+    """Two model sizes on two GPU models with different tp, and one model under two power limits:
+    a 70B on H100s (tp 4, two replicas), an 8B on H200s (tp 1, eight replicas), the same 8B on
+    A100s at their 400 W TDP and capped at 250 W (docs/simulator.md, "The serving fleet")."""
+    def gpus(model: str, tdp: float) -> list[dict]:
+        return [{"index": i, "tdp_w": tdp, "model": model} for i in range(8)]
+
+    llama70 = {"model": "meta-llama/Llama-3.1-70B-Instruct", "params_b": 70.0, "precision": "bf16", "tp": 4, "pp": 1}
+    llama8 = {"model": "meta-llama/Llama-3.1-8B-Instruct", "params_b": 8.0, "precision": "bf16", "tp": 1, "pp": 1}
+    hosts = [
+        {"name": "h100-0", "role": "inference", "provisioned_w": HOST_PROVISIONED_W, "gpus": gpus("NVIDIA H100 80GB HBM3", 700.0),
+         "endpoints": [{"name": "chat-70b", "gpus": list(range(8)), "tz_offset_h": -8, "peak_rps": 3.0, **llama70}]},
+        {"name": "h200-0", "role": "inference", "provisioned_w": HOST_PROVISIONED_W, "gpus": gpus("NVIDIA H200", 700.0),
+         "endpoints": [{"name": "chat-8b", "gpus": list(range(8)), "tz_offset_h": -6, "peak_rps": 12.0, **llama8}]},
+        {"name": "a100-0", "role": "inference", "provisioned_w": 4100.0, "gpus": gpus("NVIDIA A100-SXM4-80GB", 400.0),
+         "endpoints": [{"name": "code-8b-400w", "gpus": list(range(8)), "tz_offset_h": -5, "peak_rps": 8.0, "traffic": "code",
+                        "prompt_median": 1500, "output_median": 130, **llama8}]},
+        {"name": "a100-1", "role": "inference", "provisioned_w": 4100.0, "power_limit_w": 250.0,
+         "gpus": gpus("NVIDIA A100-SXM4-80GB", 400.0),
+         "endpoints": [{"name": "code-8b-250w", "gpus": list(range(8)), "tz_offset_h": -5, "peak_rps": 8.0, "traffic": "code",
+                        "prompt_median": 1500, "output_median": 130, **llama8}]},
+    ]
+    return {"fleets": [{"name": "serving", "clusters": [{"name": "serve-c0", "provisioned_w": 20000.0, "hosts": hosts}]}]}
+
+
+BUILTIN = {"demo": _demo, "tiny": _tiny, "paper": paper_fleet, "serving": _serving}
 
 
 def resolve_fleet(fleet: str | Path) -> Inventory:

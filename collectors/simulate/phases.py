@@ -1,4 +1,5 @@
-"""Phase codes and per-phase power levels of an H200 (700 W); fitted levels come from :mod:`calibration`.
+"""Phase codes and per-phase power levels of the calibrated H200 (700 W); fitted levels come from
+:mod:`calibration`, :mod:`physics` places them in another GPU's range.
 
 A workload is a timeline of segments (start_s, kind, level_w); :mod:`power` samples it.
 """
@@ -28,13 +29,11 @@ PREFILL_W = (600.0, 900.0)
 DECODE_BASE_W = calibration.DECODE_BASE_W
 DECODE_SPAN_W = calibration.DECODE_SPAN_W
 DECODE_SCALE_SEQS = calibration.DECODE_SCALE_SEQS
-PEAK_W = 960.0
-"""Highest instantaneous reading: compute-bound phases overshoot TDP for milliseconds (capture max 915 W)."""
 
 NOISE_SD = np.array([0.008, 0.02, 0.05, 0.0, 0.04, 0.08, 0.01, 0.05], dtype=np.float32)
 """Per-sample relative noise of the instantaneous reading, by phase (decode: lognormal, calibration.DECODE_LOG_SD)."""
 SPIKE_P = np.array([0, 0, 0.15, 0.0, 0.08, 0, 0, 0.03], dtype=np.float32)
-"""Chance that a sample catches a transient overshoot towards PEAK_W, by phase."""
+"""Chance that a sample catches a transient overshoot towards the GPU's ceiling (gpu_specs), by phase."""
 CLOCK_MHZ = np.array([345, 1980, 1755, 1980, 1710, 1980, 1980, 1830], dtype=np.float32)
 UTIL_PCT = np.array([0, 0, 100, 93, 100, 35, 3, 97], dtype=np.float32)
 
@@ -56,6 +55,16 @@ class Timeline:
     start_s: np.ndarray
     kind: np.ndarray
     level_w: np.ndarray
+
+    def on(self, gpu) -> Timeline:
+        """This timeline of the calibrated H200's levels on another GPU model and limit
+        (:class:`collectors.simulate.physics.GpuPower`): each level at the same share of its range,
+        held to the limit as its clocks would be."""
+        if gpu.spec.key == "H200" and gpu.spec.tdp_w == 700.0 and gpu.limit_w >= 700.0:
+            return self
+        level = gpu.map_w(self.level_w.astype(np.float64))
+        level = np.minimum(level, gpu.allowed_w)
+        return Timeline(self.start_s, self.kind, level.astype(np.float32))
 
     @classmethod
     def constant(cls, kind: int, level_w: float) -> Timeline:

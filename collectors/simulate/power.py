@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collectors.simulate import calibration, phases
+from collectors.simulate import calibration, phases, physics
 
 PERIOD_NS = 100_000_000
 JITTER_NS = (500_000, 6_000_000)
@@ -22,6 +22,9 @@ MEM_IDLE_MIB = 615
 MEM_INFERENCE_MIB = 129_400
 """A serving engine preallocates ~90 % of the 141 GB for weights and KV cache."""
 MEM_TRAINING_MIB = 118_000
+LIMITER_SLACK = 1.04
+"""The power controller holds every 1 s average of the instantaneous reading to ≤ 1.04 × the enforced
+limit (capture 4's highest 1 s average: 725.7 W at 700 W, 1.037 ×; capture 2's: 595.6 W)."""
 
 
 @dataclass
@@ -46,6 +49,7 @@ def sample_gpu(
     gain: float,
     temp_offset_c: float,
     temp_state_w: float | None = None,
+    gpu: physics.GpuPower = physics.REFERENCE.gpu,
 ) -> tuple[GpuReadings, float]:
     """One GPU's readings in ``window_s`` (seconds after ``epoch_ns``), from its timeline.
 
@@ -57,7 +61,9 @@ def sample_gpu(
     n = int(round((hi_s - lo_s) * 1e9)) // PERIOD_NS
     grid_ns = (np.arange(n, dtype=np.int64) + i0) * PERIOD_NS + rng.integers(*JITTER_NS, n) // 1000 * 1000  # the driver's µs clock
     t_s = grid_ns / 1e9
-    kind, power_w = _instant_w(rng, timeline, t_s, gain, 0.1)
+    kind, power_w = _instant_w(rng, timeline, t_s, gain, 0.1, gpu)
+    # the 1 s windows of power_avg_w below: exactly AVG_WINDOW samples
+    power_w = hold_to_limit(np.arange(n, dtype=np.int64) * PERIOD_NS, power_w, gpu.limit_w * LIMITER_SLACK - 0.2, 0.1)
 
     csum = np.concatenate([[0.0], np.cumsum(power_w, dtype=np.float64)])
     lag = np.maximum(np.arange(1, n + 1) - AVG_WINDOW, 0)
@@ -75,9 +81,10 @@ def sample_gpu(
 
 
 def _instant_w(rng: np.random.Generator, timeline: phases.Timeline, t_s: np.ndarray, gain: float,
-               resolution_w: float) -> tuple[np.ndarray, np.ndarray]:
+               resolution_w: float, gpu: physics.GpuPower = physics.REFERENCE.gpu) -> tuple[np.ndarray, np.ndarray]:
     """(phase kind, instantaneous power) at ``t_s``: the phase level ramped from the previous one,
-    × gain × per-sample noise, with the phase's chance of a transient overshoot towards PEAK_W."""
+    × gain × per-sample noise, with the phase's chance of a transient overshoot towards the GPU's
+    ceiling (:mod:`collectors.gpu_specs`: e.g. 980 W on a 700 W H200, 500 W on a 400 W A100)."""
     n = len(t_s)
     idx = np.searchsorted(timeline.start_s, t_s, side="right") - 1
     kind = timeline.kind[idx]
@@ -89,11 +96,42 @@ def _instant_w(rng: np.random.Generator, timeline: phases.Timeline, t_s: np.ndar
     noise = np.where(kind == phases.DECODE, np.exp(z * np.float32(calibration.DECODE_LOG_SD)), 1 + z * phases.NOISE_SD[kind])
     p = level * gain * noise
     spike = rng.random(n, dtype=np.float32) < phases.SPIKE_P[kind]
-    p = np.where(spike, p + (phases.PEAK_W - p) * rng.random(n, dtype=np.float32), p)
-    p = np.clip(p, 60.0, phases.PEAK_W)
+    ceiling = np.float32(gpu.ceiling_w)
+    p = np.where(spike, p + np.maximum(ceiling - p, 0) * rng.random(n, dtype=np.float32), p)
+    p = np.clip(p, min(60.0, 0.75 * gpu.spec.idle_w), ceiling)
     if resolution_w == 0.1:  # the simple shape: 0.1 W
         return kind, np.round(p, 1).astype(np.float32)
     return kind, np.round(np.round(p / resolution_w) * resolution_w, 3).astype(np.float32)
+
+
+def hold_to_limit(t_ns: np.ndarray, p: np.ndarray, limit_w: float, resolution_w: float) -> np.ndarray:
+    """Scale the samples of every trailing 1 s window whose mean exceeds ``limit_w`` down to it: what
+    the power controller does by lowering clocks. Each sample takes the smallest factor of the windows
+    it belongs to, so every window's mean ends ≤ the limit (a no-op, one cumsum, when none exceeds)."""
+    n = len(p)
+    if n == 0:
+        return p
+    csum = np.concatenate([[0.0], np.cumsum(p, dtype=np.float64)])
+    hi = np.arange(1, n + 1)
+    lo = np.searchsorted(t_ns, t_ns - 1_000_000_000, side="right")
+    mean = (csum[hi] - csum[lo]) / (hi - lo)
+    over = mean > limit_w
+    if not over.any():
+        return p
+    r = np.where(over, limit_w / mean, 1.0)
+    # the factor of sample j: the smallest r over the windows (ending at i ≥ j) that hold j;
+    # a forward running minimum over the longest window's sample count, by doubling
+    width = int((hi - lo).max())
+    f = r.copy()
+    span = 1
+    while span < width:
+        step = min(span, width - span)
+        f[:-step] = np.minimum(f[:-step], f[step:])
+        span += step
+    out = p * f
+    if resolution_w == 0.1:
+        return (np.floor(out * 10) / 10).astype(np.float32)
+    return np.round(np.floor(out / resolution_w) * resolution_w, 3).astype(np.float32)
 
 
 def _slow_fields(rng: np.random.Generator, kind: np.ndarray, power_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -136,6 +174,7 @@ def sample_gpu_collector(
     gain: float,
     temp_offset_c: float,
     temp_state_w: float | None = None,
+    gpu: physics.GpuPower = physics.REFERENCE.gpu,
 ) -> tuple[BufferReadings, GpuReadings, float, float]:
     """What ``wattline collect`` reads from one GPU in ``window_s``: the driver's ~20 ms buffer and
     the 100 ms field rows (instant power = a buffer sample 6–10 ms old, ``power_avg_w`` = the
@@ -148,7 +187,10 @@ def sample_gpu_collector(
     lo_ns, hi_ns = int(round(window_s[0] * 1e9)), int(round(window_s[1] * 1e9))
     lead_ns = c.AVG_WINDOW_NS + c.AVG_LAG_NS + 100_000_000
     bt = _buffer_times_ns(rng, lo_ns - lead_ns, hi_ns)
-    _, bw = _instant_w(rng, timeline, bt / 1e9, gain, c.POWER_QUANTUM_W)
+    _, bw = _instant_w(rng, timeline, bt / 1e9, gain, c.POWER_QUANTUM_W, gpu)
+    # field rows average any ~50 buffer samples, not only those of a window ending at a sample: one low
+    # sample more or less moves that mean by ≤ 2 % of the limit, so the buffer is held 2 % lower
+    bw = hold_to_limit(bt, bw, gpu.limit_w * (LIMITER_SLACK - 0.02), c.POWER_QUANTUM_W).astype(np.float32)
 
     i0 = -(-lo_ns // c.FIELD_PERIOD_NS)
     i1 = -(-hi_ns // c.FIELD_PERIOD_NS)

@@ -1,8 +1,10 @@
-"""A small continuous-batching serving engine, one per endpoint (its GPUs are one tensor-parallel group).
+"""Continuous-batching serving engines, one per replica of an endpoint, behind a router.
 
 Event-driven (one loop turn per arrival burst, prefill batch or completion, never per token):
 prefill runs one batch at a time and pauses decode, as in vLLM without chunked prefill; decode
-advances every running request one token per step, the step time growing with the batch.
+advances every running request one token per step. Step times and power levels come from the
+model, its sharding and the GPU (:mod:`collectors.simulate.physics`); an endpoint without model keys
+is the calibrated 8B decoder on its GPUs as one tensor-parallel group (capture 4).
 """
 
 from __future__ import annotations
@@ -14,17 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collectors.simulate import calibration, phases
+from collectors.simulate import calibration, phases, physics
 from collectors.simulate.arrivals import Arrivals
 
 PREFILL_BUDGET_TOKENS = 16_384
 MAX_RUNNING = 128
 PREFILL_OVERHEAD_S = calibration.PREFILL_OVERHEAD_S
-PREFILL_S_PER_TOKEN_GPU = calibration.PREFILL_S_PER_TOKEN
-"""Per GPU (capture 4: an 8B model on one H200): 1,500 tokens take ~90 ms; n GPUs divide the per-token part."""
-DECODE_STEP_S = calibration.DECODE_STEP_S
-DECODE_STEP_S_PER_SEQ = calibration.DECODE_STEP_S_PER_SEQ
-"""Step time 52 ms at batch 1, ~57 ms at 32, ~72 ms at 128 running requests."""
+"""The engine's fixed cost of a prefill batch (capture 4: 58.4 ms, while the board still reads the
+level before; ``calibration.PREFILL_ONSET_S``)."""
 ERROR_SHARE = 0.006
 CANCEL_SHARE = 0.015
 
@@ -39,7 +38,17 @@ class EngineResult:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     status: np.ndarray
-    timeline: phases.Timeline
+    timelines: list[phases.Timeline]
+    """One per replica; the endpoint's GPUs in order, tp × pp per replica."""
+    gpus_per_replica: int = 1
+
+    @property
+    def timeline(self) -> phases.Timeline:
+        return self.timelines[0]
+
+    def timeline_of(self, k: int) -> phases.Timeline:
+        """The timeline of the endpoint's ``k``-th GPU (counted over its hosts in inventory order)."""
+        return self.timelines[min(k // self.gpus_per_replica, len(self.timelines) - 1)]
 
 
 def _statuses(rng: np.random.Generator, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -52,8 +61,33 @@ def _statuses(rng: np.random.Generator, output: np.ndarray) -> tuple[np.ndarray,
     return np.where(status > 0, np.minimum(cut, output), output).astype(np.int32), status
 
 
-def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors: bool = True) -> EngineResult:
-    """``errors=False``: every request completes its output (replaying a measured run)."""
+def route(arr: np.ndarray, prompt: np.ndarray, output: np.ndarray, model: physics.ServingModel, replicas: int) -> np.ndarray:
+    """Join-shortest-queue on estimated work: each request goes to the replica with the least work left
+    (prefill + output × a typical decode step, drained at one second per second). Deterministic, and
+    close to least-outstanding-requests routing without simulating the replicas in lock-step."""
+    if replicas <= 1:
+        return np.zeros(len(arr), np.int32)
+    step_s = model.decode_step_s(16)
+    work = PREFILL_OVERHEAD_S + model.prefill_compute_s(1.0, 0.0) * prompt + output * step_s
+    backlog = [0.0] * replicas
+    last = 0.0
+    out = np.empty(len(arr), np.int32)
+    for i, (t, w) in enumerate(zip(arr.tolist(), work.tolist(), strict=True)):
+        d = t - last
+        last = t
+        backlog = [max(0.0, b - d) for b in backlog]
+        k = min(range(replicas), key=backlog.__getitem__)
+        backlog[k] += w
+        out[i] = k
+    return out
+
+
+def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors: bool = True,
+               model: physics.ServingModel | None = None) -> EngineResult:
+    """``errors=False``: every request completes its output (replaying a measured run).
+    ``model``: the replica's physics (default: the calibrated 8B on ``n_gpus`` H200s as one group)."""
+    if model is None:
+        model = physics.ServingModel(physics.REFERENCE.gpu, tp=max(1, n_gpus))
     arr = np.asarray(arrivals.offset_s, dtype=np.float64)
     prompt = np.asarray(arrivals.prompt_tokens, dtype=np.int64)
     if errors:
@@ -61,7 +95,25 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors
     else:
         output, status = np.asarray(arrivals.output_tokens, dtype=np.int32), np.zeros(len(arr), np.uint8)
     n = len(arr)
-    s_per_token = PREFILL_S_PER_TOKEN_GPU / n_gpus
+    per_replica = model.tp * model.pp
+    replicas = max(1, n_gpus // per_replica)
+    which = route(arr, prompt, output, model, replicas)
+    pstart = np.zeros(n)
+    first = np.zeros(n)
+    end = np.zeros(n)
+    timelines = []
+    for k in range(replicas):
+        idx = np.flatnonzero(which == k)
+        p, f, e, tl = _replica(rng, arr[idx], prompt[idx], output[idx], model)
+        pstart[idx], first[idx], end[idx] = p, f, e
+        timelines.append(tl)
+    return EngineResult(np.arange(n), arr, pstart, first, end, prompt.astype(np.int32), output, status, timelines, per_replica)
+
+
+def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+             model: physics.ServingModel) -> tuple[np.ndarray, np.ndarray, np.ndarray, phases.Timeline]:
+    gpu = model.gpu
+    n = len(arr)
     pstart = [0.0] * n
     first = [0.0] * n
     end = [0.0] * n
@@ -69,6 +121,9 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors
     prompt_l = prompt.tolist()
     out_l = output.tolist()
     seg_t, seg_k, seg_x = [-1e9], [phases.LOADED], [0.0]
+    # per prefill batch: its level at full clocks, drawn in order (one stream per replica)
+    plateau = gpu.map_w(phases.prefill_w(rng, max(n, 1)))
+    decode_cache: dict[int, tuple[float, float]] = {}
 
     def segment(t: float, kind: int, x: float) -> None:
         if seg_k[-1] == kind and seg_x[-1] == x:
@@ -77,17 +132,30 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors
         seg_k.append(kind)
         seg_x.append(x)
 
+    def decode(running: int) -> tuple[float, float]:
+        """(step time, level) at ``running``, slowed and held to the limit when capped."""
+        if running not in decode_cache:
+            busy = model.decode_busy_ratio(running)
+            level = gpu.map_w(phases.LOADED_W + (float(phases.decode_w(running)) - phases.LOADED_W) * busy)
+            level = min(level, gpu.map_w(calibration.PREFILL_PLATEAU_W))
+            c = gpu.clock(level)
+            move, fixed = model.decode_parts_s(running)
+            decode_cache[running] = (move / c ** physics.MEMORY_CLOCK_SENSITIVITY + fixed, gpu.capped_w(level, c))
+        return decode_cache[running]
+
     heap: list[tuple[int, int]] = []
     waiting: deque[int] = deque()
     steps = 0
     now = arr_l[0] if n else 0.0
     nxt = 0
+    batch_no = 0
+    levels: list[float] = []
     while nxt < n or waiting or heap:
         while nxt < n and arr_l[nxt] <= now:
             waiting.append(nxt)
             nxt += 1
         if waiting and len(heap) < MAX_RUNNING:
-            batch, tokens = [], 0
+            batch, tokens, sq = [], 0, 0
             while waiting and len(heap) + len(batch) < MAX_RUNNING:
                 j = waiting[0]
                 if batch and tokens + prompt_l[j] > PREFILL_BUDGET_TOKENS:
@@ -95,9 +163,16 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors
                 waiting.popleft()
                 batch.append(j)
                 tokens += prompt_l[j]
-            dur = PREFILL_OVERHEAD_S + s_per_token * tokens
+                sq += prompt_l[j] * prompt_l[j]
+            level = float(plateau[batch_no % len(plateau)])
+            batch_no += 1
+            c = gpu.clock(level)
+            dur = PREFILL_OVERHEAD_S + model.prefill_compute_s(tokens, sq) / c
             segment(now, phases.PREFILL, -1.0)  # the onset: power still at the level before
-            segment(now + min(calibration.PREFILL_ONSET_S, dur), phases.PREFILL, float(tokens))
+            seg_t.append(now + min(calibration.PREFILL_ONSET_S, dur))
+            seg_k.append(phases.PREFILL)
+            seg_x.append(float(tokens))
+            levels.append(gpu.capped_w(level, c))
             for j in batch:
                 pstart[j] = now
             now += dur
@@ -110,7 +185,7 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors
             continue
         if heap:
             running = len(heap)
-            step_s = DECODE_STEP_S + DECODE_STEP_S_PER_SEQ * running
+            step_s, _ = decode(running)
             segment(now, phases.DECODE, float(running))
             done_at = heap[0][0]
             t_done = now + (done_at - steps) * step_s
@@ -133,23 +208,13 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors
     seg_t_a = np.array(seg_t)
     seg_k_a = np.array(seg_k, np.uint8)
     seg_x_a = np.array(seg_x)
-    level = np.full(len(seg_t_a), phases.LOADED_W, np.float64)
+    level = np.full(len(seg_t_a), gpu.map_w(phases.LOADED_W), np.float64)
     is_pre = seg_k_a == phases.PREFILL
     is_dec = seg_k_a == phases.DECODE
-    level[is_pre] = phases.prefill_w(rng, int(is_pre.sum()))
-    level[is_dec] = phases.decode_w(seg_x_a[is_dec])
+    level[is_pre & (seg_x_a >= 0)] = levels
+    level[is_dec] = [decode(int(r))[1] for r in seg_x_a[is_dec]]
     level[is_dec] *= rng.normal(1.0, 0.03, int(is_dec.sum()))
     onset = np.flatnonzero(is_pre & (seg_x_a < 0))
     level[onset] = level[np.maximum(onset - 1, 0)]  # before the onset delay the board reads the previous level
     timeline = phases.Timeline(seg_t_a, seg_k_a, level.astype(np.float32))
-    return EngineResult(
-        np.arange(n),
-        arr,
-        np.array(pstart),
-        np.array(first),
-        np.array(end),
-        prompt.astype(np.int32),
-        output,
-        status,
-        timeline,
-    )
+    return np.array(pstart), np.array(first), np.array(end), timeline

@@ -15,7 +15,7 @@ import numpy as np
 from collectors import settings
 from collectors.days import write_day_problem
 from collectors.inventory import INVENTORY_FILE, Inventory, InventoryError, inventory_yaml
-from collectors.simulate import phases, power, traffic, writer
+from collectors.simulate import phases, physics, power, traffic, writer
 from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within
 from collectors.simulate.fleets import resolve_fleet
 from collectors.simulate.serving_engine import EngineResult, run_engine
@@ -66,17 +66,29 @@ class _Endpoint:
     output_median: float
     traffic: traffic.TrafficProfile
     members: list[tuple[str, list[int]]] = field(default_factory=list)
+    spec: dict = field(default_factory=dict)
+    gpu: physics.GpuPower = physics.REFERENCE.gpu
+    """The GPU model and limit of its first GPU (a replica's GPUs are one model)."""
+
+    def model(self) -> physics.ServingModel:
+        return physics.serving_model(self.spec, max(1, self.n_gpus), self.gpu, self.prompt_median, self.output_median)
 
     @property
     def n_gpus(self) -> int:
         return sum(len(g) for _, g in self.members)
 
 
+def gpu_power(host) -> dict[int, physics.GpuPower]:
+    """Each GPU's model and enforced limit (its own ``power_limit_w``, else the host's, else its TDP)."""
+    return {g.index: physics.GpuPower.of(g.model, g.tdp_w, g.power_limit_w or host.power_limit_w) for g in host.gpus}
+
+
 def workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tuple[str, list[int]]]]]:
-    """Endpoints and jobs by name: one name spread over several hosts is one engine or one job."""
+    """Endpoints and jobs by name: one name spread over several hosts is one set of replicas or one job."""
     endpoints: dict[str, _Endpoint] = {}
     jobs: dict[str, list[tuple[str, list[int]]]] = {}
     for _, _, host in inv.iter_hosts():
+        gp = gpu_power(host)
         for e in host.endpoints:
             profile = e.traffic or "conv"
             if profile not in traffic.PROFILES:
@@ -90,6 +102,8 @@ def workloads(inv: Inventory) -> tuple[dict[str, _Endpoint], dict[str, list[tupl
                     float(e.prompt_median if e.prompt_median is not None else DEFAULT_PROMPT_MEDIAN),
                     float(e.output_median if e.output_median is not None else DEFAULT_OUTPUT_MEDIAN),
                     traffic.PROFILES[profile],
+                    spec=inv.workload_spec("endpoint", e.name),
+                    gpu=gp[e.gpus[0]] if e.gpus else physics.REFERENCE.gpu,
                 ),
             )
             ep.members.append((host.name, list(e.gpus)))
@@ -111,7 +125,7 @@ def _engine(seed: int, ep: _Endpoint, windows: list[tuple[float, float]], replay
         arr = replay_within(replay, windows)
     else:
         arr, rng = endpoint_arrivals(seed, ep, windows)
-    return run_engine(rng, arr, max(1, ep.n_gpus))
+    return run_engine(rng, arr, max(1, ep.n_gpus), model=ep.model())
 
 
 @dataclass
@@ -120,6 +134,7 @@ class _HostPlan:
     gpus: list[int]
     timelines: dict[int, phases.Timeline]
     mem_mib: dict[int, int]
+    gpu: dict[int, physics.GpuPower] = field(default_factory=dict)
 
 
 def _host_power(args: tuple) -> tuple[list[Path | str], int]:
@@ -141,11 +156,11 @@ def _host_power(args: tuple) -> tuple[list[Path | str], int]:
                 st["energy_j"] += st["ema_w"] * (window[0] - st["end_s"])
             rec, st["ema_w"] = power.sample_gpu(
                 _rng(seed, "power", plan.name, g, d), plan.timelines[g], window, epoch_ns,
-                st["energy_j"], plan.mem_mib[g], st["gain"], st["temp_off"], st["ema_w"],
+                st["energy_j"], plan.mem_mib[g], st["gain"], st["temp_off"], st["ema_w"], plan.gpu[g],
             )
             st["energy_j"] = float(rec.energy_j[-1])
             st["end_s"] = window[1]
-            table = writer.power_table(plan.name, g, gpu_uuid(seed, plan.name, g), rec)
+            table = writer.power_table(plan.name, g, gpu_uuid(seed, plan.name, g), rec, plan.gpu[g].limit_w)
             rows += table.num_rows
             paths += writer.write(table, data_dir, "power", prefix=f"{writer.PREFIX}-gpu{g:03d}")
     return paths, rows
@@ -172,10 +187,10 @@ def _host_power_collector(plan: _HostPlan, seed: int, epoch_ns: int, windows, da
                     st["energy_j"] += st["ema_w"] * (hour[0] - st["end_s"])
                 buf, fld, st["energy_j"], st["ema_w"] = power.sample_gpu_collector(
                     _rng(seed, "power", plan.name, g, d, hour[0]), plan.timelines[g], hour, epoch_ns,
-                    st["energy_j"], plan.mem_mib[g], st["gain"], st["temp_off"], st["ema_w"],
+                    st["energy_j"], plan.mem_mib[g], st["gain"], st["temp_off"], st["ema_w"], plan.gpu[g],
                 )
                 st["end_s"] = hour[1]
-                gpus.append((g, gpu_uuid(seed, plan.name, g), buf, fld))
+                gpus.append((g, gpu_uuid(seed, plan.name, g), buf, fld, plan.gpu[g].limit_w))
             table = writer.collector_table(plan.name, gpus)
             rows += table.num_rows
             key = dt.datetime.fromtimestamp(epoch_ns / 1e9 + hour[0], dt.UTC).strftime("%Y%m%dT%H")
@@ -251,21 +266,26 @@ def simulate(
     tasks = [(seed, ep, windows, (arrivals or {}).get(name)) for name, ep in endpoints.items()]
     engines = dict(zip(endpoints, _map(_engine_task, tasks, workers), strict=False))
     job_events: dict[str, list[HostEvents]] = {
-        name: run_job(_rng(seed, "job", name), [len(g) for _, g in members], windows[-1][1]) for name, members in jobs.items()
+        name: run_job(_rng(seed, "job", name), [len(g) for _, g in members], windows[-1][1],
+                      pp=int(inv.workload_spec("job", name).get("pp") or 1))
+        for name, members in jobs.items()
     }
 
     plans = []
+    seen: dict[str, int] = {}
     for _, _, host in inv.iter_hosts():
-        timelines = {g.index: phases.Timeline.constant(phases.IDLE, phases.IDLE_W) for g in host.gpus}
+        gp = gpu_power(host)
+        timelines = {g.index: phases.Timeline.constant(phases.IDLE, gp[g.index].spec.idle_w) for g in host.gpus}
         mem = {g.index: power.MEM_IDLE_MIB for g in host.gpus}
         for e in host.endpoints:
             for g in e.gpus:
-                timelines[g], mem[g] = engines[e.name].timeline, power.MEM_INFERENCE_MIB
+                k = seen[e.name] = seen.get(e.name, -1) + 1  # the endpoint's k-th GPU: its replica
+                timelines[g], mem[g] = engines[e.name].timeline_of(k), power.MEM_INFERENCE_MIB
         for j in host.jobs:
             h = [m[0] for m in jobs[j.name]].index(host.name)
             for g in j.gpus:
-                timelines[g], mem[g] = job_events[j.name][h].timeline, power.MEM_TRAINING_MIB
-        plans.append(_HostPlan(host.name, [g.index for g in host.gpus], timelines, mem))
+                timelines[g], mem[g] = job_events[j.name][h].timeline.on(gp[g]), power.MEM_TRAINING_MIB
+        plans.append(_HostPlan(host.name, [g.index for g in host.gpus], timelines, mem, gp))
 
     files: list[Path | str] = []
     power_rows = 0

@@ -35,6 +35,8 @@ class HostEvents:
     timeline: phases.Timeline
 
 
+MICROBATCHES = 16
+"""Micro-batches per step in a pipeline-parallel job (1F1B): the bubble is (pp − 1) / (16 + pp − 1)."""
 HOST_JITTER_SD = 0.01
 """Relative sd of one host's compute time around the step's (the collective waits for the slowest)."""
 
@@ -45,13 +47,21 @@ def run_job(
     until_s: float,
     host_jitter_sd: float = HOST_JITTER_SD,
     stage_offset_s: float = 0.0,
+    pp: int = 1,
+    microbatches: int = MICROBATCHES,
 ) -> list[HostEvents]:
     """Events from 00:00 UTC of day 0 (the job is already running) until ``until_s``, per host.
 
     ``stage_offset_s`` > 0 desynchronises the hosts: each runs the same schedule shifted by a fixed
     offset drawn uniformly in [0, ``stage_offset_s``) (as pipeline stages or data-parallel groups out of
     phase do); 0, the default, is the lock-step job. ``bench/paper_swings.py --training-sweep`` measures
-    how both knobs change the cluster's 2 s swing."""
+    how both knobs change the cluster's 2 s swing.
+
+    ``pp`` > 1: the hosts are pipeline stages in order (host h is stage h mod pp; data-parallel groups
+    repeat the stages) under a 1F1B schedule of ``microbatches`` micro-batches: a step of length T is
+    (microbatches + pp − 1) slots of one forward (1/3) and one backward (2/3); stage s starts computing
+    s forwards after stage 0 and stops s backwards before it, waiting (``comm_wait``) meanwhile, and
+    every stage meets the others at the data-parallel all-reduce after stage 0's last backward."""
     cycle_s = STEP_S_MEDIAN + np.mean(COMM_S_RANGE)
     n = int(until_s / cycle_s * 1.1) + 16
     step_s = np.clip(rng.lognormal(np.log(STEP_S_MEDIAN), 0.06, n), *STEP_S_RANGE)
@@ -73,15 +83,19 @@ def run_job(
     comm_level = rng.uniform(*phases.COMM_W, (len(hosts_gpus), n)).astype(np.float32)
     eval_level = rng.uniform(*phases.EVAL_W, n).astype(np.float32)
     offset_s = rng.uniform(0.0, stage_offset_s, len(hosts_gpus)) if stage_offset_s > 0 else np.zeros(len(hosts_gpus))
+    slot_s = host_step_s / (microbatches + pp - 1)
 
     out = []
     for h, n_gpus in enumerate(hosts_gpus):
-        s_step = start + offset_s[h]
-        s_comm = s_step + host_step_s[h]
-        s_ckpt = s_step + sync_s
+        stage = h % pp
+        s_cycle = start + offset_s[h]
+        s_step = s_cycle + stage * slot_s[h] / 3
+        s_comm = s_cycle + host_step_s[h] - stage * slot_s[h] * 2 / 3
+        s_ckpt = s_cycle + sync_s
         s_eval = s_ckpt + ckpt_s
         e_eval = s_eval + eval_s
         parts = [
+            (s_cycle, s_step, phases.COMM, comm_level[h], np.full(n, stage > 0)),  # the pipeline filling
             (s_step, s_comm, phases.STEP, step_level[h], np.ones(n, bool)),
             (s_comm, s_ckpt, phases.COMM, comm_level[h], np.ones(n, bool)),
             (s_ckpt, s_eval, phases.CKPT, np.full(n, phases.CKPT_W, np.float32), is_ckpt),

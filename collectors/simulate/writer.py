@@ -19,6 +19,7 @@ from collectors.simulate.power import BufferReadings, GpuReadings
 
 PREFIX = "sim"
 POWER_LIMIT_W = 700.0
+"""The calibrated H200's limit; each GPU writes its enforced limit (``power_limit_w`` in the fleet, default TDP)."""
 SLOW_FIELDS_EVERY_NS = calibration.SLOW_FIELDS_EVERY_NS
 ENERGY_EVERY_NS = calibration.ENERGY_EVERY_NS
 """The NVML collector's default cadences: slow fields once a second, the energy counter every 30 s
@@ -40,7 +41,7 @@ def _sparse(values: np.ndarray, keep: np.ndarray) -> pa.Array:
     return pa.array(values, mask=~keep)
 
 
-def power_table(host: str, gpu: int, gpu_uuid: str, r: GpuReadings) -> pa.Table:
+def power_table(host: str, gpu: int, gpu_uuid: str, r: GpuReadings, limit_w: float = POWER_LIMIT_W) -> pa.Table:
     """One GPU's rows for one window, already in time order: one file per GPU keeps memory small."""
     n = len(r.ts_ns)
     slow = _first_of_period(r.ts_ns, SLOW_FIELDS_EVERY_NS)
@@ -56,19 +57,19 @@ def power_table(host: str, gpu: int, gpu_uuid: str, r: GpuReadings) -> pa.Table:
         "gpu_util_pct": _sparse(r.gpu_util_pct, slow),
         "mem_used_mib": _sparse(r.mem_used_mib, slow),
         "temp_c": _sparse(r.temp_c, slow),
-        "power_limit_w": _sparse(np.full(n, POWER_LIMIT_W, np.float32), slow),
+        "power_limit_w": _sparse(np.full(n, limit_w, np.float32), slow),
         "source": _repeat_str("simulated", n),
     }
     return pa.table(columns)
 
 
-def collector_table(host: str, gpus: list[tuple[int, str, BufferReadings, GpuReadings]]) -> pa.Table:
+def collector_table(host: str, gpus: list[tuple[int, str, BufferReadings, GpuReadings, float]]) -> pa.Table:
     """One host's rows as ``wattline collect`` writes them (``--shape collector``): per GPU the driver
     buffer's rows (``nvml-buffer``: power only) and the 100 ms field rows (``nvml-field``: instant and
     1 s average power, the energy counter every 30 s, the slow fields once a second), sorted by
     (gpu, source, ts) like a compacted hour (:func:`collectors.nvml.rows.sort_power`)."""
     parts = []
-    for gpu, uuid, buf, fld in gpus:
+    for gpu, uuid, buf, fld, limit_w in gpus:
         nb, nf = len(buf.ts_ns), len(fld.ts_ns)
         slow = _first_of_period(fld.ts_ns, calibration.SLOW_FIELDS_EVERY_NS)
         energy = _first_of_period(fld.ts_ns, calibration.ENERGY_EVERY_NS)
@@ -85,7 +86,7 @@ def collector_table(host: str, gpus: list[tuple[int, str, BufferReadings, GpuRea
             "gpu_util_pct": pa.concat_arrays([null(pa.uint8(), nb), _sparse(fld.gpu_util_pct, slow)]),
             "mem_used_mib": pa.concat_arrays([null(pa.uint32(), nb), _sparse(fld.mem_used_mib, slow)]),
             "temp_c": pa.concat_arrays([null(pa.uint8(), nb), _sparse(fld.temp_c, slow)]),
-            "power_limit_w": pa.concat_arrays([null(pa.float32(), nb), _sparse(np.full(nf, POWER_LIMIT_W, np.float32), slow)]),
+            "power_limit_w": pa.concat_arrays([null(pa.float32(), nb), _sparse(np.full(nf, limit_w, np.float32), slow)]),
             "source": pa.DictionaryArray.from_arrays(
                 pa.array(np.repeat(np.array([0, 1], np.int32), [nb, nf])), pa.array([BUFFER, FIELD])),
         }))
