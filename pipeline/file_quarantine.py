@@ -203,8 +203,8 @@ def _convert(data_dir: Path, dataset: str, date: str, files: dict[Path, Conversi
         try:
             with pq.ParquetFile(path) as pf:
                 plan = plan_conversion(pf.schema_arrow, schema)
-                rows = iter_converted(pf, schema, plan, where=str(path))
-                write_parquet_stream_atomic(rows, schema, path, before_rename=keep_original)
+                batches = iter_converted(pf, schema, plan, where=str(path))
+                write_parquet_stream_atomic(batches, schema, path, before_rename=keep_original)
         except (SchemaError, OSError, pa.ArrowException) as exc:
             failed[path] = ("schema", " ".join(str(exc).removeprefix(f"{path}: ").split()))
             continue
