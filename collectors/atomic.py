@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -72,6 +73,40 @@ def write_parquet_atomic(table: pa.Table, path: Path | str, row_group_size: int 
             write_parquet_to(table, fh, row_group_size)
             fh.flush()
             os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_parquet_stream_atomic(
+    tables: Iterable[pa.Table], schema: pa.Schema, path: Path | str, before_rename: Callable[[], None] | None = None
+) -> Path:
+    """:func:`write_parquet_atomic` for rows that come a table at a time (each its own row group),
+    so a large file is rewritten in bounded memory; ``before_rename`` runs once the rows are
+    written, just before the rename (e.g. to keep a copy of the file being replaced)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f"{TMP_PREFIX}{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as fh:
+            writer = None
+            try:
+                for table in tables:
+                    if writer is None:  # the first rows decide the float encodings
+                        writer = pq.ParquetWriter(fh, schema, **parquet_options(schema, table.slice(0, SAMPLE_ROWS)))
+                    writer.write_table(table)
+                if writer is None:  # no rows: still a file with the schema
+                    writer = pq.ParquetWriter(fh, schema, **parquet_options(schema))
+            finally:
+                if writer is not None:
+                    writer.close()
+            fh.flush()
+            os.fsync(fh.fileno())
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except BaseException:

@@ -5,11 +5,14 @@ which is strict. Files written by other tools are judged by :func:`inspect_file`
 quarantine and ``wattline check`` share it): what converts without loss of meaning (another
 timestamp unit, a naive timestamp read as UTC, a wider number whose values all fit, an absent
 nullable column, an extra column) is accepted and converted by :func:`convert`; genuine drift is
-named and rejected instead of silently mis-read.
+named and rejected instead of silently mis-read. A row whose required value is null (no time, host
+or GPU to put it at) is set aside on its own, the file's other rows used; a file over the row
+budget (``WATTLINE_MAX_FILE_ROWS``) is rejected from its footer, before it is read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from collectors.names import inside_key
+from collectors.settings import MAX_FILE_ROWS_ENV, load
 
 QUARANTINE_DIR = "quarantine"
 """Folder of the data dir holding rejected files and rows (collectors' and the pipeline's)."""
@@ -199,10 +203,18 @@ class Conversion:
 
     problems: list[str] = field(default_factory=list)
     unreadable: bool = False
+    too_large: bool = False
     casts: list[str] = field(default_factory=list)
     naive: list[str] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    rows: int = 0
+    """Rows in the file (its footer's count)."""
+    null_rows: dict[str, int] = field(default_factory=dict)
+    """Required column → rows where it is null."""
+    rows_set_aside: int = 0
+    """Rows with at least one null required value: left out of the rewritten file (the original,
+    kept in quarantine, still holds them)."""
 
     @property
     def usable(self) -> bool:
@@ -210,13 +222,13 @@ class Conversion:
 
     @property
     def exact(self) -> bool:
-        return self.usable and not (self.casts or self.naive or self.absent or self.extra)
+        return self.usable and not (self.casts or self.naive or self.absent or self.extra or self.null_rows)
 
     @property
     def quiet(self) -> bool:
         """Usable with at most absent nullable columns (a minimal exporter's file: nothing to warn
         about, though the pipeline still rewrites it with those columns as NULL)."""
-        return self.usable and not (self.casts or self.naive or self.extra)
+        return self.usable and not (self.casts or self.naive or self.extra or self.null_rows)
 
     def notes(self) -> list[str]:
         """One phrase per conversion, in the words the checks and ``wattline check`` print."""
@@ -226,7 +238,17 @@ class Conversion:
             out.append(f"absent nullable column(s) read as NULL: {', '.join(map(repr, self.absent))}")
         if self.extra:
             out.append(f"extra column(s) ignored: {', '.join(map(repr, self.extra))}")
+        if self.null_rows:
+            out.append(self.null_note())
         return out
+
+    def null_note(self) -> str:
+        counts = ", ".join(f"{name!r} null in {n}" for name, n in self.null_rows.items())
+        return f"{self.rows_set_aside} of {self.rows} row(s) {ROWS_SET_ASIDE} ({counts})"
+
+
+ROWS_SET_ASIDE = "set aside: a required value is null"
+"""The words every message about rows left out for a null required value carries (the checks find them by it)."""
 
 
 def _is_number(t: pa.DataType) -> bool:
@@ -285,12 +307,15 @@ def _cast_values(col: pa.ChunkedArray, to: pa.DataType, name: str) -> pa.Chunked
 
 def convert(table: pa.Table, schema: pa.Schema, where: str = "table") -> tuple[pa.Table, Conversion]:
     """``table`` in the contract's exact columns and types, and what it took; raises
-    :class:`SchemaError` for genuine drift (see :func:`plan_conversion`), values that do not fit
-    or nulls in a required column. Timestamps to a coarser unit truncate (power keeps µs)."""
+    :class:`SchemaError` for genuine drift (see :func:`plan_conversion`) or values that do not fit.
+    Rows with a null in a required column are left out and counted in the plan (``null_rows``,
+    ``rows_set_aside``). Timestamps to a coarser unit truncate (power keeps µs)."""
     plan = plan_conversion(table.schema, schema)
     if plan.problems:
         raise SchemaError(f"{where}: " + "; ".join(plan.problems))
+    plan.rows = table.num_rows
     columns = []
+    missing = None
     for f in schema:
         if f.name in plan.absent:
             columns.append(pa.nulls(table.num_rows, f.type))
@@ -308,35 +333,94 @@ def convert(table: pa.Table, schema: pa.Schema, where: str = "table") -> tuple[p
         except SchemaError as exc:
             raise SchemaError(f"{where}: {exc}") from exc
         if not f.nullable and col.null_count:
-            raise SchemaError(f"{where}: column {f.name!r} has {col.null_count} null value(s)")
+            plan.null_rows[f.name] = col.null_count
+            nulls = pc.is_null(col)
+            missing = nulls if missing is None else pc.or_(missing, nulls)
         columns.append(col)
+    if missing is not None:
+        keep = pc.invert(missing)
+        plan.rows_set_aside = table.num_rows - pc.sum(keep).as_py()
+        columns = [c.filter(keep) for c in columns]
     return pa.Table.from_arrays(columns, schema=schema), plan
 
 
-def inspect_file(path: Path | str, schema: pa.Schema) -> Conversion:
-    """How ``path`` reads under the contract; never raises. Exact files cost a footer read;
-    the others are read in full (values must fit, required columns hold no null)."""
+BATCH_ROWS = 1 << 20
+"""Rows converted at a time when a file is checked or rewritten (memory stays bounded)."""
+
+
+def row_budget_problem(rows: int, max_rows: int) -> str | None:
+    if rows <= max_rows:
+        return None
+    return (f"{rows:,} rows, over the per-file budget of {max_rows:,} rows ({MAX_FILE_ROWS_ENV} raises it; "
+            f"or split the file, e.g. one per hour)")
+
+
+def _footer_null_counts(meta: pq.FileMetaData, names: list[str]) -> dict[str, int] | None:
+    """Null counts of ``names`` from the row groups' statistics; None when a row group lacks them."""
+    index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    counts = dict.fromkeys(names, 0)
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for name in names:
+            if name not in index:
+                return None
+            stats = group.column(index[name]).statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            counts[name] += stats.null_count
+    return counts
+
+
+def _merge(plan: Conversion, part: Conversion) -> None:
+    for name, n in part.null_rows.items():
+        plan.null_rows[name] = plan.null_rows.get(name, 0) + n
+    plan.rows_set_aside += part.rows_set_aside
+
+
+def iter_converted(pf: pq.ParquetFile, schema: pa.Schema, plan: Conversion, where: str = "table") -> Iterator[pa.Table]:
+    """The file's rows in the contract's types, :data:`BATCH_ROWS` at a time, rows with a null
+    required value left out and counted in ``plan`` (its file-level plan); raises
+    :class:`SchemaError` as :func:`convert`."""
+    plan.null_rows, plan.rows_set_aside = {}, 0
+    columns = [f.name for f in schema if f.name not in plan.absent]
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+        table, part = convert(pa.Table.from_batches([batch]), schema, where=where)
+        _merge(plan, part)
+        yield table
+
+
+def inspect_file(path: Path | str, schema: pa.Schema, max_rows: int | None = None) -> Conversion:
+    """How ``path`` reads under the contract; never raises. Exact files cost a footer read (its
+    row count against ``max_rows``, default ``WATTLINE_MAX_FILE_ROWS``, and the row groups' null
+    counts of the required columns); the others are read a batch at a time (values must fit)."""
+    max_rows = load().max_file_rows if max_rows is None else max_rows
     try:
-        actual = pq.read_schema(path)
-    except Exception as exc:  # pyarrow raises several types for a corrupt footer
+        with pq.ParquetFile(path) as pf:
+            return _inspect(pf, schema, max_rows, str(path))
+    except Exception as exc:  # pyarrow raises several types for a corrupt footer or page
         return Conversion(problems=[f"not a readable Parquet file ({' '.join(str(exc).split())})"], unreadable=True)
-    plan = plan_conversion(actual, schema)
-    if plan.exact or not plan.usable:
+
+
+def _inspect(pf: pq.ParquetFile, schema: pa.Schema, max_rows: int, where: str) -> Conversion:
+    plan = plan_conversion(pf.schema_arrow, schema)
+    plan.rows = pf.metadata.num_rows
+    too_many = row_budget_problem(plan.rows, max_rows)
+    if too_many:
+        plan.problems.insert(0, too_many)
+        plan.too_large = True
+    if not plan.usable:
         return plan
+    if plan.exact:
+        required = [f.name for f in schema if not f.nullable]
+        counts = _footer_null_counts(pf.metadata, required)
+        if counts is not None and not any(counts.values()):
+            return plan
     try:
-        table = pq.read_table(path, columns=[f.name for f in schema if f.name not in plan.absent])
-    except Exception as exc:
-        return Conversion(problems=[f"not a readable Parquet file ({' '.join(str(exc).split())})"], unreadable=True)
-    try:
-        convert(table, schema)
+        for _ in iter_converted(pf, schema, plan, where):
+            pass
     except SchemaError as exc:
-        plan.problems.append(str(exc).removeprefix("table: "))
+        plan.problems.append(str(exc).removeprefix(f"{where}: "))
     return plan
-
-
-def read_converted(path: Path | str, schema: pa.Schema) -> tuple[pa.Table, Conversion]:
-    """The file's rows in the contract's types (raises :class:`SchemaError` as :func:`convert`)."""
-    return convert(pq.read_table(path), schema, where=str(path))
 
 
 def epoch_ns(ts: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:

@@ -42,6 +42,14 @@ DEFAULT_GRID_STEP_MS = 100
 GRID_STEPS_MS = tuple(s for s in range(10, 1001) if 1000 % s == 0)
 """Allowed grid steps: a whole number of slots per second, so every window of 1, 2, 10 and 60 s is
 a whole number of slots and the aligned windows start on the day's seconds."""
+MAX_FILE_ROWS_ENV = "WATTLINE_MAX_FILE_ROWS"
+"""Most rows one raw Parquet file may hold (default :data:`DEFAULT_MAX_FILE_ROWS`): checked from the
+footer before a file is read, so a file over it is quarantined with this reason instead of being
+read whole (``wattline check`` says the same)."""
+DEFAULT_MAX_FILE_ROWS = 50_000_000
+"""Well above every real file: a collector hour-file of 8 GPUs at ~60 rows/s/GPU is ~1.7 M rows, an
+nvidia-smi or DCGM import of a day of 8 GPUs at 10 Hz ~7 M; a few GB of memory at most to convert
+one. A 10**9-row file (37 MB of constant row groups) would otherwise take > 6 GB RSS."""
 LOG_LEVEL_ENV = "WATTLINE_LOG_LEVEL"
 """Dagster's console log level in ``wattline run`` (default CRITICAL: the CLI prints its own summary)."""
 
@@ -63,6 +71,20 @@ class Settings:
     log_level: str
     sim_workers: int | None
     grid_step_ms: int = DEFAULT_GRID_STEP_MS
+    max_file_rows: int = DEFAULT_MAX_FILE_ROWS
+
+
+def max_file_rows(value: str | int | None) -> int:
+    """The per-file row budget from a setting's text; a clear error for anything but a positive integer."""
+    if value is None or value == "":
+        return DEFAULT_MAX_FILE_ROWS
+    try:
+        rows = int(str(value).strip().replace("_", ""))
+    except ValueError:
+        rows = 0
+    if rows <= 0:
+        raise ValueError(f"{MAX_FILE_ROWS_ENV}={value!r}: expected a positive number of rows (default {DEFAULT_MAX_FILE_ROWS})")
+    return rows
 
 
 def grid_step_ms(value: str | int | None) -> int:
@@ -98,4 +120,5 @@ def load() -> Settings:
         log_level=env(LOG_LEVEL_ENV) or "CRITICAL",
         sim_workers=int(env(SIM_WORKERS_ENV) or 0) or None,
         grid_step_ms=grid_step_ms(env(GRID_STEP_MS_ENV)),
+        max_file_rows=max_file_rows(env(MAX_FILE_ROWS_ENV)),
     )

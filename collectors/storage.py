@@ -27,6 +27,11 @@ What is atomic (a reader sees the old file or the new one, never a part):
   Deleting the last object of a "folder" leaves a zero-byte ``folder/`` marker (Arrow keeps the
   parent directory); listings ignore it.
 
+Symbolic links below a local root are neither read nor written through (the root itself may be
+one): :meth:`DataRoot.list` leaves out what is reached through a link, and a write whose folder or
+file is a link raises :class:`LinkedPath`, an ``OSError`` naming it. A link to another folder would
+otherwise have wattline write, move or rewrite files outside the data dir.
+
 Computing happens on local files: :meth:`DataRoot.stage` downloads keys to a working copy (a
 no-op on a local root), :meth:`DataRoot.upload` publishes a local result, and
 :meth:`DataRoot.mirror` keeps a local copy of a prefix (e.g. ``derived/`` for ad-hoc SQL) in step.
@@ -34,6 +39,7 @@ no-op on a local root), :meth:`DataRoot.upload` publishes a local result, and
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import os
@@ -109,6 +115,71 @@ def _matches(key: str, pattern: str) -> bool:
     """Glob match segment by segment: '*' never crosses '/' (as in pathlib and DuckDB)."""
     parts, pats = key.split("/"), pattern.split("/")
     return len(parts) == len(pats) and all(fnmatch.fnmatchcase(k, p) for k, p in zip(parts, pats, strict=False))
+
+
+class LinkedPath(OSError):
+    """A write below a local data dir would go through a symbolic link (its folder or file is one)."""
+
+
+def link_below(root: Path | str, path: Path | str) -> Path | None:
+    """The first folder or file of ``path`` strictly below ``root`` that is a symbolic link (None
+    when none is, or ``path`` is not below ``root``); one ``lstat`` per level."""
+    try:
+        parts = Path(path).relative_to(root).parts
+    except ValueError:
+        return None
+    here = Path(root)
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            return here
+    return None
+
+
+def refuse_links(root: Path | str, path: Path | str) -> Path:
+    """``path``, or :class:`LinkedPath` when reaching it below ``root`` goes through a symbolic link."""
+    link = link_below(root, path)
+    if link is not None:
+        raise LinkedPath(
+            f"{link} is a symbolic link (to {os.readlink(link)}): wattline does not write through links "
+            f"inside the data dir {root} (make the data dir itself the link, or replace the link by a folder)"
+        )
+    return Path(path)
+
+
+def walk_matches(root: Path | str, pattern: str) -> tuple[list[Path], list[Path]]:
+    """What a glob like ``power/date=*/host=*/*.parquet`` matches below ``root`` without following
+    a symbolic link: (the regular files, the links met where the pattern would have gone through
+    them or taken them). ``*`` never crosses a ``/``; names starting with a dot match, as in pathlib."""
+    segments = pattern.strip("/").split("/")
+    files: list[Path] = []
+    links: list[Path] = []
+
+    def visit(folder: str, depth: int) -> None:
+        segment, last = segments[depth], depth == len(segments) - 1
+        if any(c in segment for c in "*?["):
+            try:
+                with os.scandir(folder) as it:
+                    names = sorted(e.name for e in it if fnmatch.fnmatchcase(e.name, segment))
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                return
+        else:
+            names = [segment]
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if stat.S_ISLNK(mode):
+                links.append(Path(path))
+            elif last and stat.S_ISREG(mode):
+                files.append(Path(path))
+            elif not last and stat.S_ISDIR(mode):
+                visit(path, depth + 1)
+
+    visit(os.fspath(root), 0)
+    return files, links
 
 
 def _atomic_local_write(path: Path, fill: Callable[[object], None]) -> Path:
@@ -295,11 +366,11 @@ class LocalRoot(DataRoot):
 
     def list_stats(self, pattern: str) -> list[FileStat]:
         out = []
-        for p in self.path.glob(pattern):
+        for p in walk_matches(self.path, pattern)[0]:  # never through a link
             key = p.relative_to(self.path).as_posix()
             if not _is_tmp(key):
-                st = p.stat()
-                if stat.S_ISREG(st.st_mode):
+                with contextlib.suppress(FileNotFoundError):  # removed since it was listed
+                    st = p.stat()
                     out.append(FileStat(key, st.st_size, st.st_mtime_ns))
         return sorted(out, key=lambda s: s.key)
 
@@ -314,13 +385,13 @@ class LocalRoot(DataRoot):
         return self.location(key).read_bytes()
 
     def write_parquet(self, key: str, table: pa.Table, row_group_size: int = 1_000_000) -> Path:
-        return atomic.write_parquet_atomic(table, self.location(key), row_group_size)
+        return atomic.write_parquet_atomic(table, refuse_links(self.path, self.location(key)), row_group_size)
 
     def write_bytes(self, key: str, data: bytes) -> Path:
-        return _atomic_local_write(self.location(key), lambda fh: fh.write(data))
+        return _atomic_local_write(refuse_links(self.path, self.location(key)), lambda fh: fh.write(data))
 
     def upload(self, local_file: str | os.PathLike, key: str) -> Path:
-        dest = self.location(key)
+        dest = refuse_links(self.path, self.location(key))
         if dest.exists() and os.path.samefile(local_file, dest):
             return dest
         with open(local_file, "rb") as src:
@@ -330,7 +401,7 @@ class LocalRoot(DataRoot):
         self.location(key).unlink(missing_ok=missing_ok)
 
     def move(self, src: str, dst: str) -> Path:
-        source, dest = self.location(src), self.location(dst)
+        source, dest = refuse_links(self.path, self.location(src)), refuse_links(self.path, self.location(dst))
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, dest)
         atomic.fsync_dir(dest.parent)
@@ -361,7 +432,7 @@ class LocalRoot(DataRoot):
         out = []
         for p in base.rglob("*"):
             key = p.relative_to(self.path).as_posix()
-            if not _is_tmp(key) and p.is_file():
+            if not _is_tmp(key) and p.is_file() and link_below(self.path, p) is None:
                 st = p.stat()
                 out.append(FileStat(key, st.st_size, st.st_mtime_ns))
         return sorted(out, key=lambda s: s.key)

@@ -5,19 +5,42 @@ so the warehouse, the quarantine, the S3 staging and the resources all build on 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 from collectors.atomic import TMP_PREFIX
 from collectors.contract import DATASETS
 from collectors.inventory import INVENTORY_FILE, Inventory, load_inventory
+from collectors.storage import walk_matches
 from pipeline.scope import UNASSIGNED, Scope
 
 
-def raw_files(data_dir: Path, dataset: str, date: str | None = None) -> list[Path]:
+def _day_pattern(dataset: str, date: str | None) -> str:
     ds = DATASETS[dataset]
-    pattern = ds.glob() if date is None else ds.glob().replace("date=*", f"date={date}", 1)
-    return sorted(p for p in data_dir.glob(pattern) if not p.name.startswith(TMP_PREFIX))
+    return ds.glob() if date is None else ds.glob().replace("date=*", f"date={date}", 1)
+
+
+def raw_files(data_dir: Path, dataset: str, date: str | None = None) -> list[Path]:
+    """The dataset's files (of one day): regular files reached without a symbolic link (see
+    :func:`linked_paths`), temporary files of writers left out."""
+    files, _ = walk_matches(data_dir, _day_pattern(dataset, date))
+    return sorted(p for p in files if not p.name.startswith(TMP_PREFIX))
+
+
+def linked_paths(data_dir: Path, dataset: str, date: str | None = None) -> dict[Path, str]:
+    """{link: its target} of the symbolic links where the dataset's files (of one day) would be
+    looked for: a linked ``power``, ``date=D`` or ``host=H`` folder, or a linked ``*.parquet``.
+    They are not read, moved or rewritten (a link may lead out of the data dir): the pipeline
+    names them in its checks and its summary instead."""
+    _, links = walk_matches(data_dir, _day_pattern(dataset, date))
+    return {link: os.readlink(link) for link in sorted(links)}
+
+
+def link_reason(target: str) -> str:
+    """Why a linked path is not read, in the words of the checks and ``wattline check``."""
+    return (f"a symbolic link (to {target}), not read: the pipeline reads only files inside the data dir "
+            f"(copy the files in, or make the whole data dir the link)")
 
 
 def load_inventory_if_any(data_dir: Path) -> Inventory | None:

@@ -11,17 +11,25 @@ silently cast and mixed in. A quarantined file is kept, never deleted:
 
 A day's checks fail while any of its files is still quarantined: fix the file and put it back
 (then re-run the day), or delete the quarantined copy to accept the loss. Kinds: ``unreadable``
-(truncated footer...), ``schema`` (drifted from the contract), ``duplicate`` (a byte-identical
-copy of another file of the day: nothing is lost by leaving it out), ``converted`` (not
-quarantined: see below).
+(truncated footer...), ``schema`` (drifted from the contract), ``too_large`` (more rows than the
+per-file budget, ``WATTLINE_MAX_FILE_ROWS``, seen in its footer: never read), ``duplicate`` (a
+byte-identical copy of another file of the day: nothing is lost by leaving it out), ``converted``
+(not quarantined: see below).
 
 A file written by another tool that converts without loss (``collectors.contract.plan_conversion``:
 naive or other-unit timestamps, wider numbers whose values fit, an absent nullable column, an
 extra column) is used, not quarantined: it is rewritten in place in the contract's exact types,
 so every reader (the pipeline's views, the catalog's glob, ``wattline sql``) sees one schema,
 and the original is kept under ``quarantine/files/`` with a ``converted`` log row naming each
-conversion. The WARN checks ``naive_timestamps_read_as_utc`` and ``files_accepted_with_casts``
-name such files while their original copy is kept; delete it once the conversion is understood.
+conversion. Rows whose required value is null (no time, host or GPU) are left out of the rewrite,
+one row at a time: the file's other rows are used, and the kept original still holds them. The
+WARN checks ``naive_timestamps_read_as_utc``, ``files_accepted_with_casts`` and
+``rows_with_null_required_values`` name such files while their original copy is kept; delete it
+once the conversion is understood.
+
+Symbolic links where a dataset's files are looked for (a linked ``host=H`` folder, a linked file)
+are never read, moved or rewritten (``pipeline.datadir.raw_files`` does not list what is reached
+through one, so nothing here sees them): the checks and ``wattline run`` name them instead.
 
 On an ``s3://`` data dir (``data_dir`` is then its local work dir, pipeline/remote.py) the
 object is moved on S3 as well and the log row uploaded, both naming the files by URL, so the
@@ -43,15 +51,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collectors.atomic import fsync_dir, write_parquet_atomic
-from collectors.contract import DATASETS, QUARANTINE_DIR, Conversion, SchemaError, inspect_file, read_converted
+from collectors.atomic import fsync_dir, write_parquet_atomic, write_parquet_stream_atomic
+from collectors.contract import DATASETS, QUARANTINE_DIR, Conversion, SchemaError, inspect_file, iter_converted, plan_conversion
+from collectors.settings import load
 from pipeline.datadir import raw_files
 from pipeline.remote import root_for
 from pipeline.sqltext import literal, path_literal, pattern_literal
 
 FILES_DIR = "files"
 LOG_DIR = "file_log"
-LOSSES = ("unreadable", "schema")
+LOSSES = ("unreadable", "schema", "too_large")
 """Kinds whose file is left out of the day (a duplicate loses nothing, a converted file is used)."""
 
 LOG_SCHEMA = pa.schema(
@@ -67,8 +76,8 @@ LOG_SCHEMA = pa.schema(
     ]
 )
 
-_verdicts: dict[tuple[str, int, int, str], Conversion] = {}
-"""Verdicts per (path, size, mtime, dataset): each asset of a run opens a connection, and a day
+_verdicts: dict[tuple[str, int, int, str, int], Conversion] = {}
+"""Verdicts per (path, size, mtime, dataset, row budget): each asset of a run opens a connection, and a day
 can hold thousands of files; a file that changes gets a new key."""
 
 
@@ -83,15 +92,17 @@ def log_dir(data_dir: Path) -> Path:
 def _verdict(path: Path, dataset: str) -> Conversion:
     """How ``path`` reads under the contract (``collectors.contract.inspect_file``, cached)."""
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns, dataset)
+    max_rows = load().max_file_rows
+    key = (str(path), st.st_size, st.st_mtime_ns, dataset, max_rows)
     if key not in _verdicts:
-        _verdicts[key] = inspect_file(path, DATASETS[dataset].schema)
+        _verdicts[key] = inspect_file(path, DATASETS[dataset].schema, max_rows)
     return _verdicts[key]
 
 
 def _problem(verdict: Conversion) -> tuple[str, str]:
     """(kind, one-line reason) of a file that cannot be used."""
-    return ("unreadable" if verdict.unreadable else "schema", " ".join("; ".join(verdict.problems).split()))
+    kind = "unreadable" if verdict.unreadable else "too_large" if verdict.too_large else "schema"
+    return (kind, " ".join("; ".join(verdict.problems).split()))
 
 
 _hashes: dict[tuple[str, int, int], str] = {}
@@ -180,18 +191,23 @@ def _convert(data_dir: Path, dataset: str, date: str, files: dict[Path, Conversi
         root.upload(log, _key(data_dir, log))
     failed = {}
     for path, dest in keep.items():
+
+        def keep_original(path: Path = path, dest: Path = dest) -> None:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+            with open(dest, "rb") as fh:
+                os.fsync(fh.fileno())
+            fsync_dir(dest.parent)
+
+        schema = DATASETS[dataset].schema
         try:
-            table, _ = read_converted(path, DATASETS[dataset].schema)
+            with pq.ParquetFile(path) as pf:
+                plan = plan_conversion(pf.schema_arrow, schema)
+                batches = iter_converted(pf, schema, plan, where=str(path))
+                write_parquet_stream_atomic(batches, schema, path, before_rename=keep_original)
         except (SchemaError, OSError, pa.ArrowException) as exc:
             failed[path] = ("schema", " ".join(str(exc).removeprefix(f"{path}: ").split()))
             continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, dest)
-        with open(dest, "rb") as fh:
-            os.fsync(fh.fileno())
-        fsync_dir(dest.parent)
-        write_parquet_atomic(table, path)
-        del table
         if root is not None:
             root.upload(dest, _key(data_dir, dest))
             root.upload(path, _key(data_dir, path))

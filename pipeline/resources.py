@@ -13,8 +13,8 @@ from collectors.contract import DATASETS
 from collectors.settings import grid_step_ms, load
 from collectors.storage import DataRoot
 from pipeline import file_quarantine, remote, warehouse
-from pipeline.datadir import host_of, scope_host_filter
-from pipeline.scope import Scope
+from pipeline.datadir import host_filter, host_of, link_reason, linked_paths, load_inventory_if_any, scope_host_filter
+from pipeline.scope import UNASSIGNED, Scope
 
 
 class WarehouseResource(ConfigurableResource):
@@ -56,14 +56,24 @@ class WarehouseResource(ConfigurableResource):
 
     def rejected_files(self, dataset: str, date: str | Scope) -> dict[str, str]:
         """{path: reason} of the day's files in quarantine that lose data (not byte-identical
-        copies); for a cluster-day's power, only its hosts' files."""
+        copies) and of the symbolic links that are not read; for a cluster-day's power, only its
+        hosts' files."""
         scope = date if isinstance(date, Scope) else Scope(date=date)
         mine = scope_host_filter(self.path, scope) if dataset == "power" else (lambda host: True)
-        return {
+        rejected = {
             e["path"]: f"{e['reason']} (moved to {e['quarantined_path']})"
             for e in file_quarantine.entries(self.path, scope.date, dataset)
             if e["kind"] in file_quarantine.LOSSES and mine(host_of(Path(e["path"])))
         }
+        # Symbolic links are not read (nor moved): named while they are there, by the cluster-day
+        # of their host; one above the host folders (power/, date=D) or of a host no cluster
+        # lists (its cluster-day does not run without files) by every cluster-day.
+        unlisted = host_filter(load_inventory_if_any(self.path), UNASSIGNED)
+        for link, target in linked_paths(self.path, dataset, scope.date).items():
+            host = host_of(link)
+            if host is None or mine(host) or unlisted(host):
+                rejected[str(link)] = link_reason(target)
+        return rejected
 
     def converted_files(self, date: Scope) -> dict[str, str]:
         """{path: what was converted} of the day's files of every dataset accepted with lossless

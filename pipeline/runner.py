@@ -20,10 +20,11 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
+from collectors.contract import DATASETS
 from collectors.settings import DUCKDB_MEMORY_ENV, DUCKDB_THREADS_ENV, load
 from pipeline import file_quarantine, remote, warehouse
 from pipeline.constants import DAGSTER_HOME_DIR, REPO_DAGSTER_YAML
-from pipeline.datadir import day_clusters
+from pipeline.datadir import day_clusters, linked_paths
 from pipeline.definitions import build_definitions
 from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
 from pipeline.partitions import cluster_day_key, register_clusters
@@ -60,6 +61,8 @@ class RunOutcome:
     """The day's files still in quarantine (every dataset, including ones no check covers yet)."""
     converted: list[dict] = field(default_factory=list)
     """The day's files accepted with lossless casts (rewritten; their originals kept in quarantine)."""
+    links: list[dict] = field(default_factory=list)
+    """The day's symbolic links where raw files are looked for (dataset, path, target): not read."""
 
     @property
     def error_checks(self) -> list[FailedCheck]:
@@ -157,6 +160,8 @@ def run_day(
     logged = file_quarantine.entries(data_dir, date)
     outcome.quarantined = [e for e in logged if e["kind"] != "converted"]
     outcome.converted = [e for e in logged if e["kind"] == "converted"]
+    outcome.links = [dict(dataset=name, path=str(link), target=target)
+                     for name in DATASETS for link, target in linked_paths(data_dir, name, date).items()]
     return outcome
 
 

@@ -38,7 +38,7 @@ from collectors.names import check_path_name
 from collectors.settings import load
 from pipeline import file_quarantine, remote, sqlfiles
 from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
-from pipeline.datadir import cluster_members, load_inventory_if_any, raw_files
+from pipeline.datadir import cluster_members, linked_paths, load_inventory_if_any, raw_files
 from pipeline.entities import entity_rows
 from pipeline.scope import (
     ALWAYS_DEFINED,
@@ -136,12 +136,29 @@ def _parts_pattern(table: str, cluster: str | None = None) -> str:
     return f"{DERIVED_DIR}/{table}/date=*/**/*.parquet"
 
 
+def _dataset_source(data_dir: Path, dataset: str) -> str:
+    """What the catalog's view of a raw dataset reads: its glob, or, while a symbolic link sits
+    where the glob would follow it (datadir.linked_paths), each real folder's ``*.parquet`` and the
+    files of a folder holding a linked file one by one, so no view reads through a link."""
+    links = linked_paths(data_dir, dataset)
+    if not links:
+        return pattern_literal(data_dir, DATASETS[dataset].glob())
+    files = raw_files(data_dir, dataset)
+    listed = {link.parent for link in links}
+    sources = []
+    for folder in sorted({f.parent for f in files}):
+        if folder in listed:
+            sources += [path_literal(f) for f in files if f.parent == folder]
+        else:
+            sources.append(pattern_literal(folder, "*.parquet"))
+    return "[" + ", ".join(sources) + "]"
+
+
 def _raw_relation_sql(data_dir: Path, dataset: str, files: list[Path] | None = None, where: str | None = None) -> str:
-    ds = DATASETS[dataset]
     if files is not None:
         source = "[" + ", ".join(path_literal(f) for f in files) + "]"
     else:
-        source = pattern_literal(data_dir, ds.glob())
+        source = _dataset_source(data_dir, dataset)
     sql = f"SELECT * FROM read_parquet({source}, hive_partitioning = true, hive_types = {{'date': DATE}})"
     return f"{sql} WHERE {where}" if where else sql
 

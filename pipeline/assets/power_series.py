@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetCheckResult, AssetCheckSeverity
 
+from collectors.contract import ROWS_SET_ASIDE
 from pipeline import kernels
 from pipeline.tables import PythonCheck, Table, table_assets
 
@@ -81,9 +82,19 @@ def files_accepted_with_casts(con, *, converted_files: dict[str, str], **_) -> A
     """Files converted without loss (other types whose values fit, extra columns ignored) are
     used; WARN naming each file and its conversions. A file that only lacks nullable columns
     (a minimal exporter) is not named: reading those as NULL is the contract."""
-    absent_only = lambda why: all(part.startswith("absent nullable") for part in why.split("; "))  # noqa: E731
-    cast = {p: why for p, why in converted_files.items() if not absent_only(why)}
+    quiet = lambda part: part.startswith("absent nullable") or ROWS_SET_ASIDE in part  # noqa: E731
+    cast = {p: why for p, why in converted_files.items() if not all(quiet(part) for part in why.split("; "))}
     return _converted_check("files_accepted_with_casts", cast, "accepted with casts (rewritten in the contract's types, originals kept in quarantine/files/)")
+
+
+def rows_with_null_required_values(con, *, converted_files: dict[str, str], **_) -> AssetCheckResult:
+    """Rows with no time, host, GPU (power) or other required value cannot be placed: each is left
+    out on its own, the rest of its file used, the original file kept in quarantine/files/. WARN
+    (the day is incomplete but its numbers sound), naming each file and the null columns, while
+    the original is kept; delete it to accept the loss."""
+    dropped = {p: next(part for part in why.split("; ") if ROWS_SET_ASIDE in part)
+               for p, why in converted_files.items() if ROWS_SET_ASIDE in why}
+    return _converted_check("rows_with_null_required_values", dropped, "with rows left out (originals kept in quarantine/files/)")
 
 
 POWER_1S_PYTHON_CHECKS = (
@@ -103,6 +114,11 @@ POWER_1S_PYTHON_CHECKS = (
         "files_accepted_with_casts",
         "No raw file of the day needed a lossless conversion to the contract (WARN: casts or extra columns, each file named).",
         files_accepted_with_casts,
+    ),
+    PythonCheck(
+        "rows_with_null_required_values",
+        "No raw row of the day has a null required value (WARN: such rows are left out one by one, the files named).",
+        rows_with_null_required_values,
     ),
     PythonCheck("no_duplicate_samples", "No (host, gpu, source, ts) appears twice.", no_duplicate_samples),
 )

@@ -6,12 +6,15 @@ For people writing their own exporters: the verdict is the one the pipeline reac
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from collectors.contract import DATASETS, inspect_file
+from collectors.settings import load
 from pipeline.cli.common import UserError
+from pipeline.datadir import link_reason
 
 
 def dataset_of(path: Path) -> str | None:
@@ -22,10 +25,25 @@ def dataset_of(path: Path) -> str | None:
     return None
 
 
-def _files(target: Path) -> list[Path]:
-    if target.is_dir():
-        return sorted(p for p in target.rglob("*.parquet") if p.is_file())
-    return [target]
+def _files(target: Path) -> tuple[list[Path], list[Path]]:
+    """(the .parquet files under ``target``, the symbolic links met on the way: not followed, as
+    the pipeline does not read through them). A target named on the command line is read even
+    when it is a link."""
+    if not target.is_dir():
+        return [target], []
+    files: list[Path] = []
+    links: list[Path] = []
+    for folder, dirs, names in os.walk(target, followlinks=False):
+        here = Path(folder)
+        links += [here / d for d in dirs if (here / d).is_symlink()]
+        for name in names:
+            path = here / name
+            if path.is_symlink():
+                if name.endswith(".parquet"):
+                    links.append(path)
+            elif name.endswith(".parquet") and path.is_file():
+                files.append(path)
+    return sorted(files), sorted(links)
 
 
 @click.command("check")
@@ -36,32 +54,51 @@ def command(targets: tuple[str, ...], dataset: str | None) -> None:
     """Check Parquet files against the data contract without reading or writing a data dir.
 
     Prints one line per file: `ok` (used as is; absent nullable columns read as NULL), `casts`
-    (used after lossless conversions, each named) or `quarantine` (would be set aside, with why). Exit 0 when every file would be used,
-    1 when one would be quarantined, 2 for usage errors.
+    (used after lossless conversions, each named), `partial` (used without its rows whose required
+    value is null), `quarantine` (would be set aside, with why: drift, or more rows than
+    WATTLINE_MAX_FILE_ROWS, seen in the footer before anything is read) or `link` (a symbolic
+    link met inside a folder: not followed, the pipeline does not read it). Exit 0 when every file
+    would be used whole, 1 otherwise, 2 for usage errors.
     """
+    try:
+        max_rows = load().max_file_rows
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     files: list[tuple[Path, str]] = []
+    links: list[Path] = []
     for target in map(Path, targets):
         if not target.exists():
             raise UserError(f"no such file or directory: {target}")
-        found = _files(target)
-        if not found:
+        found, met = _files(target)
+        links += met
+        if not found and not met:
             raise UserError(f"no .parquet file under {target}")
         for f in found:
             name = dataset or dataset_of(f)
             if name is None:
                 raise UserError(f"cannot tell the dataset of {f} from its path: pass --dataset {'|'.join(sorted(DATASETS))}")
             files.append((f, name))
-    rejected = 0
+    rejected = partial = 0
+    for link in links:
+        click.echo(f"link        {link}: {link_reason(os.readlink(link))}")
     for path, name in files:
-        verdict = inspect_file(path, DATASETS[name].schema)
+        verdict = inspect_file(path, DATASETS[name].schema, max_rows)
         if not verdict.usable:
             rejected += 1
             click.echo(f"quarantine  {path} ({name}): {'; '.join(verdict.problems)}")
+        elif verdict.null_rows:
+            partial += 1
+            click.echo(f"partial     {path} ({name}): {'; '.join(verdict.notes())}")
         elif verdict.quiet:
             click.echo(f"ok          {path} ({name})" + (f": {'; '.join(verdict.notes())}" if verdict.absent else ""))
         else:
             click.echo(f"casts       {path} ({name}): {'; '.join(verdict.notes())}")
     used = len(files) - rejected
-    click.echo(f"{used} of {len(files)} file(s) would be used, {rejected} quarantined", err=True)
-    if rejected:
+    parts = [f"{rejected} quarantined"]
+    if partial:
+        parts.append(f"{partial} with rows set aside")
+    if links:
+        parts.append(f"{len(links)} symbolic link(s) not followed")
+    click.echo(f"{used} of {len(files)} file(s) would be used, {', '.join(parts)}", err=True)
+    if rejected or partial or links:
         raise SystemExit(1)

@@ -12,7 +12,7 @@ from collectors.inventory import InventoryError
 from collectors.settings import GRID_STEP_MS_ENV, load
 from pipeline import remote
 from pipeline.cli.common import UserError, data_dir_option, date_option
-from pipeline.datadir import load_inventory_if_any
+from pipeline.datadir import link_reason, linked_paths, load_inventory_if_any
 
 
 def require_day_data(data_dir, date: str) -> None:
@@ -21,7 +21,9 @@ def require_day_data(data_dir, date: str) -> None:
         raise UserError(f"data dir {data_dir} does not exist (run `wattline simulate` or point --data-dir at your data)")
     day_glob = lambda name: DATASETS[name].glob().replace("date=*", f"date={date}", 1)  # noqa: E731
     if not any(root.list(day_glob(name)) for name in ("power", "requests", "job_events")):
-        raise UserError(f"no power, requests or job_events Parquet for {date} under {data_dir}")
+        links = [str(link) for name in DATASETS for link in (linked_paths(data_dir, name, date) if root.is_local else {})]
+        beside = f" (symbolic links are not read: {', '.join(links[:3])})" if links else ""
+        raise UserError(f"no power, requests or job_events Parquet for {date} under {data_dir}{beside}")
     local = remote.work_dir(root)
     remote.stage(root, local)  # inventory.yaml, for an S3 data dir
     try:  # every asset needs it: say what is wrong before a run fails on it
@@ -64,6 +66,8 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
         click.echo(f"quarantined {entry['dataset']} file {entry['path']}: {entry['reason']} (now {entry['quarantined_path']})", err=True)
     for entry in outcome.converted:
         click.echo(f"converted {entry['dataset']} file {entry['path']}: {entry['reason']} (original kept as {entry['quarantined_path']})", err=True)
+    for entry in outcome.links:
+        click.echo(f"link {entry['dataset']} {entry['path']}: {link_reason(entry['target'])}", err=True)
     for check in outcome.failed_checks:
         click.echo(f"check {check.severity}: {check.asset}.{check.check}: {check.description}".rstrip(": "), err=True)
     if not outcome.success:
