@@ -166,14 +166,16 @@ class Client:
             with deadline_opener(deadline, self.timeout_s, _NoRedirect()).open(req) as resp:
                 body = read_body(resp, MAX_ANSWER_BYTES)
         except urllib.error.HTTPError as exc:
+            try:
+                body = b"" if 300 <= exc.code < 400 else read_body(exc, 1 << 20)
+            except OSError:
+                body = b""
+            finally:
+                exc.close()
             if 300 <= exc.code < 400:
                 where = printable(exc.headers.get("Location", "(no Location)"), 200)
                 raise PrometheusError(f"{self.base}{path}: HTTP {exc.code} redirect to {where}; redirects are not "
                                       "followed: pass --url the address of the Prometheus server itself") from None
-            try:
-                body = read_body(exc, 1 << 20)
-            except OSError:
-                body = b""
             doc = _json(body)
             if not isinstance(doc, dict):
                 raise PrometheusError(f"{self.base}{path}: HTTP {exc.code} ({printable(exc.reason, 200)}); "
