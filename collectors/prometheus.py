@@ -245,6 +245,8 @@ def _labels_key(labels: dict, host_label: str, gpu_label: str, metric: str) -> t
         raise PrometheusError(f"a {metric} series has no label {missing!r} (its labels: {shown}); "
                               f"pass --host-label / --gpu-label")
     host = labels[host_label]
+    if not isinstance(host, str):
+        raise PrometheusError(f"label {host_label}={printable(host, 100)}: not a string; is this a Prometheus server?")
     try:
         check_path_name(host, f"label {host_label}")
     except BadName as exc:
@@ -253,8 +255,8 @@ def _labels_key(labels: dict, host_label: str, gpu_label: str, metric: str) -> t
         gpu = int(labels[gpu_label])
         if not 0 <= gpu <= 255:
             raise ValueError
-    except ValueError:
-        raise PrometheusError(f"label {gpu_label}={labels[gpu_label]!r} is not a GPU index 0..255") from None
+    except (ValueError, TypeError, OverflowError):
+        raise PrometheusError(f"label {gpu_label}={printable(repr(labels[gpu_label]), 100)} is not a GPU index 0..255") from None
     return host, gpu
 
 
