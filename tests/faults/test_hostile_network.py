@@ -41,7 +41,7 @@ def _form(handler) -> dict:
 
 def good_answer(path: str, form: dict) -> dict:
     """What a healthy server answers: GPU 0 of h1 at 300 W on every asked step; no energy counter."""
-    if path.endswith("/query_range") and form["query"] == "DCGM_FI_DEV_POWER_USAGE":
+    if path.endswith("/query_range") and form.get("query") == "DCGM_FI_DEV_POWER_USAGE":
         a, b, step = float(form["start"]), float(form["end"]), float(form["step"])
         n = int(round((b - a) / step)) + 1
         return {"status": "success", "data": {"resultType": "matrix", "result": [
@@ -169,7 +169,7 @@ def test_points_outside_the_asked_range_are_dropped_and_counted(server_factory, 
         {"metric": LABELS, "values": [[T0 + k, "250"] for k in range(n)]}]}}).encode()
 
     def handle(h, path, form):
-        if path.endswith("/query_range") and form["query"] == "DCGM_FI_DEV_POWER_USAGE":
+        if path.endswith("/query_range") and form.get("query") == "DCGM_FI_DEV_POWER_USAGE":
             h.send_response(200)
             h.send_header("Content-Length", str(len(power)))
             h.end_headers()
