@@ -13,6 +13,15 @@ series (Prometheus refuses larger ranges). Every chunk is fetched before anythin
 a failure (unreachable server, bad query) writes nothing; the files are then named from the
 query, so importing the same range again replaces them instead of adding rows.
 
+What is trusted: nothing in the answer. The range is at most a month unless asked
+(``allow_long_range``) and is cut to the days the pipeline can run (``collectors.days``); the
+chunks are planned lazily. A point outside the chunk asked for, or outside those days, is
+dropped and counted (times are compared as floats, before they become int64 nanoseconds); a
+point that is not ``[time, number]`` is dropped and counted, a series without ``metric`` or
+``values`` is skipped and counted; an answer without ``data.result`` is one error. Each HTTP call
+has a total deadline (a server trickling its answer cannot hold the import) and a size bound, and
+redirects are refused (the error names where they point).
+
 Rows: ``power_avg_w`` = the gauge, ``power_w`` null, ``source = 'dcgm'``, ``energy_j`` = the
 counter in J (null where there is none). A drop of the counter is a reset (driver reload): it is
 counted, and the per-GPU energy in the summary adds the increases around it.
@@ -23,7 +32,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -37,9 +48,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from collectors.contract import POWER, TS
+from collectors.days import writable_ns_bounds, writable_range
 from collectors.gpu_specs import KNOWN_TDP_W
 from collectors.names import BadName, check_path_name
+from collectors.outbound import AnswerTooLarge, DeadlineExceeded, deadline_opener, http_url_problem, read_body
 from collectors.parquet_sink import write_dataset
+from collectors.printable import printable
 from collectors.storage import DataRoot
 
 POWER_METRIC = "DCGM_FI_DEV_POWER_USAGE"
@@ -47,6 +61,10 @@ ENERGY_METRIC = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 SOURCE = "dcgm"
 MAX_POINTS = 11_000
 """Prometheus's limit on points per series in one range query."""
+MAX_RANGE_S = 31 * 86400
+"""Longest --start..--end imported without --allow-long-range (a month of dcgm-exporter data)."""
+MAX_ANSWER_BYTES = 1 << 30
+"""Largest answer read from Prometheus (one chunk of 11,000 points for ~3,000 GPUs)."""
 MAX_POWER_W = 5000.0
 
 
@@ -83,6 +101,7 @@ class ImportResult:
     scrape_interval_s: float | None = None  # median over series, from count_over_time
     step_s: float = 1.0
     written: list = field(default_factory=list)
+    note: str | None = None  # the asked range was cut to the pipeline's days
 
     def energy_j(self, key) -> float | None:
         """Energy of one GPU from its counter (increases only: a drop is a reset)."""
@@ -103,8 +122,9 @@ class ImportResult:
                 + (f"; energy counter on {len(with_energy)} GPU(s): {energy / 3.6e6:.4f} kWh"
                    + (f", {self.resets} counter reset(s) skipped" if self.resets else "") if with_energy else
                    "; no energy counter")
-                + (f"; skipped {skipped}" if skipped else "")
-                + (f"; scrape interval ≈ {self.scrape_interval_s:.3g} s" if self.scrape_interval_s else ""))
+                + (f"; dropped {skipped}" if skipped else "")
+                + (f"; scrape interval ≈ {self.scrape_interval_s:.3g} s" if self.scrape_interval_s else "")
+                + (f"; {self.note}" if self.note else ""))
 
     def coarse_warning(self) -> str | None:
         """Scrapes slower than the step repeat each value: say which answers that leaves out."""
@@ -116,13 +136,22 @@ class ImportResult:
                 "(docs/connect.md#what-each-source-can-answer)")
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error (``_answer`` names where it points), never followed: a POST turned into a
+    GET elsewhere, another port, another scheme (``ftp://``) are not the server the user named."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 class Client:
-    """The two HTTP API calls the importer needs, with one-line errors."""
+    """The three HTTP API calls the importer needs, with one-line errors. Each call has a total
+    deadline of ``timeout_s`` (connect, headers and body together) and a bounded answer size."""
 
     def __init__(self, url: str, timeout_s: float = 60.0) -> None:
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise PrometheusError(f"--url {url!r}: expected http://HOST:PORT of a Prometheus server")
+        problem = http_url_problem(url)
+        if problem:
+            raise PrometheusError(f"--url {url!r}: expected http://HOST:PORT of a Prometheus server ({problem})")
         self.base = url.rstrip("/")
         self.timeout_s = timeout_s
 
@@ -130,51 +159,83 @@ class Client:
         data = urllib.parse.urlencode(params).encode()
         req = urllib.request.Request(f"{self.base}{path}", data=data, method="POST",
                                      headers={"Content-Type": "application/x-www-form-urlencoded"})
+        deadline = time.monotonic() + self.timeout_s
+        late = PrometheusError(f"Prometheus at {self.base} did not answer {path} within {self.timeout_s:g} s "
+                               "(the whole answer; a server that is overloaded, or a range too large for it)")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                body = resp.read()
+            with deadline_opener(deadline, self.timeout_s, _NoRedirect()).open(req) as resp:
+                body = read_body(resp, MAX_ANSWER_BYTES)
         except urllib.error.HTTPError as exc:
-            body = exc.read()
             try:
-                doc = json.loads(body)
-            except ValueError:
-                raise PrometheusError(f"{self.base}{path}: HTTP {exc.code} ({exc.reason}); is this a Prometheus server?") from None
-            raise PrometheusError(f"Prometheus at {self.base}: {doc.get('errorType', 'error')}: {doc.get('error', '')}") from None
+                body = b"" if 300 <= exc.code < 400 else read_body(exc, 1 << 20)
+            except OSError:
+                body = b""
+            finally:
+                exc.close()
+            if 300 <= exc.code < 400:
+                where = printable(exc.headers.get("Location", "(no Location)"), 200)
+                raise PrometheusError(f"{self.base}{path}: HTTP {exc.code} redirect to {where}; redirects are not "
+                                      "followed: pass --url the address of the Prometheus server itself") from None
+            doc = _json(body)
+            if not isinstance(doc, dict):
+                raise PrometheusError(f"{self.base}{path}: HTTP {exc.code} ({printable(exc.reason, 200)}); "
+                                      "is this a Prometheus server?") from None
+            raise PrometheusError(self._error_text(doc)) from None
+        except DeadlineExceeded:
+            raise late from None
+        except AnswerTooLarge:
+            raise PrometheusError(f"Prometheus at {self.base}: the answer to {path} is larger than "
+                                  f"{MAX_ANSWER_BYTES >> 20} MiB; import fewer series or a shorter range") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise PrometheusError(f"cannot reach Prometheus at {self.base} ({reason})") from None
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            raise PrometheusError(f"{self.base}{path}: the answer is not JSON; is this a Prometheus server?") from None
+            if isinstance(reason, DeadlineExceeded):
+                raise late from None
+            raise PrometheusError(f"cannot reach Prometheus at {self.base} ({printable(reason, 200)})") from None
+        doc = _json(body)
+        if not isinstance(doc, dict):
+            raise PrometheusError(f"{self.base}{path}: the answer is not a JSON object; is this a Prometheus server?")
         if doc.get("status") != "success":
-            raise PrometheusError(f"Prometheus at {self.base}: {doc.get('errorType', 'error')}: {doc.get('error', '')}")
+            raise PrometheusError(self._error_text(doc))
+        if "data" not in doc:
+            raise PrometheusError(f"{self.base}{path}: the answer has no 'data'; is this a Prometheus server?")
         return doc["data"]
+
+    def _error_text(self, doc: dict) -> str:
+        """The server's own error, its control characters escaped and its length capped."""
+        return (f"Prometheus at {self.base}: {printable(doc.get('errorType', 'error'), 100)}: "
+                f"{printable(doc.get('error', ''), 500)}")
+
+    def _result(self, data, what: str) -> list:
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list):
+            raise PrometheusError(f"Prometheus at {self.base}: the answer to {what} has no list 'data.result'; "
+                                  "is this a Prometheus server?")
+        return result
 
     def query_range(self, query: str, start_s: float, end_s: float, step_s: float):
         data = self.get("/api/v1/query_range", [("query", query), ("start", _fmt(start_s)), ("end", _fmt(end_s)),
                                                 ("step", _fmt(step_s))])
-        return data.get("result", [])
+        return self._result(data, "query_range")
 
     def query(self, query: str, at_s: float):
-        return self.get("/api/v1/query", [("query", query), ("time", _fmt(at_s))]).get("result", [])
+        return self._result(self.get("/api/v1/query", [("query", query), ("time", _fmt(at_s))]), "query")
 
     def series(self, metric: str, start_s: float, end_s: float) -> list[dict]:
-        return self.get("/api/v1/series", [("match[]", metric), ("start", _fmt(start_s)), ("end", _fmt(end_s))])
+        data = self.get("/api/v1/series", [("match[]", metric), ("start", _fmt(start_s)), ("end", _fmt(end_s))])
+        if not isinstance(data, list):
+            raise PrometheusError(f"Prometheus at {self.base}: the answer to series has no list 'data'")
+        return [labels for labels in data if isinstance(labels, dict)]
+
+
+def _json(body: bytes):
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
 
 
 def _fmt(seconds: float) -> str:
     return f"{seconds:.3f}"
-
-
-def chunks(start_s: float, end_s: float, step_s: float, max_points: int = MAX_POINTS):
-    """[a, b] ranges on the grid start + k·step covering [start, end], each ≤ max_points points."""
-    span = step_s * (max_points - 1)
-    a = start_s
-    while a <= end_s + 1e-9:
-        b = min(a + span, end_s)
-        yield a, b
-        a = a + span + step_s
 
 
 def _labels_key(labels: dict, host_label: str, gpu_label: str, metric: str) -> tuple[str, int]:
@@ -184,6 +245,8 @@ def _labels_key(labels: dict, host_label: str, gpu_label: str, metric: str) -> t
         raise PrometheusError(f"a {metric} series has no label {missing!r} (its labels: {shown}); "
                               f"pass --host-label / --gpu-label")
     host = labels[host_label]
+    if not isinstance(host, str):
+        raise PrometheusError(f"label {host_label}={printable(host, 100)}: not a string; is this a Prometheus server?")
     try:
         check_path_name(host, f"label {host_label}")
     except BadName as exc:
@@ -192,8 +255,8 @@ def _labels_key(labels: dict, host_label: str, gpu_label: str, metric: str) -> t
         gpu = int(labels[gpu_label])
         if not 0 <= gpu <= 255:
             raise ValueError
-    except ValueError:
-        raise PrometheusError(f"label {gpu_label}={labels[gpu_label]!r} is not a GPU index 0..255") from None
+    except (ValueError, TypeError, OverflowError):
+        raise PrometheusError(f"label {gpu_label}={printable(repr(labels[gpu_label]), 100)} is not a GPU index 0..255") from None
     return host, gpu
 
 
@@ -210,40 +273,116 @@ def _progress(total: int, enabled: bool | None):
         yield lambda: bar.advance(task)
 
 
-def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric: str = POWER_METRIC,
-          energy_metric: str | None = ENERGY_METRIC, host_label: str = "Hostname", gpu_label: str = "gpu",
-          max_points: int = MAX_POINTS, progress: bool | None = None, timeout_s: float = 60.0) -> ImportResult:
-    """Query every chunk of power (and energy) into memory; writes nothing."""
+def chunks(start_s: float, end_s: float, step_s: float, max_points: int = MAX_POINTS):
+    """[a, b] ranges on the grid start + k·step covering [start, end], each ≤ max_points points; a
+    generator, so a long range is planned one query at a time."""
+    span = step_s * (max_points - 1)
+    k = 0
+    while (a := start_s + k * (span + step_s)) <= end_s + 1e-9:
+        yield a, min(a + span, end_s)
+        k += 1
+
+
+def chunk_count(start_s: float, end_s: float, step_s: float, max_points: int = MAX_POINTS) -> int:
+    """How many ranges :func:`chunks` yields (without planning them)."""
+    return int((end_s - start_s + 1e-9) // (step_s * max_points)) + 1
+
+
+def _drop(res: ImportResult, why: str, n: int) -> None:
+    if n:
+        res.skipped[why] = res.skipped.get(why, 0) + n
+
+
+def _points(values, a_s: float, b_s: float, res: ImportResult) -> tuple[np.ndarray, np.ndarray] | None:
+    """[[t, "v"], ...] of one series → (t ms, v) inside the asked [a, b] (which lies inside the
+    pipeline's days), each point dropped otherwise counted by why. Times are range-checked as floats
+    before they become integers, so no timestamp can wrap around int64. None: not a list of points."""
+    if not isinstance(values, list):
+        return None
+    try:
+        pts = np.array(values, dtype=np.float64)  # "NaN", "+Inf" parse too
+        if pts.ndim != 2 or pts.shape[1] != 2:
+            raise ValueError
+    except (ValueError, TypeError):  # one bad point must not cost the series: point by point
+        good = []
+        for p in values:
+            try:
+                if not isinstance(p, list | tuple) or len(p) != 2:
+                    raise ValueError
+                good.append((float(p[0]), float(p[1])))
+            except (ValueError, TypeError, OverflowError):
+                continue
+        _drop(res, "points that are not [time, number]", len(values) - len(good))
+        pts = np.array(good, dtype=np.float64).reshape(-1, 2)
+    t, v = pts[:, 0], pts[:, 1]
+    first_s, end_s = (b / 1e9 for b in writable_ns_bounds())
+    in_days = np.isfinite(t) & (t >= first_s) & (t < end_s)
+    _drop(res, "points outside the pipeline's days", int((~in_days).sum()))
+    asked = in_days & (t >= a_s - 0.0005) & (t <= b_s + 0.0005)
+    _drop(res, "points outside the asked range", int((in_days & ~asked).sum()))
+    return np.rint(t[asked] * 1000).astype(np.int64), v[asked]
+
+
+def _query_range(start_s: float, end_s: float, step_s: float, allow_long_range: bool) -> tuple[float, float, str | None]:
+    """The range to query: checked, and cut to the days the pipeline can run (on the step grid of
+    ``start``); with a note when it was cut."""
+    if not (math.isfinite(start_s) and math.isfinite(end_s)):
+        raise PrometheusError("--start and --end must be finite times")
     if not end_s > start_s:
         raise PrometheusError("--end must be after --start")
     if not step_s > 0:
         raise PrometheusError("--step must be positive")
+    if end_s - start_s > MAX_RANGE_S and not allow_long_range:
+        hint = " (--end in milliseconds? give Unix seconds)" if end_s > 1e11 or start_s > 1e11 else ""
+        raise PrometheusError(f"--start {_iso(start_s)} .. --end {_iso(end_s)} spans {(end_s - start_s) / 86400:,.1f} days, "
+                              f"over {MAX_RANGE_S // 86400} days{hint}; import it in parts, or pass --allow-long-range")
+    first_ns, end_ns = writable_ns_bounds()
+    lo, hi = start_s, min(end_s, end_ns / 1e9 - 0.001)
+    if lo < first_ns / 1e9:
+        lo = start_s + math.ceil((first_ns / 1e9 - start_s) / step_s) * step_s
+    if lo > hi:
+        raise PrometheusError(f"--start {_iso(start_s)} .. --end {_iso(end_s)} lies outside the days the pipeline "
+                              f"can run ({writable_range()}); nothing to import")
+    note = None
+    if (lo, hi) != (start_s, end_s) and hi - lo < end_s - start_s - step_s / 2:
+        note = f"queried {_iso(lo)} .. {_iso(hi)} only: the rest is outside the days the pipeline can run ({writable_range()})"
+    return lo, hi, note
+
+
+def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric: str = POWER_METRIC,
+          energy_metric: str | None = ENERGY_METRIC, host_label: str = "Hostname", gpu_label: str = "gpu",
+          max_points: int = MAX_POINTS, progress: bool | None = None, timeout_s: float = 60.0,
+          allow_long_range: bool = False) -> ImportResult:
+    """Query every chunk of power (and energy) into memory; writes nothing."""
+    lo, hi, note = _query_range(start_s, end_s, step_s, allow_long_range)
     client = Client(url, timeout_s)
-    res = ImportResult()
-    ranges = list(chunks(start_s, end_s, step_s, max_points))
+    res = ImportResult(note=note)
     metrics = [(metric, "power")] + ([(energy_metric, "energy")] if energy_metric else [])
-    with _progress(len(ranges) * len(metrics), progress) as advance:
-        for a, b in ranges:
+    with _progress(chunk_count(lo, hi, step_s, max_points) * len(metrics), progress) as advance:
+        for a, b in chunks(lo, hi, step_s, max_points):
             for name, kind in metrics:
                 for item in client.query_range(name, a, b, step_s):
-                    key = _labels_key(item["metric"], host_label, gpu_label, name)
+                    labels = item.get("metric") if isinstance(item, dict) else None
+                    if (not isinstance(labels, dict) or not isinstance(item.get("values"), list)
+                            or not all(isinstance(v, str) for v in labels.values())):
+                        _drop(res, "malformed series (no 'metric' object or 'values' list)", 1)
+                        continue
+                    key = _labels_key(labels, host_label, gpu_label, name)
                     s = res.gpus.get(key)
                     if s is None:
                         if kind == "energy":  # energy for a GPU with no power series: nothing to attach to
-                            res.skipped["energy series without a power series"] = res.skipped.get(
-                                "energy series without a power series", 0) + 1
+                            _drop(res, "energy series without a power series", 1)
                             continue
                         s = res.gpus[key] = Series(*key)
-                    s.uuid = s.uuid or item["metric"].get("UUID")
-                    s.model = s.model or item["metric"].get("modelName")
-                    values = item["values"]
-                    t_ms = np.rint(np.array([t for t, _ in values], dtype=np.float64) * 1000).astype(np.int64)
-                    v = np.array([x for _, x in values], dtype=np.float64)  # "NaN", "+Inf" parse too
+                    s.uuid = s.uuid or _text(labels.get("UUID"))
+                    s.model = s.model or _text(labels.get("modelName"))
+                    pts = _points(item["values"], a, b, res)
+                    if pts is None:
+                        continue
+                    t_ms, v = pts
                     if kind == "power":
                         ok = np.isfinite(v) & (v >= 0) & (v <= MAX_POWER_W)
-                        if not ok.all():
-                            why = f"power outside 0..{MAX_POWER_W:.0f} W"
-                            res.skipped[why] = res.skipped.get(why, 0) + int((~ok).sum())
+                        _drop(res, f"power outside 0..{MAX_POWER_W:.0f} W", int((~ok).sum()))
                         s.t_ms.append(t_ms[ok])
                         s.power_avg_w.append(v[ok])
                     else:
@@ -253,14 +392,18 @@ def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric
                 advance()
             res.chunks += 1
     if not res.gpus:
-        raise PrometheusError(f"no {metric} series at {url} between {_iso(start_s)} and {_iso(end_s)} "
+        raise PrometheusError(f"no {metric} series at {url} between {_iso(lo)} and {_iso(hi)} "
                               "(check --metric, --start/--end, and that Prometheus scrapes dcgm-exporter)")
     res.step_s = step_s
-    res.scrape_interval_s = _scrape_interval(client, metric, start_s, end_s)
+    res.scrape_interval_s = _scrape_interval(client, metric, lo, hi)
     for s in res.gpus.values():
         s.finish()
         res.resets += int((np.diff(s.energy_mj) < 0).sum())
     return res
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _scrape_interval(client: Client, metric: str, start_s: float, end_s: float) -> float | None:
@@ -268,8 +411,14 @@ def _scrape_interval(client: Client, metric: str, start_s: float, end_s: float) 
     window = int(min(end_s - start_s, 3600))
     if window < 1:
         return None
-    result = client.query(f"count_over_time({metric}[{window}s])", end_s)
-    per_series = [window / float(r["value"][1]) for r in result if float(r["value"][1]) > 1]
+    per_series = []
+    for r in client.query(f"count_over_time({metric}[{window}s])", end_s):
+        try:
+            n = float(r["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if math.isfinite(n) and n > 1:
+            per_series.append(window / n)
     return float(np.median(per_series)) if per_series else None
 
 
@@ -282,7 +431,10 @@ def _joined(times: list, values: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _iso(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # beyond year 9999 (an --end in milliseconds)
+        return f"{seconds:.6g} s"
 
 
 def to_table(res: ImportResult) -> pa.Table:

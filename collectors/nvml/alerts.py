@@ -31,6 +31,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from collectors.outbound import bind_deadline, http_url_problem, read_body
+from collectors.printable import printable
+
 log = logging.getLogger("wattline.collect")
 
 GPU_QUANTITIES = {
@@ -52,6 +55,9 @@ HOST_QUANTITIES = {
     "swing_60s_pct_of_provisioned": "the 60 s swing of the sum as % of provisioned power",
 }
 NEEDS_PROVISIONED = {q for q in HOST_QUANTITIES if q.endswith("pct_of_provisioned")}
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+"""Prometheus's rule for label names; names starting with ``__`` are reserved to Prometheus."""
+MAX_WEBHOOK_ANSWER_BYTES = 1 << 20
 
 
 class AlertsError(ValueError):
@@ -85,6 +91,15 @@ class Rule(_Strict):
     def _duration(cls, v):
         return parse_duration_s(v)
 
+    @field_validator("labels")
+    @classmethod
+    def _label_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not LABEL_NAME.fullmatch(name) or name.startswith("__"):
+                raise ValueError(f"label name {printable(name, 100)!r} is not a Prometheus label name "
+                                 "([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
+        return v
+
     @model_validator(mode="after")
     def _quantity_fits_level(self) -> Rule:
         known = GPU_QUANTITIES if self.level == "gpu" else HOST_QUANTITIES
@@ -97,8 +112,17 @@ class Rule(_Strict):
 class Webhook(_Strict):
     url: str = Field(pattern=r"^https?://\S+$")
     timeout_s: float = Field(default=2.0, gt=0, le=30)
+    """Longest one attempt may take, the whole answer included (a total, not per read)."""
     retries: int = Field(default=2, ge=0, le=10)
     queue_size: int = Field(default=1000, ge=1, le=100_000)
+
+    @field_validator("url")
+    @classmethod
+    def _usable_url(cls, v: str) -> str:
+        problem = http_url_problem(v)
+        if problem:
+            raise ValueError(f"{printable(v, 200)!r} is not a usable http(s) address ({problem})")
+        return v
 
 
 class AlertsFile(_Strict):
@@ -217,8 +241,9 @@ def _iso(ts_us: int) -> str:
 
 class WebhookNotifier:
     """POSTs alert events as JSON from its own thread. ``submit`` never blocks: a full queue drops the
-    event (counted). Each event gets ``retries`` more attempts after a failure, each bounded by
-    ``timeout_s``, with 0.5 s, 1 s, 2 s... between them; an event that fails them all is counted."""
+    event (counted and logged). Each event gets ``retries`` more attempts after a failure, each
+    bounded by ``timeout_s`` in all (a webhook trickling its answer is cut there), with 0.5 s, 1 s,
+    2 s... between them; an event that fails them all is counted and logged."""
 
     def __init__(self, cfg: Webhook):
         self.cfg = cfg
@@ -227,6 +252,8 @@ class WebhookNotifier:
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="alert-webhook", daemon=True)
         self._last_error_log = 0.0
+        self._last_drop_log = -1e9
+        self._count_lock = threading.Lock()
         self._url = urllib.parse.urlsplit(cfg.url)
         self._path = (self._url.path or "/") + (f"?{self._url.query}" if self._url.query else "")
         self._conn = None
@@ -235,21 +262,42 @@ class WebhookNotifier:
         self.thread.start()
 
     def stop(self, wait_s: float = 2.0) -> None:
-        """Let queued events go out for at most ``wait_s``, then stop."""
+        """Let queued events go out for at most ``wait_s``, then stop; those still queued are dropped
+        (counted and logged)."""
         end = time.monotonic() + wait_s
         while not self.queue.empty() and time.monotonic() < end:
             time.sleep(0.02)
         self._stop.set()
+        left = 0
+        while True:
+            try:
+                left += self.queue.get_nowait() is not None
+            except queue.Empty:
+                break
+        if left:
+            self._dropped(left, "still queued at stop")
         try:
             self.queue.put_nowait(None)  # wakes the thread from its (long) wait
-        except queue.Full:
+        except queue.Full:  # refilled meanwhile: the thread sees the stop flag after its next event
             pass
 
     def submit(self, event: dict) -> None:
         try:
             self.queue.put_nowait(event)
         except queue.Full:
-            self.counts["dropped"] += 1
+            self._dropped(1, f"queue full ({self.cfg.queue_size} events waiting)")
+
+    def _dropped(self, n: int, why: str) -> None:
+        """Count dropped events; log the first at once, then at most every 30 s with the total."""
+        with self._count_lock:
+            self.counts["dropped"] += n
+            total = self.counts["dropped"]
+            now = time.monotonic()
+            if now - self._last_drop_log < 30 and why.startswith("queue"):
+                return
+            self._last_drop_log = now
+        log.error("alert webhook %s: %d event(s) dropped, %s; %d dropped in all (the webhook is slower than the "
+                  "alerts; log lines and counters unaffected)", printable(self.cfg.url, 200), n, why, total)
 
     def _post(self, body: bytes) -> None:
         """One POST on a kept-alive connection (a new TCP connection per alert costs more CPU than the
@@ -258,16 +306,17 @@ class WebhookNotifier:
             u = self._url
             cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
             self._conn = cls(u.hostname, u.port, timeout=self.cfg.timeout_s)
-        try:
+        try:  # the whole attempt (connect, send, status, headers, body) ends by timeout_s
+            bind_deadline(self._conn, time.monotonic() + self.cfg.timeout_s, self.cfg.timeout_s)
             self._conn.request("POST", self._path, body=body,
                                headers={"Content-Type": "application/json", "User-Agent": "wattline-collect"})
             resp = self._conn.getresponse()
-            resp.read(65536)
+            read_body(resp, MAX_WEBHOOK_ANSWER_BYTES)
             if resp.will_close:
                 self._conn.close()
                 self._conn = None
             if not 200 <= resp.status < 300:
-                raise OSError(f"HTTP {resp.status} {resp.reason}")
+                raise OSError(f"HTTP {resp.status} {printable(resp.reason, 200)}")
         except Exception:
             if self._conn is not None:
                 self._conn.close()
@@ -298,7 +347,7 @@ class WebhookNotifier:
                     if now - self._last_error_log >= 30:
                         self._last_error_log = now
                         log.error("alert webhook %s failed after %d attempt(s) (%s); counted, sampling unaffected",
-                                  self.cfg.url, attempt + 1, exc)
+                                  printable(self.cfg.url, 200), attempt + 1, printable(exc or type(exc).__name__, 300))
 
 
 # -- the same rules for Prometheus --------------------------------------------------------------------

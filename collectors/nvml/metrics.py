@@ -1,14 +1,15 @@
 """The collector's live view: per-GPU and per-host power statistics fed by the sampler threads, served as
-Prometheus/OpenMetrics by ``prometheus-client`` (``--metrics-listen``) and checked against alert rules.
+Prometheus/OpenMetrics encoded by ``prometheus-client`` (``--metrics-listen``) and checked against alert rules.
 
 The sampler calls :meth:`LiveMetrics.on_field` once per tick and :meth:`LiveMetrics.on_buffer` once per
 drain; both only update plain Python state (:mod:`collectors.nvml.live`) under one short lock. The
-metric families are built at scrape time on the HTTP server's thread (:meth:`LiveMetrics.collect`).
+metric families are built at scrape time on the HTTP server's thread (:meth:`LiveMetrics.collect`,
+:class:`MetricsServer`).
 """
 
 from __future__ import annotations
 
-import http.server
+import asyncio
 import socket
 import threading
 import time
@@ -291,70 +292,136 @@ def registry_for(live: LiveMetrics) -> CollectorRegistry:
     return reg
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """GET /metrics (any path) → the registry in the format the scraper asks for (OpenMetrics when its
-    Accept header names it, else the Prometheus text format), encoded by prometheus-client."""
+READ_DEADLINE_S = 5.0
+"""A connection must have sent its whole request head within this (total, not per byte)."""
+WRITE_DEADLINE_S = 10.0
+"""...and taken the answer within this; then it is closed."""
+MAX_CONNECTIONS = 512
+"""Open connections served at once; one more is closed at once (each waiting one costs a few KB)."""
+MAX_HEAD_BYTES = 64 * 1024
 
-    registry: CollectorRegistry
-    timeout = 5  # a client that stalls cannot hold the endpoint longer than this
-    protocol_version = "HTTP/1.0"
 
-    def do_GET(self):
-        encoder, content_type = choose_encoder(self.headers.get("Accept"))
+class MetricsServer:
+    """GET (any path) → the registry in the format the scraper asks for (OpenMetrics when its Accept
+    header names it, else the Prometheus text format), encoded by prometheus-client.
+
+    An asyncio server on one daemon thread: every connection is read concurrently, each against a
+    total deadline for its request head, so a client that sends a byte every few seconds or stays
+    idle never delays another's scrape, and costs no thread. The thread sleeps in the selector until
+    a connection arrives (no idle wake-ups). Answers are HTTP/1.0 with ``Connection: close``."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int):
+        self.registry = registry
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))  # OSError here (port in use) reaches the caller
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self.server_address = sock.getsockname()
+        self.loop = asyncio.new_event_loop()
+        self.open_connections = 0
+        self.refused_connections = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._ready = threading.Event()
+
+    def run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self._server = self.loop.run_until_complete(
+                asyncio.start_server(self._serve, sock=self._sock, limit=MAX_HEAD_BYTES))
+            self._ready.set()
+            self.loop.run_forever()
+        finally:
+            if self._server is not None:
+                self._server.close()
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+            self.loop.run_until_complete(asyncio.sleep(0))
+            self.loop.close()
+            self._ready.set()
+
+    def shutdown(self) -> None:
+        if not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self.loop.stop)
+            except RuntimeError:  # closed meanwhile
+                pass
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.open_connections >= MAX_CONNECTIONS:
+            self.refused_connections += 1
+            writer.transport.abort()
+            return
+        self.open_connections += 1
+        answered = False
+        # a timer, not asyncio.wait_for (a task per read): aborting the transport ends the read
+        deadline = self.loop.call_later(READ_DEADLINE_S, writer.transport.abort)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            deadline.cancel()
+            writer.write(self._answer(head))
+            if writer.transport.get_write_buffer_size():  # a client that does not read: bounded too
+                deadline = self.loop.call_later(WRITE_DEADLINE_S, writer.transport.abort)
+                await writer.drain()
+            answered = True
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # too slow (aborted), too long or gone: dropped
+        finally:
+            deadline.cancel()
+            self.open_connections -= 1
+            if answered:
+                writer.close()
+            else:
+                writer.transport.abort()
+
+    def _answer(self, head: bytes) -> bytes:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return _plain(400, "Bad Request")
+        if parts[0] not in ("GET", "HEAD"):
+            return _plain(405, "Method Not Allowed")
+        accept = None
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep and name.strip().lower() == "accept":
+                accept = value.strip()
+        encoder, content_type = choose_encoder(accept)
         body = encoder(self.registry)
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        out = (f"HTTP/1.0 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+               "Connection: close\r\n\r\n").encode("latin-1")
+        return out + (body if parts[0] == "GET" else b"")
 
 
-class _Server(http.server.HTTPServer):
-    address_family = socket.AF_INET
-
-    def __init__(self, addr, handler):
-        if ":" in addr[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(addr, handler)
+def _plain(code: int, reason: str) -> bytes:
+    body = f"{code} {reason}\n".encode()
+    return (f"HTTP/1.0 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode("latin-1") + body
 
 
 def serve(live: LiveMetrics, host: str, port: int):
     """Start the HTTP endpoint on one daemon thread; returns (server, thread). Raises OSError when the
     address cannot be bound (port in use).
 
-    One thread serving requests one at a time, rather than prometheus-client's
-    ``start_http_server`` (a thread per request, WSGI): a scrape costs ~0.5 ms of CPU for one GPU
-    instead of ~1.5 ms, and nothing here needs concurrent scrapes."""
-    handler = type("Handler", (_Handler,), {"registry": registry_for(live)})
-    server = _Server((host, port), handler)
-    # a long poll interval: an idle endpoint wakes only for scrapes (a wake-up costs ~150 µs of CPU on a
-    # sandboxed kernel); stop() wakes it with a request of its own
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_S}, name="metrics-http", daemon=True)
+    Rather than prometheus-client's ``start_http_server`` (a thread per request, WSGI): a scrape
+    costs less CPU, and idle or slow connections cost no thread (:class:`MetricsServer`)."""
+    server = MetricsServer(registry_for(live), host, port)
+    thread = threading.Thread(target=server.run, name="metrics-http", daemon=True)
     thread.start()
+    server._ready.wait(5)
     return server, thread
 
 
-POLL_S = 30.0
-
-
-def stop(server, thread) -> None:
-    """Stop the endpoint now, not after the poll interval: ask, then wake it with a connection."""
-    waiter = threading.Thread(target=server.shutdown, daemon=True)
-    waiter.start()
-    host, port = server.server_address[:2]
-    for _ in range(10):  # a connection makes the listening socket readable: serve_forever wakes, sees
-        try:  # the request and ends (a connection that came before the request is served; try again)
-            socket.create_connection((host, port), timeout=1).close()
-        except OSError:
-            pass
-        waiter.join(timeout=0.2)
-        if not waiter.is_alive():
-            break
+def stop(server: MetricsServer, thread) -> None:
+    """Stop the endpoint now: the loop stops, open connections are dropped, the socket is closed."""
+    server.shutdown()
     thread.join(timeout=2)
-    server.server_close()
 
 
 __all__ = ["LiveMetrics", "HostInfo", "serve", "stop", "registry_for", "WINDOWS_S"]

@@ -47,7 +47,12 @@ def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: s
 def _instant(value: str, flag: str) -> float:
     """RFC 3339 with an offset, a UTC date (its midnight), or Unix seconds → Unix seconds."""
     try:
-        return float(value) if value.replace(".", "", 1).isdigit() else rfc3339_to_ns(value) / 1e9
+        if value.replace(".", "", 1).isdigit():
+            seconds = float(value)
+            if not seconds < 1e15:  # beyond any date (an overflowing number of digits)
+                raise UserError(f"{flag} {value!r}: not a time (expected Unix seconds)")
+            return seconds
+        return rfc3339_to_ns(value) / 1e9
     except BadTimestamp:
         pass
     try:
@@ -77,8 +82,12 @@ def _seconds(value: str) -> float:
 @click.option("--host-label", default="Hostname", show_default=True, help="Label that names the host.")
 @click.option("--gpu-label", default="gpu", show_default=True, help="Label that holds the GPU index.")
 @click.option("--print-inventory", is_flag=True, help="Print a stub inventory.yaml from the labels seen; import nothing.")
+@click.option("--allow-long-range", is_flag=True, help="Import a --start..--end longer than 31 days.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              metavar="SECONDS", help="Longest wait for one whole answer of Prometheus (connect, headers and body).")
 @data_dir_option
-def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_label, print_inventory, data_dir) -> None:
+def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_label, print_inventory, allow_long_range,
+               timeout_s, data_dir) -> None:
     """Import dcgm-exporter power (and energy) series from Prometheus as `power` rows (source dcgm)."""
     from collectors.prometheus import PrometheusError, import_prometheus, stub_inventory
 
@@ -86,11 +95,12 @@ def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_lab
     step_s = _seconds(step)
     try:
         if print_inventory:
-            click.echo(stub_inventory(url, start_s, end_s, metric=metric, host_label=host_label, gpu_label=gpu_label),
-                       nl=False)
+            click.echo(stub_inventory(url, start_s, end_s, metric=metric, host_label=host_label, gpu_label=gpu_label,
+                                      timeout_s=timeout_s), nl=False)
             return
         res = import_prometheus(url, start_s, end_s, data_dir, step_s=step_s, metric=metric,
-                                energy_metric=energy_metric or None, host_label=host_label, gpu_label=gpu_label)
+                                energy_metric=energy_metric or None, host_label=host_label, gpu_label=gpu_label,
+                                timeout_s=timeout_s, allow_long_range=allow_long_range)
     except PrometheusError as exc:
         raise UserError(str(exc)) from None
     click.echo(res.summary())
