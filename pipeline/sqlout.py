@@ -57,9 +57,20 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def _jsonable(value: Any) -> Any:
+    # An interval is a named tuple: json would write it as an array before asking _json_default.
+    if isinstance(value, pa.MonthDayNano):
+        return interval_text(value)
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
 def json_text(value: Any) -> str:
     """One value as JSON (maps as ``[[key, value], ...]``, blobs and intervals as their text)."""
-    return json.dumps(value, default=_json_default)
+    return json.dumps(_jsonable(value), default=_json_default)
 
 
 def _kind(type_: pa.DataType) -> str | None:
