@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from collectors.printable import printable
 from pipeline.cli.common import Interrupted, UserError, data_dir_option
 from pipeline.constants import warehouse_path
 from pipeline.readonly import DEFAULT_TIMEOUT_S, ReadOnlyError, check_statement
@@ -72,7 +73,7 @@ def command(query: str, fmt: str, out: Path | None, max_rows: int, timeout_s: fl
         except sqlworker.QueryStopped as exc:
             raise (Interrupted if exc.kind == "interrupt" else UserError)(str(exc)) from None
         if result.catalog_problem and warehouse_path(local).exists():  # moved, copied or damaged; never rewritten here
-            click.echo(f"note: {result.catalog_problem}; this query used views built in memory, and the next "
+            click.echo(f"note: {printable(result.catalog_problem)}; this query used views built in memory, and the next "
                        "`wattline run` (or simulate, import, ingest) rebuilds the file", err=True)
         if result.format_note:
             click.echo(f"note: {result.format_note}", err=True)
