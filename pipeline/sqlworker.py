@@ -232,7 +232,10 @@ def _worker(spec: dict) -> dict:
     try:
         table = readonly.run_query(Path(spec["data_dir"]), spec["query"], None, notes,
                                    stop_signal=signal.SIGUSR1, on_start=on_start)
-        note = sqlout.write(table, spec["format"], Path(spec["out"]), spec["max_rows"])
+        try:
+            note = sqlout.write(table, spec["format"], Path(spec["out"]), spec["max_rows"])
+        except OSError as exc:  # e.g. a full temporary folder
+            return {"kind": "user", "message": f"cannot write the result to {spec['out']}: {exc.strerror or exc}"}
     except readonly.QueryOutOfMemory as exc:
         return {"kind": "memory", "message": str(exc)}
     except MemoryError:
