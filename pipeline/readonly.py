@@ -88,8 +88,19 @@ def _config() -> dict:
     """No extension installs, and the pipeline's bound (memory_limit, threads), so an ad-hoc query
     spills or fails instead of taking DuckDB's default of 80 % of RAM."""
     config = dict(_CONFIG)
-    config.update({k: v for k, v in warehouse.duckdb_config().items() if k in ("memory_limit", "threads")})
+    config.update({k: v for k, v in warehouse.duckdb_config(_memory_limit).items() if k in ("memory_limit", "threads")})
     return config
+
+
+_memory_limit: str | None = None
+"""DuckDB's memory_limit for this process's read-only connections; None: the pipeline's."""
+
+
+def set_memory_limit(limit: str | None) -> None:
+    """Connections opened after this use ``limit`` (a DuckDB size, e.g. "1536MiB") as DuckDB's
+    memory_limit: `wattline sql --memory-limit` lowers or raises it with the process's bound."""
+    global _memory_limit
+    _memory_limit = limit
 
 
 def _memory_catalog(data_dir: Path) -> duckdb.DuckDBPyConnection:
@@ -187,14 +198,20 @@ class QueryInterrupted(ReadOnlyError):
     """The user pressed Ctrl-C (SIGINT) during the query; it was stopped."""
 
 
+class QueryOutOfMemory(ReadOnlyError):
+    """An allocation failed: over DuckDB's memory_limit, or over the process's address-space limit."""
+
+
 DEFAULT_TIMEOUT_S = 60.0
 
 
-def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> pa.Table:
+def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None = DEFAULT_TIMEOUT_S,
+            stop_signal: int = signal.SIGINT, on_start=None) -> pa.Table:
     """Run ``sql`` on ``con`` in a worker thread while this thread watches the clock and Ctrl-C:
-    past ``timeout_s``, or on SIGINT (a handler while the query runs, when this is the main
-    thread), it calls ``con.interrupt()``, DuckDB stops the query at its next check, and one
-    clear error comes back instead of a query that runs until killed or a traceback."""
+    past ``timeout_s``, or on ``stop_signal`` (a handler while the query runs, when this is the
+    main thread; SIGINT is what Ctrl-C sends), it calls ``con.interrupt()``, DuckDB stops the
+    query at its next check, and one clear error comes back instead of a query that runs until
+    killed or a traceback. ``on_start()`` is called just before the query starts."""
     outcome: dict = {}
     done = threading.Event()
     stopped_by: list[str] = []
@@ -213,8 +230,10 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None = 
             con.interrupt()
 
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop("interrupt")) if in_main else None
+    previous = signal.signal(stop_signal, lambda *_: stop("interrupt")) if in_main else None
     try:
+        if on_start is not None:
+            on_start()
         started = time.monotonic()
         threading.Thread(target=work, name="wattline-sql", daemon=True).start()
         while not done.wait(0.05):
@@ -222,7 +241,7 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None = 
                 stop("timeout")
     finally:
         if in_main:
-            signal.signal(signal.SIGINT, previous)
+            signal.signal(stop_signal, previous)
     if stopped_by == ["interrupt"]:
         raise QueryInterrupted("interrupted (Ctrl-C): the query was stopped")
     if stopped_by == ["timeout"]:
@@ -233,22 +252,25 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float | None = 
 
 
 def run_query(data_dir: Path, sql: str, timeout_s: float | None = DEFAULT_TIMEOUT_S,
-              notes: list[str] | None = None) -> pa.Table:
+              notes: list[str] | None = None, **execute_options) -> pa.Table:
     """Execute one read-only statement and return its result as an Arrow table, stopped past
     ``timeout_s`` seconds or on Ctrl-C (:func:`execute`).
 
     A catalog whose views point at files deleted since it was built ("No files found") is not
     rewritten: the query is retried once on views built in memory, where a dataset without
-    files is typed and empty. ``notes`` collects why the catalog file was not used."""
+    files is typed and empty. ``notes`` collects why the catalog file was not used;
+    ``execute_options`` go to :func:`execute` (``stop_signal``, ``on_start``)."""
     check_statement(sql)
     con, problem = open_catalog(data_dir)
     if problem and notes is not None:
         notes.append(problem)
     try:
-        return execute(con, sql, timeout_s)
+        return execute(con, sql, timeout_s, **execute_options)
     except duckdb.IOException as exc:
         if "No files found that match the pattern" not in str(exc):
             raise ReadOnlyError(_first_line(exc)) from None
+    except (duckdb.OutOfMemoryException, MemoryError) as exc:
+        raise QueryOutOfMemory(str(exc).strip().splitlines()[0]) from None
     except duckdb.Error as exc:
         raise ReadOnlyError(_first_line(exc)) from None
     finally:
@@ -256,7 +278,9 @@ def run_query(data_dir: Path, sql: str, timeout_s: float | None = DEFAULT_TIMEOU
     con = _memory_catalog(data_dir)
     try:
         _lock_down(con, data_dir)
-        return execute(con, sql, timeout_s)
+        return execute(con, sql, timeout_s, **execute_options)
+    except (duckdb.OutOfMemoryException, MemoryError) as exc:
+        raise QueryOutOfMemory(str(exc).strip().splitlines()[0]) from None
     except duckdb.Error as exc:
         raise ReadOnlyError(_first_line(exc)) from None
     finally:

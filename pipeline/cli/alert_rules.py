@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from collectors.nvml.alerts import AlertsError, load_alerts, prometheus_rules_yaml
+from collectors.printable import printable
 from pipeline.cli.common import UserError
 
 
@@ -26,4 +27,4 @@ def command(alerts_file: Path, out: Path | None) -> None:
         click.echo(text, nl=False)
     else:
         out.write_text(text)
-        click.echo(f"wrote {out} ({text.count('- alert:')} rule(s))")
+        click.echo(f"wrote {printable(out)} ({text.count('- alert:')} rule(s))")

@@ -15,6 +15,9 @@ from collectors.storage import resolve_data_root
 from pipeline import warehouse
 from pipeline.constants import WAREHOUSE_FILE
 
+LINE_CHARS = 20_000
+"""Cap for a whole summary line built by another module (``printable``'s default is per piece of outside text)."""
+
 
 class UserError(click.ClickException):
     """A mistake the user can fix: printed as one line, exit code 2."""
@@ -100,6 +103,6 @@ def refresh_stale_catalog(data_dir: Path | str) -> None:
         return  # S3: the catalog lives in each reader's work dir
     try:
         if warehouse.publish_if_stale(data_dir):
-            click.echo(f"note: rebuilt {WAREHOUSE_FILE} for {data_dir} (it was built for another folder, or damaged)", err=True)
+            click.echo(f"note: rebuilt {WAREHOUSE_FILE} for {printable(data_dir)} (it was built for another folder, or damaged)", err=True)
     except InventoryError as exc:
-        click.echo(f"note: {WAREHOUSE_FILE} not rebuilt: {' '.join(str(exc).split())}", err=True)
+        click.echo(f"note: {WAREHOUSE_FILE} not rebuilt: {printable(' '.join(str(exc).split()))}", err=True)

@@ -8,6 +8,7 @@ import time
 import click
 
 from collectors.days import run_day_problem
+from collectors.printable import printable
 from pipeline.cli.common import UserError, data_dir_option, parse_date
 from pipeline.constants import warehouse_path
 from pipeline.remote import local_dir
@@ -44,7 +45,7 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, shape:
     t1 = time.monotonic()
     outcome = run_day(data_dir, day)  # cluster-days in parallel worker processes, then the fleet-day
     for check in outcome.failed_checks:
-        click.echo(f"check {check.severity}: {check.asset}.{check.check}: {check.description}", err=True)
+        click.echo(f"check {check.severity}: {check.asset}.{check.check}: {printable(check.description)}", err=True)
     if not outcome.success:
         raise UserError(f"pipeline run failed: {outcome.error}")
     click.echo(
@@ -53,9 +54,9 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, shape:
     )
     report = default_out_dir() / f"{day}.html"
     click.echo("")
-    click.echo(f"report:    {report if report.exists() else '(not written: the report asset did not run)'}")
-    click.echo(f"warehouse: {warehouse_path(local_dir(data_dir))}")  # S3: in the local work dir
-    click.echo(f"web UI:    wattline ui --data-dir {data_dir}   (http://127.0.0.1:3000)")
+    click.echo(f"report:    {printable(report) if report.exists() else '(not written: the report asset did not run)'}")
+    click.echo(f"warehouse: {printable(warehouse_path(local_dir(data_dir)))}")  # S3: in the local work dir
+    click.echo(f"web UI:    wattline ui --data-dir {printable(data_dir)}   (http://127.0.0.1:3000)")
     click.echo("try:")
     for query in EXAMPLE_QUERIES:
-        click.echo(f'  wattline sql --data-dir {data_dir} "{query}"')
+        click.echo(f'  wattline sql --data-dir {printable(data_dir)} "{query}"')

@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from collectors.names import BadName, check_path_name
+from collectors.printable import printable
 from collectors.requests.timestamps import BadTimestamp, rfc3339_to_ns
-from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog
+from pipeline.cli.common import LINE_CHARS, UserError, data_dir_option, refresh_stale_catalog
 
 
 @click.group("import")
@@ -40,7 +41,7 @@ def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: s
         raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"import stopped: {exc}; re-running the same command is safe") from None
-    click.echo(res.summary(host))
+    click.echo(printable(res.summary(host), LINE_CHARS))
     refresh_stale_catalog(data_dir)
 
 
@@ -103,7 +104,7 @@ def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_lab
                                 timeout_s=timeout_s, allow_long_range=allow_long_range)
     except PrometheusError as exc:
         raise UserError(str(exc)) from None
-    click.echo(res.summary())
+    click.echo(printable(res.summary(), LINE_CHARS))
     refresh_stale_catalog(data_dir)
     if res.coarse_warning():
-        click.echo(f"warning: {res.coarse_warning()}", err=True)
+        click.echo(f"warning: {printable(res.coarse_warning())}", err=True)

@@ -16,7 +16,7 @@ from collectors.requests.ingestor import FORMATS, Ingestor
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
 from collectors.requests.otlp_receiver import Limits
-from pipeline.cli.common import UserError, data_dir_option, refresh_stale_catalog
+from pipeline.cli.common import LINE_CHARS, UserError, data_dir_option, refresh_stale_catalog
 
 
 @click.group("ingest")
@@ -73,7 +73,7 @@ def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes
     summary = ingestor.summary
     for error in summary.errors:
         click.echo(f"warning: {printable(error)}", err=True)
-    click.echo(summary.line())
+    click.echo(printable(summary.line(), LINE_CHARS))
     refresh_stale_catalog(data_dir)
     if summary.files_read == 0:
         raise UserError("nothing could be read" + (f": {summary.errors[0]}" if summary.errors else ": no matching files"))
@@ -149,12 +149,12 @@ def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote
         signal.signal(sig, lambda *_: stop.set())
     warning = remote_listen_warning(host, "the OTLP receiver")
     if warning:
-        click.echo(warning, err=True)
+        click.echo(printable(warning), err=True)
 
     def ready(address):
         shown = f"[{address[0]}]" if ":" in address[0] else address[0]
         click.echo(f"listening on http://{shown}:{address[1]}{TRACES_PATH}; flushing every {flush_interval_s:g} s "
-                   f"to {data_dir}; Ctrl-C to stop", err=True)
+                   f"to {printable(data_dir)}; Ctrl-C to stop", err=True)
 
     try:
         serve(receiver, host, port, stop, ready=ready)
@@ -165,7 +165,7 @@ def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote
     refused = [(receiver.bad_bodies, "malformed"), (receiver.too_large, "too large"),
                (receiver.busy, "answered busy (503)"), (receiver.disconnects, "client(s) gone early")]
     click.echo(printable(ingestor.summary.line(f"{receiver.exports} OTLP export(s)"
-                                               + "".join(f", {n} {what}" for n, what in refused if n)), limit=20_000))
+                                               + "".join(f", {n} {what}" for n, what in refused if n)), LINE_CHARS))
 
 
 def _follow(paths, ingestor: Ingestor, flush_interval_s: float, checkpoint_path: Path | None) -> None:
@@ -175,6 +175,6 @@ def _follow(paths, ingestor: Ingestor, flush_interval_s: float, checkpoint_path:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     follower = Follower(list(paths), ingestor, checkpoint_path=checkpoint_path, flush_interval_s=flush_interval_s)
-    click.echo(f"following {len(paths)} path(s); checkpoint {follower.checkpoint_path}; Ctrl-C to stop", err=True)
+    click.echo(f"following {len(paths)} path(s); checkpoint {printable(follower.checkpoint_path)}; Ctrl-C to stop", err=True)
     follower.run(stop)
     ingestor.summary.files_read = max(ingestor.summary.files_read, follower.files_seen)

@@ -45,7 +45,7 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
     if not any(
         (data_dir / "derived" / table / f"date={date}").is_dir() for table in warehouse.derived_tables(data_dir)
     ):
-        click.echo(f"note: no derived tables for {date} yet: run `wattline run --date {date} --data-dir {data_dir}` first", err=True)
+        click.echo(f"note: no derived tables for {date} yet: run `wattline run --date {date} --data-dir {printable(data_dir)}` first", err=True)
     try:  # the catalog must open (a broken inventory.yaml is one line, not an empty report)
         connect_readonly(data_dir).close()
     except ReadOnlyError as exc:
@@ -53,13 +53,14 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
     report = build_report(data_dir, date, out or default_out_dir(), png=not no_png)
     failed = [s for s in report.sections if s.error]
     for s in failed:
-        click.echo(f"section {s.key} failed: {' '.join(s.error.split())}", err=True)
+        click.echo(f"section {s.key} failed: {printable(' '.join(s.error.split()))}", err=True)
     partial = [s.key for s in report.sections if s.missing]
     size = report.html_path.stat().st_size
-    click.echo(f"report:  {report.html_path} ({size / 1e6:.2f} MB, {len(report.points)} charts, max {max(report.points.values(), default=0)} points per chart)")
-    click.echo(f"numbers: {report.json_path}")
+    click.echo(f"report:  {printable(report.html_path)} ({size / 1e6:.2f} MB, {len(report.points)} charts, "
+               f"max {max(report.points.values(), default=0)} points per chart)")
+    click.echo(f"numbers: {printable(report.json_path)}")
     if report.pngs:
-        click.echo(f"charts:  {report.pngs[0].parent}/ ({len(report.pngs)} PNG)")
+        click.echo(f"charts:  {printable(report.pngs[0].parent)}/ ({len(report.pngs)} PNG)")
     if partial:
         click.echo(f"partial sections (tables not available yet): {', '.join(partial)}")
     if failed:

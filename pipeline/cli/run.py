@@ -9,6 +9,7 @@ import click
 from collectors.contract import DATASETS
 from collectors.days import run_day_problem
 from collectors.inventory import InventoryError
+from collectors.printable import printable
 from collectors.settings import GRID_STEP_MS_ENV, load
 from pipeline import remote
 from pipeline.cli.common import UserError, data_dir_option, date_option
@@ -63,15 +64,17 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, d
     outcome = run_day(data_dir, date, selection=selection, workers=workers)
     seconds = time.monotonic() - started
     for entry in outcome.quarantined:
-        click.echo(f"quarantined {entry['dataset']} file {entry['path']}: {entry['reason']} (now {entry['quarantined_path']})", err=True)
+        click.echo(f"quarantined {entry['dataset']} file {printable(entry['path'])}: {printable(entry['reason'])} "
+                   f"(now {printable(entry['quarantined_path'])})", err=True)
     for entry in outcome.converted:
-        click.echo(f"converted {entry['dataset']} file {entry['path']}: {entry['reason']} (original kept as {entry['quarantined_path']})", err=True)
+        click.echo(f"converted {entry['dataset']} file {printable(entry['path'])}: {printable(entry['reason'])} "
+                   f"(original kept as {printable(entry['quarantined_path'])})", err=True)
     for entry in outcome.links:
-        click.echo(f"link {entry['dataset']} {entry['path']}: {link_reason(entry['target'])}", err=True)
+        click.echo(f"link {entry['dataset']} {printable(entry['path'])}: {printable(link_reason(entry['target']))}", err=True)
     for check in outcome.failed_checks:
-        click.echo(f"check {check.severity}: {check.asset}.{check.check}: {check.description}".rstrip(": "), err=True)
+        click.echo(f"check {check.severity}: {check.asset}.{check.check}: {printable(check.description)}".rstrip(": "), err=True)
     if not outcome.success:
-        click.echo(f"run {outcome.run_id} failed after {seconds:.1f} s: {outcome.error}", err=True)
+        click.echo(f"run {outcome.run_id} failed after {seconds:.1f} s: {printable(outcome.error)}", err=True)
         raise SystemExit(1)
     if timings:
         for step, step_s in sorted(outcome.step_seconds.items(), key=lambda kv: -kv[1]):

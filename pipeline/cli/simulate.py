@@ -7,6 +7,7 @@ import datetime as dt
 import click
 
 from collectors.days import write_day_problem
+from collectors.printable import printable
 from collectors.requests.replay import load_replay_arrivals, replay_arrivals_option
 from pipeline.cli.common import UserError, data_dir_option, parse_date, refresh_stale_catalog
 
@@ -49,5 +50,5 @@ def command(days: int, seed: int, start: str | None, fleet: str, hours: float | 
     except OSError as exc:  # the data dir became unwritable or full midway
         raise UserError(f"writing to {data_dir} failed ({exc}); inventory.yaml was left as it was, "
                         "and re-running the same command is safe") from None
-    click.echo(f"{summary.line()} → {data_dir}")
+    click.echo(f"{summary.line()} → {printable(data_dir)}")
     refresh_stale_catalog(data_dir)

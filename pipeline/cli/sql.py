@@ -1,83 +1,88 @@
-"""`wattline sql "QUERY"`: read-only ad-hoc SQL on the warehouse."""
+"""`wattline sql "QUERY"`: read-only ad-hoc SQL on the warehouse, in a worker process under a
+memory bound and a timeout (pipeline/sqlworker.py)."""
 
 from __future__ import annotations
 
-import io
-import json
+import shutil
 import sys
 from pathlib import Path
 
 import click
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
+from collectors.printable import printable
 from pipeline.cli.common import Interrupted, UserError, data_dir_option
 from pipeline.constants import warehouse_path
-from pipeline.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, ReadOnlyError, run_query
+from pipeline.readonly import DEFAULT_TIMEOUT_S, ReadOnlyError, check_statement
+from pipeline.sqlout import FORMATS
 from pipeline.warehouse import reader_dir
 
 
-def _render_table(table: pa.Table, max_rows: int) -> str:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+def _memory_bound(ctx, param, value: str | None) -> int | None:
+    """Bytes, or None: the default (DuckDB's bound as the pipeline sets it, plus the headroom)."""
+    from pipeline import sqlworker
 
-    # Values and names as Text, never markup: 'GPU [h200] ok' and '[/x]' print as they are.
-    view = Table(show_header=True, header_style="bold", box=None if table.num_columns > 8 else None)
-    for name in table.column_names:
-        view.add_column(Text(name), overflow="fold")
-    for row in table.slice(0, max_rows).to_pylist():
-        view.add_row(*(Text("NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)) for v in row.values()))
-    buf = io.StringIO()
-    Console(file=buf, width=max(120, 14 * table.num_columns), force_terminal=False).print(view)
-    more = f"({table.num_rows} rows, {max_rows} shown)\n" if table.num_rows > max_rows else f"({table.num_rows} rows)\n"
-    return buf.getvalue() + more
+    if value is None:
+        return None
+    try:
+        bound = sqlworker.parse_size(value)
+    except ValueError as exc:
+        raise UserError(f"--memory-limit: {exc}") from None
+    if bound < 256 * 2**20:
+        raise UserError(f"--memory-limit {value!r} is below the 256 MiB a query process needs")
+    return bound
 
 
 @click.command("sql")
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
-@click.option("--max-rows", type=int, default=50, show_default=True, help="Rows shown by --format table.")
+@click.option("--max-rows", type=click.IntRange(min=0), default=50, show_default=True, help="Rows shown by --format table.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
               show_default=True, metavar="SECONDS", help="Stop the query after this many seconds (exit 2).")
+@click.option("--memory-limit", "bound_bytes", metavar="SIZE", default=None, callback=_memory_bound,
+              show_default="DuckDB's bound + 512 MiB",
+              help="Stop the query when the command's processes hold more than this (e.g. 4GiB, 1500MB, "
+                   "800 = MiB; exit 2); DuckDB's own memory_limit is then this less 512 MiB (at most half).")
 @data_dir_option(access="read")
-def command(query: str, fmt: str, out: Path | None, max_rows: int, timeout_s: float, data_dir) -> None:
+def command(query: str, fmt: str, out: Path | None, max_rows: int, timeout_s: float, bound_bytes: int | None,
+            data_dir) -> None:
     """Run one read-only SQL statement on the warehouse (tables: see README).
 
     Writes, ATTACH, COPY, INSTALL/LOAD and reading files outside the data dir are refused.
     Never writes: a catalog that is missing, damaged or built for another folder (a moved or
     copied data dir) is replaced by the same views built in memory for this query.
+    The query runs in a worker process: past --timeout or --memory-limit it is stopped with
+    one line (exit 2). CSV and Parquet write the types they cannot hold (lists, structs, maps,
+    unions, intervals; blobs in CSV) as text, saying so on stderr; the table escapes control
+    characters.
     """
-    notes: list[str] = []
+    from pipeline import sqlworker
+
+    duckdb_memory = None if bound_bytes is None else sqlworker.duckdb_limit(bound_bytes)
+    bound_bytes = bound_bytes or sqlworker.default_bound_bytes()
+    if fmt == "parquet" and out is None and sys.stdout.isatty():
+        raise UserError("--format parquet needs --out FILE (or a pipe)")
     try:
-        local = reader_dir(data_dir)  # S3: on a local mirror of derived/
-        table = run_query(local, query, timeout_s, notes)
-    except QueryInterrupted as exc:
-        raise Interrupted(str(exc)) from None
+        check_statement(query)  # refused at once, before a worker starts
     except ReadOnlyError as exc:
         raise UserError(str(exc)) from None
-    except OSError as exc:  # e.g. no catalog yet on a read-only data dir
-        raise UserError(f"cannot query {data_dir}: {exc}") from None
-    if notes and warehouse_path(local).exists():  # moved, copied or damaged; never rewritten here
-        click.echo(f"note: {notes[0]}; this query used views built in memory, and the next "
-                   "`wattline run` (or simulate, import, ingest) rebuilds the file", err=True)
-    if fmt == "table":
-        text = _render_table(table, max_rows)
-    elif fmt == "csv":
-        buf = pa.BufferOutputStream()
-        pacsv.write_csv(table, buf)
-        text = buf.getvalue().to_pybytes().decode()
-    elif fmt == "json":
-        text = json.dumps(table.to_pylist(), default=str, indent=None) + "\n"
-    else:
-        if out is None and sys.stdout.isatty():
-            raise UserError("--format parquet needs --out FILE (or a pipe)")
-        target = str(out) if out else pa.PythonFile(sys.stdout.buffer, mode="w")
-        pq.write_table(table, target, compression="zstd")
-        return
-    if out:
-        out.write_text(text)
-    else:
-        click.echo(text, nl=False)
+    local = reader_dir(data_dir)  # S3: on a local mirror of derived/
+    with sqlworker.temporary_workdir() as workdir:
+        try:
+            result = sqlworker.run(local, query, fmt, max_rows, timeout_s, bound_bytes, Path(workdir), duckdb_memory)
+        except sqlworker.QueryStopped as exc:
+            raise (Interrupted if exc.kind == "interrupt" else UserError)(str(exc)) from None
+        if result.catalog_problem and warehouse_path(local).exists():  # moved, copied or damaged; never rewritten here
+            click.echo(f"note: {printable(result.catalog_problem)}; this query used views built in memory, and the next "
+                       "`wattline run` (or simulate, import, ingest) rebuilds the file", err=True)
+        if result.format_note:
+            click.echo(f"note: {result.format_note}", err=True)
+        if out is None:
+            sys.stdout.flush()
+            sqlworker.copy_out(result.path, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+            return
+        try:
+            shutil.move(result.path, out)
+        except OSError as exc:
+            raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from collectors.names import remote_listen_problem, remote_listen_warning
+from collectors.printable import printable
 from collectors.settings import DATA_DIR_ENV
 from pipeline import warehouse
 from pipeline.cli.common import UserError, data_dir_option
@@ -39,12 +40,13 @@ def command(host: str, port: int, allow_remote: bool, data_dir) -> None:
     elif not data_dir.is_dir():
         raise UserError(f"data dir {data_dir} does not exist (run `wattline simulate` first, or pass --data-dir)")
     elif not warehouse.has_data(data_dir):
-        click.echo(f"note: {data_dir} has no Parquet yet; the UI starts, but there is nothing to materialize", err=True)
+        click.echo(f"note: {printable(data_dir)} has no Parquet yet; the UI starts, but there is nothing to materialize", err=True)
     env = dict(os.environ, DAGSTER_HOME=str(dagster_home(data_dir)), **{DATA_DIR_ENV: str(data_dir)})
     dagster = str(Path(sys.executable).parent / "dagster")
     args = [dagster, "dev", "-m", "pipeline.definitions", "--host", host, "--port", str(port)]
     warning = remote_listen_warning(host, "the Dagster UI (it launches runs that write the data dir, and the schedule and sensor start on)")
     if warning:
-        click.echo(warning, err=True)
-    click.echo(f"Dagster UI on http://{host}:{port} (DAGSTER_HOME={env['DAGSTER_HOME']}); Ctrl-C stops it", err=True)
+        click.echo(printable(warning), err=True)
+    click.echo(f"Dagster UI on http://{printable(host)}:{port} (DAGSTER_HOME={printable(env['DAGSTER_HOME'])}); Ctrl-C stops it",
+               err=True)
     os.execve(dagster, args, env)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import psutil
 import pytest
 
 from pipeline import warehouse
@@ -73,13 +74,23 @@ def test_memory_bound_is_the_pipelines(data_dir, monkeypatch):
 
 
 def _has_open(pid: int, name: str) -> bool:
-    fd_dir = Path(f"/proc/{pid}/fd")
-    for fd in fd_dir.iterdir() if fd_dir.exists() else ():
+    """``pid`` or one of its children (the query runs in a worker process) has ``name`` open."""
+    try:
+        pids = [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        pids = [pid]
+    for each in pids:
+        fd_dir = Path(f"/proc/{each}/fd")
         try:
-            if os.readlink(fd).endswith(name):
-                return True
+            fds = list(fd_dir.iterdir()) if fd_dir.exists() else []
         except OSError:
             continue
+        for fd in fds:
+            try:
+                if os.readlink(fd).endswith(name):
+                    return True
+            except OSError:
+                continue
     return False
 
 
