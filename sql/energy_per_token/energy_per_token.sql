@@ -117,6 +117,7 @@ SELECT
     p.prefill_time_share,
     p.prefill_energy_share,
     CASE WHEN p.gpu_hours > 0 AND kind <> 'batch_size' THEN coalesce(k.n, 0) / p.gpu_hours END AS tdp_exceedances,
+    CASE WHEN kind <> 'batch_size' THEN p.gpu_hours END AS covered_gpu_h,
     coalesce(r.requests, 0) AS requests,
     r.prompt_tokens,
     r.output_tokens,
