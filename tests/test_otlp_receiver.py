@@ -82,7 +82,8 @@ def receiver(tmp_path):
     """An in-process receiver on a free port (endpoint from service.name), stopped and flushed after."""
     data = tmp_path / "data"
     endpoint_inventory(data, endpoint="vllm-a", gpus=1)
-    ingestor = Ingestor(data, "otlp", endpoint_from="service.name", progress=False)
+    ingestor = Ingestor(data, "otlp", endpoint_from="service.name", progress=False,
+                        unknown_endpoint="quarantine")  # what `wattline ingest otlp` runs
     rx = Receiver(ingestor, endpoint_from="service.name", flush_interval_s=0.2, warn=lambda m: None)
     stop = threading.Event()
     address = {}
@@ -137,17 +138,18 @@ def test_other_spans_skipped_and_incomplete_spans_rejected_with_partial_success(
     assert first == {}  # an HTTP span: accepted, ignored, not an error
     assert second["partialSuccess"]["rejectedSpans"] == "1"
     assert "missing attribute gen_ai.latency.time_to_first_token" in second["partialSuccess"]["errorMessage"]
-    assert "rejectedSpans" not in third.get("partialSuccess", {})
-    assert "vllm-b" in third["partialSuccess"]["errorMessage"]  # a warning: not in the inventory
+    assert third["partialSuccess"]["rejectedSpans"] == "1"  # vllm-b is not in the inventory: quarantined
+    assert "endpoint not in inventory.yaml: vllm-b" in third["partialSuccess"]["errorMessage"]
     rx.flush()
-    assert list(stored(data)) == ["cmpl-00002"]
+    assert list(stored(data)) == []
     summary = rx.ingestor.summary
     assert summary.skipped == {"not an llm_request span": 1}
-    assert summary.unknown_endpoints() == {"vllm-b": 1}
-    assert "1 span(s) of endpoint(s) not in inventory.yaml: vllm-b (1)" in summary.line()
-    q = read_quarantine(data)
-    assert q.column("reason").to_pylist() == ["missing attribute gen_ai.latency.time_to_first_token"]
-    assert b'"cmpl-00001"' in q.column("raw")[0].as_py()
+    assert summary.unknown_endpoints() == {}
+    assert "quarantine reasons: endpoint not in inventory.yaml: vllm-b 1" in summary.line()
+    q = read_quarantine(data).sort_by("line_no").to_pylist()
+    assert sorted(r["reason"] for r in q) == ["endpoint not in inventory.yaml: vllm-b",
+                                            "missing attribute gen_ai.latency.time_to_first_token"]
+    assert any(b'"cmpl-00001"' in r["raw"] for r in q) and any(b'"cmpl-00002"' in r["raw"] for r in q)
 
 
 def test_malformed_bodies_get_400_and_the_receiver_keeps_serving(receiver):

@@ -76,7 +76,7 @@ def test_azure_conv_full_trace_under_5s(tmp_path):
     with gzip.open(DATA / "azure" / "AzureLLMInferenceTrace_conv.csv.gz") as src, open(trace, "wb") as dst:
         shutil.copyfileobj(src, dst)
     started = time.perf_counter()
-    summary = Ingestor(tmp_path / "d", "azure", progress=False).ingest([trace])
+    summary = Ingestor(tmp_path / "d", "azure", endpoint="AzureLLMInferenceTrace_conv", progress=False).ingest([trace])
     elapsed = time.perf_counter() - started
     assert (summary.ingested, summary.quarantined) == (19_366, 0)
     assert elapsed < 5.0, f"{elapsed:.2f} s"
@@ -179,7 +179,7 @@ def test_vllm_bench_itl_lists_errors_and_bad_entries(tmp_path):
     raw["input_lens"].append(10)  # a fifth entry with nothing else: quarantined, not guessed
     path = tmp_path / "result.json"
     path.write_text(json.dumps(raw))
-    summary = Ingestor(tmp_path / "d", "vllm-bench", progress=False).ingest([path])
+    summary = Ingestor(tmp_path / "d", "vllm-bench", endpoint="vllm-bench", progress=False).ingest([path])
     assert (summary.ingested, summary.quarantined) == (4, 1)
     df = stored(tmp_path / "d").sort("arrival_ts")
     start0 = raw["request_timestamps"][0]
@@ -194,7 +194,8 @@ def test_vllm_bench_itl_lists_errors_and_bad_entries(tmp_path):
 def test_vllm_bench_without_start_times_is_a_clear_error(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"input_lens": [1], "output_lens": [1], "ttfts": [0.1], "itls": [0.01]}))
-    result = CliRunner().invoke(main, ["ingest", "requests", "--format", "vllm-bench", str(path), "--data-dir", str(tmp_path / "d")])
+    result = CliRunner().invoke(main, ["ingest", "requests", "--format", "vllm-bench", "--allow-unknown-endpoint", str(path),
+                                         "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 2
     assert "missing per-request array(s): request_timestamps or start_times" in result.output
 
@@ -205,7 +206,8 @@ def test_azure_non_utf8_row_and_wrong_header_via_cli(tmp_path):
     not_azure = tmp_path / "other.csv"
     not_azure.write_bytes(b"time,prompt,output\n1,2,3\n")
     runner = CliRunner()
-    args = ["ingest", "requests", "--format", "azure", "--endpoint", "conv", "--data-dir", str(tmp_path / "d")]
+    args = ["ingest", "requests", "--format", "azure", "--endpoint", "conv", "--allow-unknown-endpoint",
+            "--data-dir", str(tmp_path / "d")]
     result = runner.invoke(main, [*args, str(trace), str(not_azure)])
     assert result.exit_code == 0, result.output
     assert "ingested 1 request(s), quarantined 1, duplicates 0 (from 1 file(s); 1 unreadable)" in result.output

@@ -241,20 +241,20 @@ def test_cli_summary_and_exit_codes(tmp_path):
     runner = CliRunner()
     log = tmp_path / "a.jsonl"
     log.write_bytes(jl(rec(0), rec(1)) + b"bad\n")
-    result = runner.invoke(main, ["ingest", "requests", str(log), "--data-dir", str(tmp_path / "d")])
+    result = runner.invoke(main, ["ingest", "requests", "--allow-unknown-endpoint", str(log), "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 0, result.output
     assert "ingested 2 request(s), quarantined 1, duplicates 0" in result.output
     # all lines bad: the file was still read, so success
     only_bad = tmp_path / "b.jsonl"
     only_bad.write_bytes(b"bad\n")
-    result = runner.invoke(main, ["ingest", "requests", str(only_bad), "--data-dir", str(tmp_path / "d")])
+    result = runner.invoke(main, ["ingest", "requests", "--allow-unknown-endpoint", str(only_bad), "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 0 and "quarantined 1" in result.output
     # nothing readable at all: exit 2 with one line
     empty_dir = tmp_path / "empty"
     empty_dir.mkdir()
-    result = runner.invoke(main, ["ingest", "requests", str(empty_dir), "--data-dir", str(tmp_path / "d")])
+    result = runner.invoke(main, ["ingest", "requests", "--allow-unknown-endpoint", str(empty_dir), "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 2 and "nothing could be read" in result.output
-    result = runner.invoke(main, ["ingest", "requests", str(tmp_path / "nope.jsonl"), "--data-dir", str(tmp_path / "d")])
+    result = runner.invoke(main, ["ingest", "requests", "--allow-unknown-endpoint", str(tmp_path / "nope.jsonl"), "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 2 and "no such file" in result.output
     result = runner.invoke(main, ["ingest", "requests", "--format", "azure", "--follow", str(log)])
     assert result.exit_code == 2 and "--follow works with --format jsonl only" in result.output

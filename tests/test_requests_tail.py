@@ -241,7 +241,7 @@ def test_cli_follow_flushes_and_stops_cleanly_on_sigterm(dirs):
     write(logs / "app.jsonl", range(3))
     exe = Path(sys.executable).with_name("wattline")
     proc = subprocess.Popen(
-        [str(exe), "ingest", "requests", "--follow", str(logs), "--flush-interval-s", "0.2", "--data-dir", str(data)],
+        [str(exe), "ingest", "requests", "--follow", "--allow-unknown-endpoint", str(logs), "--flush-interval-s", "0.2", "--data-dir", str(data)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -26,7 +26,7 @@ from collectors.requests.progress import byte_progress
 from collectors.requests.quarantine import OUT_OF_RANGE, Reject, write_quarantine
 from collectors.requests.store import RequestStore, empty_frame, writer_lock
 from collectors.requests.timestamps import utc_day
-from collectors.requests.vllm_bench import NotBenchResult, read_vllm_bench
+from collectors.requests.vllm_bench import NoEndpoint, NotBenchResult, read_vllm_bench
 from collectors.storage import DataRoot
 
 FORMATS = ("jsonl", "azure", "vllm-bench", "otlp")
@@ -37,6 +37,43 @@ CHUNK_LINES = 250_000
 """JSONL rows per commit (one Parquet file per day per commit)."""
 COMMIT_ROWS = 1_000_000
 """Trace rows per Parquet file in bulk imports (fewer, larger files)."""
+UNKNOWN_ENDPOINT_POLICIES = ("allow", "refuse", "quarantine")
+"""What a request of an endpoint no one declared does: stored anyway; stops a bulk import before its
+batch is written; quarantined alone with its reason (the live paths, which must not stop)."""
+NOT_IN_INVENTORY = "endpoint not in inventory.yaml"
+"""Reason prefix of a request quarantined for its endpoint."""
+
+
+class UnknownEndpoint(ValueError):
+    """Requests for endpoints neither the inventory nor the assignments know (or no inventory)."""
+
+    def __init__(self, names: list[str], known: frozenset | None, data_dir: str) -> None:
+        self.names = names
+        self.known = known
+        if known is None:
+            message = (f"no inventory.yaml in {data_dir}, so no endpoint is known"
+                       + (f" (the requests name {_names(names)})" if names else "")
+                       + ": write the inventory naming the endpoints, or pass --allow-unknown-endpoint")
+        else:
+            message = (f"endpoint(s) not in inventory.yaml: {_names(names)}; known: "
+                       + (_names(sorted(known)) if known else "none")
+                       + " (name a known one with --endpoint, add it to the inventory, or pass --allow-unknown-endpoint)")
+        super().__init__(message)
+
+
+def _names(names: list[str], most: int = 20) -> str:
+    shown = ", ".join(printable(n, 100) for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def known_endpoints(data_dir: Path | str | DataRoot) -> frozenset | None:
+    """Every endpoint name requests may be stored under: the inventory's endpoints (a later source
+    of assignments adds its names here); None without an inventory (nothing is known)."""
+    root = DataRoot.open(data_dir)
+    if not root.exists(INVENTORY_FILE):
+        return None
+    inv = parse_inventory(yaml.safe_load(root.read_bytes(INVENTORY_FILE)), INVENTORY_FILE)
+    return frozenset(ep.name for _, _, host in inv.iter_hosts() for ep in host.endpoints)
 
 
 @dataclass
@@ -87,9 +124,13 @@ class Ingestor:
     def __init__(self, data_dir: Path | str | DataRoot, fmt: str, *, endpoint: str | None = None,
                  endpoint_from: str | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_depth: int = DEFAULT_MAX_DEPTH,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, unknown_endpoint: str = "allow") -> None:
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        if unknown_endpoint not in UNKNOWN_ENDPOINT_POLICIES:
+            raise ValueError(f"unknown_endpoint={unknown_endpoint!r}: expected one of {UNKNOWN_ENDPOINT_POLICIES}")
+        if fmt == "azure" and endpoint is None:
+            raise NoEndpoint("Azure traces name no endpoint: name it with --endpoint")
         self.root = DataRoot.open(data_dir)  # local, or s3://bucket/prefix
         self.data_dir = self.root.location("")
         self.fmt = fmt
@@ -100,14 +141,37 @@ class Ingestor:
         self.progress = progress
         self.store = RequestStore(self.root, prefix=f"req-{fmt}")
         self.summary = Summary()
-        if fmt == "otlp":
-            self.summary.known_endpoints = inventory_endpoints(self.root)
+        self.unknown_endpoint = unknown_endpoint
+        self.known = known_endpoints(self.root)
+        self.summary.known_endpoints = self.known if unknown_endpoint == "allow" else None
+        if unknown_endpoint != "allow" and (self.known is None or (endpoint is not None and endpoint not in self.known)):
+            raise UnknownEndpoint([endpoint] if endpoint is not None else [], self.known, self.data_dir)
+
+    def split_unknown_endpoints(self, frame: pl.DataFrame) -> tuple[pl.DataFrame, list[Reject]]:
+        """(rows of known endpoints, a reject for each other row) under the ``quarantine`` policy;
+        under ``refuse`` raises :class:`UnknownEndpoint` naming them; under ``allow`` keeps all."""
+        if self.unknown_endpoint == "allow" or frame.height == 0:
+            return frame, []
+        known = pl.col("endpoint").is_in(sorted(self.known or ()))
+        if frame.select(known.all()).item():
+            return frame, []
+        unknown = frame.filter(~known)
+        if self.unknown_endpoint == "refuse":
+            raise UnknownEndpoint(sorted(set(unknown["endpoint"].to_list())), self.known, self.data_dir)
+        rejects, (first, end) = [], writable_ns_bounds()
+        for row in unknown.iter_rows(named=True):
+            raw = row["_raw"] if row["_raw"] is not None else b""
+            reason = f"{NOT_IN_INVENTORY}: {printable(row['endpoint'], 200)}"
+            day = utc_day(row["arrival_ts"]) if first <= row["arrival_ts"] < end else None
+            rejects.append(Reject(row["_src"], row["_line"], reason, raw, len(raw), day))
+        return frame.filter(known), rejects
 
     def commit(self, frame: pl.DataFrame, rejects: list[Reject]) -> None:
         """Requests first, then quarantine: both are atomic files, and both are deduplicated,
         so repeating a commit after a crash between the two adds nothing."""
+        frame, unknown = self.split_unknown_endpoints(frame)
         frame, out_of_range = split_out_of_range(frame)
-        rejects = rejects + out_of_range
+        rejects = rejects + unknown + out_of_range
         with writer_lock(self.root):
             added = self.store.add(frame)
             self.summary.ingested += added.written
@@ -147,7 +211,7 @@ class Ingestor:
             elif self.fmt == "otlp":
                 self._ingest_otlp(path, advance)
             elif self.fmt == "azure":
-                endpoint = self.endpoint or path.stem
+                endpoint = self.endpoint
                 frames, rejects = [], []
                 for frame, bad in read_azure(path, endpoint, max_line_bytes=self.max_line_bytes, on_bytes=advance):
                     frames.append(frame)
@@ -191,12 +255,6 @@ class Ingestor:
             self.commit(pl.concat(frames) if frames else empty_frame(), rejects)
 
 
-def inventory_endpoints(root: DataRoot) -> frozenset | None:
-    """Endpoint names of the data dir's inventory.yaml, or None without one (nothing to compare)."""
-    if not root.exists(INVENTORY_FILE):
-        return None
-    inv = parse_inventory(yaml.safe_load(root.read_bytes(INVENTORY_FILE)), INVENTORY_FILE)
-    return frozenset(ep.name for _, _, host in inv.iter_hosts() for ep in host.endpoints)
 
 
 def split_out_of_range(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[Reject]]:

@@ -31,8 +31,9 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -161,6 +162,8 @@ class Receiver:
         check_body(body, content_type, self.limits.max_items)
         mapped = map_body(body, is_json=content_type == JSON, source=self.source, endpoint=self.endpoint,
                           endpoint_from=self.endpoint_from)
+        if self.ingestor.unknown_endpoint == "quarantine":  # rejected now, so the exporter hears of it
+            mapped = _screened(mapped, self.ingestor)
         with self._lock:
             self._frames.append(mapped.frame)
             self._rejects += mapped.rejects
@@ -255,6 +258,15 @@ class Receiver:
                 self.flush()
             except OSError as exc:  # e.g. disk full: keep the rows, retry next interval
                 self.warn(f"flush failed, will retry: {exc}")
+
+
+def _screened(mapped: Mapped, ingestor: Ingestor) -> Mapped:
+    """``mapped`` with its spans of unknown endpoints moved to its rejects (quarantined with the reason)."""
+    frame, unknown = ingestor.split_unknown_endpoints(mapped.frame)
+    if not unknown:
+        return mapped
+    endpoints = Counter({k: n for k, n in mapped.endpoints.items() if k in (ingestor.known or ())})
+    return replace(mapped, frame=frame, rejects=mapped.rejects + unknown, endpoints=endpoints)
 
 
 def _media_type(header: str | None) -> str:

@@ -74,6 +74,10 @@ def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
     return row
 
 
+class NoEndpoint(ValueError):
+    """A results file that names no model, read without an endpoint: its requests belong to no one."""
+
+
 def read_vllm_bench(path: Path, endpoint: str | None = None) -> tuple[pl.DataFrame, list[Reject]]:
     """All requests of one results file: (rows, rejects)."""
     source = str(path)
@@ -91,7 +95,9 @@ def read_vllm_bench(path: Path, endpoint: str | None = None) -> tuple[pl.DataFra
         missing.append(" or ".join(START_KEYS))
     if missing:
         raise NotBenchResult(f"{path}: missing per-request array(s): {', '.join(missing)}")
-    endpoint = endpoint or str(doc.get("model_id") or doc.get("model") or "vllm-bench")
+    endpoint = endpoint or str(doc.get("model_id") or doc.get("model") or "")
+    if not endpoint:
+        raise NoEndpoint(f"{path}: the results file names no model: name the endpoint with --endpoint")
     used = (start_key, *NEEDED, "errors")
     rows, rejects = [], []
     for i in range(max(len(doc[k]) for k in (start_key, *NEEDED))):

@@ -12,10 +12,11 @@ import yaml
 
 from collectors.inventory import InventoryError
 from collectors.printable import printable
-from collectors.requests.ingestor import FORMATS, Ingestor
+from collectors.requests.ingestor import FORMATS, Ingestor, UnknownEndpoint
 from collectors.requests.jsonl import DEFAULT_MAX_DEPTH
 from collectors.requests.lines import DEFAULT_MAX_LINE_BYTES
 from collectors.requests.otlp_receiver import Limits
+from collectors.requests.vllm_bench import NoEndpoint
 from pipeline.cli.common import LINE_CHARS, UserError, data_dir_option, refresh_stale_catalog
 
 
@@ -32,7 +33,8 @@ def command() -> None:
                    "(the Collector's file exporter) of vLLM llm_request spans (docs/connect.md).")
 @click.option("--follow", is_flag=True, help="Keep reading as the files grow, like tail -F (jsonl only).")
 @click.option("--endpoint", default=None, help="Endpoint name for lines/files that carry none "
-              "(azure default: the file name; vllm-bench default: the model in the file; otlp: every span's).")
+              "(azure: required; vllm-bench default: the model in the file; otlp: every span's); "
+              "it must be an endpoint of inventory.yaml.")
 @click.option("--endpoint-from", default=None, metavar="ATTR",
               help="otlp: take each span's endpoint from this resource attribute (e.g. service.name).")
 @click.option("--max-line-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
@@ -44,9 +46,12 @@ def command() -> None:
 @click.option("--checkpoint", "checkpoint_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="--follow: read-position file (default: under <data-dir>/state/; for an s3:// data dir "
                    "under $WATTLINE_STATE_DIR, else ~/.local/state/wattline/s3/...).")
+@click.option("--allow-unknown-endpoint", is_flag=True,
+              help="Store requests of endpoints inventory.yaml does not list (or without an inventory); "
+                   "otherwise a bulk import stops with an error and --follow quarantines them.")
 @data_dir_option
 def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes, max_depth, flush_interval_s,
-                     checkpoint_path, data_dir) -> None:
+                     checkpoint_path, allow_unknown_endpoint, data_dir) -> None:
     """Ingest request logs from FILE or DIR (several allowed); prints ingested / quarantined / duplicates."""
     odd = [str(p) for p in paths if p.exists() and not (p.is_file() or p.is_dir())]
     if odd:  # /dev/zero, a pipe, a socket: endless or read once, never a log file to import or follow
@@ -55,11 +60,12 @@ def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes
         _check_endpoint_choice(endpoint, endpoint_from)
     elif endpoint_from is not None:
         raise UserError("--endpoint-from works with --format otlp only")
+    if follow and fmt != "jsonl":
+        raise UserError("--follow works with --format jsonl only (traces and bench results are complete files)")
+    policy = "allow" if allow_unknown_endpoint else "quarantine" if follow else "refuse"
     ingestor = _ingestor(data_dir, fmt, endpoint=endpoint, endpoint_from=endpoint_from, max_line_bytes=max_line_bytes,
-                         max_depth=max_depth)
+                         max_depth=max_depth, unknown_endpoint=policy)
     if follow:
-        if fmt != "jsonl":
-            raise UserError("--follow works with --format jsonl only (traces and bench results are complete files)")
         _follow(paths, ingestor, flush_interval_s, checkpoint_path)
     else:
         missing = [str(p) for p in paths if not p.exists()]
@@ -67,6 +73,10 @@ def requests_command(paths, fmt, follow, endpoint, endpoint_from, max_line_bytes
             raise UserError(f"no such file or directory: {', '.join(missing)}")
         try:
             ingestor.ingest(list(paths))
+        except (UnknownEndpoint, NoEndpoint) as exc:
+            stored = ingestor.summary.ingested + ingestor.summary.quarantined
+            raise UserError(f"{exc}" + (f"; {ingestor.summary.line()} before that (re-running adds only the rest)"
+                                        if stored else "; nothing written")) from None
         except OSError as exc:
             raise UserError(f"writing to {data_dir} failed ({exc}); {ingestor.summary.line()} so far, "
                             "and re-running the same command is safe") from None
@@ -91,6 +101,8 @@ def _ingestor(data_dir, fmt: str, **kw) -> Ingestor:
         return Ingestor(data_dir, fmt, **kw)
     except (InventoryError, yaml.YAMLError) as exc:
         raise UserError(f"inventory.yaml: {str(exc).splitlines()[0]}") from None
+    except (UnknownEndpoint, NoEndpoint) as exc:
+        raise UserError(str(exc)) from None
 
 
 _LIMITS = Limits()
@@ -115,6 +127,8 @@ def parse_listen(value: str) -> tuple[str, int]:
               help="Seconds between atomic Parquet flushes (a crash loses at most this much).")
 @click.option("--allow-remote", is_flag=True,
               help="Allow a non-loopback --listen address (anyone who reaches it can write requests).")
+@click.option("--allow-unknown-endpoint", is_flag=True,
+              help="Store spans of endpoints inventory.yaml does not list (otherwise they are rejected and quarantined).")
 @click.option("--max-body-bytes", type=click.IntRange(min=1024), default=_LIMITS.max_body_bytes, show_default=True,
               help="Largest body, before and after gzip (larger: 413).")
 @click.option("--max-inflight-bytes", type=click.IntRange(min=1024), default=_LIMITS.max_inflight_bytes,
@@ -126,8 +140,8 @@ def parse_listen(value: str) -> tuple[str, int]:
 @click.option("--request-timeout-s", type=click.FloatRange(min=0.5), default=_LIMITS.request_timeout_s,
               show_default=True, help="Seconds a client has to send a whole request; also its idle time between requests.")
 @data_dir_option
-def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote, max_body_bytes, max_inflight_bytes,
-                 max_decoding, max_connections, request_timeout_s, data_dir) -> None:
+def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote, allow_unknown_endpoint, max_body_bytes,
+                 max_inflight_bytes, max_decoding, max_connections, request_timeout_s, data_dir) -> None:
     """Receive vLLM's OpenTelemetry traces (llm_request spans) as request rows, until Ctrl-C."""
     from collectors.names import remote_listen_problem, remote_listen_warning
     from collectors.requests.otlp_receiver import TRACES_PATH, Receiver, serve
@@ -141,7 +155,8 @@ def otlp_command(listen, endpoint, endpoint_from, flush_interval_s, allow_remote
     if problem:
         raise UserError(problem)
     _check_endpoint_choice(endpoint, endpoint_from)
-    ingestor = _ingestor(data_dir, "otlp", endpoint=endpoint, endpoint_from=endpoint_from)
+    ingestor = _ingestor(data_dir, "otlp", endpoint=endpoint, endpoint_from=endpoint_from,
+                         unknown_endpoint="allow" if allow_unknown_endpoint else "quarantine")
     receiver = Receiver(ingestor, endpoint=endpoint, endpoint_from=endpoint_from, flush_interval_s=flush_interval_s,
                         source=f"otlp-http://{listen}", limits=limits)
     stop = threading.Event()

@@ -120,6 +120,7 @@ SELECT
     p.prefill_time_share,
     p.prefill_energy_share,
     CASE WHEN p.gpu_hours > 0 AND kind <> 'batch_size' THEN coalesce(k.n, 0) / p.gpu_hours END AS tdp_exceedances,
+    CASE WHEN kind <> 'batch_size' THEN p.gpu_hours END AS covered_gpu_h,
     coalesce(r.requests, 0) AS requests,
     coalesce(r.requests_with_power, 0) AS requests_with_power,
     r.prompt_tokens,

@@ -18,9 +18,14 @@
 -- pipeline/assets/inference_phases.py), one GPU at a time on its own curve read once: temp tables
 -- _phase_gpus (endpoint GPUs, integer key gk), _power_gpus (source and sample interval per GPU) and
 -- _segments (gk, src 0 requests / 1 power, ph, lo, hi in ns, energy_j, mean_w, peak_w, tokens).
+-- endpoint_segment: the endpoint-level run a GPU's row belongs to, numbered from 1 per endpoint,
+--   source and phase: rows of the endpoint's GPUs whose runs overlap are one run (a tensor-parallel
+--   prefill is on every GPU of its replica at once), so count(DISTINCT endpoint_segment) counts
+--   one prefill once whatever the endpoint's GPU count, while the per-GPU rows keep their energy.
 WITH labels AS (
     SELECT * FROM (VALUES (0, 'idle'), (1, 'decode'), (2, 'prefill')) AS l(ph, phase)
-)
+),
+gpu_runs AS (
 SELECT
     getvariable('partition_date') AS date,
     g.endpoint,
@@ -36,8 +41,25 @@ SELECT
     s.prompt_tokens,
     s.output_tokens,
     coalesce(s.peak_w > g.tdp_w, false) AS above_tdp,
-    pg.sample_interval_ms
+    pg.sample_interval_ms,
+    s.gk,
+    s.src,
+    s.lo
 FROM _segments AS s
 JOIN _phase_gpus AS g USING (gk) JOIN labels AS l USING (ph)
 LEFT JOIN _power_gpus AS pg ON pg.host = g.host AND pg.gpu = g.gpu
-ORDER BY s.gk, s.src, s.lo
+),
+starts AS (
+    SELECT *, coalesce(start_ts >= max(end_ts) OVER (
+        PARTITION BY endpoint, source, phase ORDER BY start_ts, host, gpu
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_run
+    FROM gpu_runs
+)
+SELECT
+    date, endpoint, host, gpu, start_ts, end_ts, phase, source, mean_w, peak_w, energy_j, prompt_tokens,
+    output_tokens, above_tdp, sample_interval_ms,
+    sum(starts_run::INTEGER) OVER (
+        PARTITION BY endpoint, source, phase ORDER BY start_ts, host, gpu ROWS UNBOUNDED PRECEDING
+    )::INTEGER AS endpoint_segment
+FROM starts
+ORDER BY gk, src, lo

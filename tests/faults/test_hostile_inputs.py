@@ -59,7 +59,7 @@ def _commands(data_dir: Path, tmp_path: Path) -> dict[str, list[str]]:
     return {
         "simulate": ["simulate", "--fleet", "tiny", "--hours", "0.01", "--start", "2026-11-30"],
         "import": ["import", "nvidia-smi", str(SMI), "--host", "h0", "--tz", "UTC"],
-        "ingest": ["ingest", "requests", str(log)],
+        "ingest": ["ingest", "requests", "--allow-unknown-endpoint", str(log)],
         "run": ["run", "--date", "2026-11-30"],
         "sql": ["sql", "select 1"],
         "report": ["report", "--date", "2026-11-30"],
@@ -211,7 +211,7 @@ def test_request_rows_outside_the_partitions_are_quarantined_per_line(tmp_path):
         dict(_request(5), arrival_ts=9_000_000_000_000_000_000, end_ts=9_000_000_000_000_000_001),
         _request(6, day=too_late), _request(7, day=FIRST_DAY),
     ])
-    result = invoke("ingest", "requests", str(log), "--data-dir", str(tmp_path / "d"))
+    result = invoke("ingest", "requests", "--allow-unknown-endpoint", str(log), "--data-dir", str(tmp_path / "d"))
     assert result.exit_code == 0, result.output
     assert "ingested 3 request(s), quarantined 4" in result.output and "arrival_ts out of range 4" in result.output
     assert _stored_ids(tmp_path / "d") == ["r1", "r3", "r7"]
@@ -237,7 +237,7 @@ def test_deeply_nested_jsonl_line_is_quarantined_and_its_neighbours_ingested(tmp
     with a lower --max-depth on a line of depth 3 (the vectorised and per-line paths agree)."""
     lines = [_request(i) for i in range(1, 50)] + [_deep_line()] + [_request(i) for i in range(50, 100)]
     log = _jsonl(tmp_path / "deep.jsonl", lines)
-    result = invoke("ingest", "requests", str(log), "--data-dir", str(tmp_path / "d"))
+    result = invoke("ingest", "requests", "--allow-unknown-endpoint", str(log), "--data-dir", str(tmp_path / "d"))
     assert result.exit_code == 0, result.output
     assert "ingested 99 request(s), quarantined 1" in result.output and "nested too deep (over 64 levels) 1" in result.output
     assert _stored_ids(tmp_path / "d") == sorted(f"r{i}" for i in range(1, 100))
@@ -245,12 +245,12 @@ def test_deeply_nested_jsonl_line_is_quarantined_and_its_neighbours_ingested(tmp
     assert q["line_no"] == 50 and q["raw_bytes"] == len(_deep_line())
 
     nested = _jsonl(tmp_path / "nested.jsonl", [_request(1, meta={"a": [1]}), _request(2)])  # depth 3
-    strict = invoke("ingest", "requests", str(nested), "--max-depth", "2", "--data-dir", str(tmp_path / "s"))
+    strict = invoke("ingest", "requests", "--allow-unknown-endpoint", str(nested), "--max-depth", "2", "--data-dir", str(tmp_path / "s"))
     assert "ingested 1 request(s), quarantined 1" in strict.output and "nested too deep (over 2 levels) 1" in strict.output
-    loose = invoke("ingest", "requests", str(nested), "--data-dir", str(tmp_path / "l"))
+    loose = invoke("ingest", "requests", "--allow-unknown-endpoint", str(nested), "--data-dir", str(tmp_path / "l"))
     assert "ingested 2 request(s), quarantined 0" in loose.output
     brackets_in_strings = _jsonl(tmp_path / "strings.jsonl", [_request(1, note="[" * 500 + "{" * 500)])
-    ok = invoke("ingest", "requests", str(brackets_in_strings), "--data-dir", str(tmp_path / "b"))
+    ok = invoke("ingest", "requests", "--allow-unknown-endpoint", str(brackets_in_strings), "--data-dir", str(tmp_path / "b"))
     assert "ingested 1 request(s), quarantined 0" in ok.output, ok.output
 
 

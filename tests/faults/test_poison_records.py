@@ -167,7 +167,7 @@ def test_otlp_file_poison_span_is_one_quarantined_record(tmp_path):
     log = _otlp_file(tmp_path / "traces.jsonl", [spans[:50] + [span_dict(500, **{E2E: 1e12})],
                                                  spans[50:] + [span_dict(501, start_ns=10**25)]])
     data = tmp_path / "d"
-    r = invoke("ingest", "requests", "--format", "otlp", "--endpoint", "vllm-a", str(log), "--data-dir", str(data))
+    r = invoke("ingest", "requests", "--allow-unknown-endpoint", "--format", "otlp", "--endpoint", "vllm-a", str(log), "--data-dir", str(data))
     assert r.exit_code == 0, r.output
     assert "ingested 100 request(s), quarantined 2" in r.output
     assert stored_ids(data) == sorted(f"cmpl-{i:05d}" for i in range(100))
@@ -189,7 +189,7 @@ def test_vllm_bench_one_bad_request_is_one_quarantined_record(tmp_path):
     path = tmp_path / "bench.json"
     path.write_text(to_json(doc))
     data = tmp_path / "d"
-    r = invoke("ingest", "requests", "--format", "vllm-bench", str(path), "--data-dir", str(data))
+    r = invoke("ingest", "requests", "--allow-unknown-endpoint", "--format", "vllm-bench", str(path), "--data-dir", str(data))
     assert r.exit_code == 0, r.output
     assert "ingested 15 request(s), quarantined 5" in r.output
     assert len(stored_ids(data)) == 15
@@ -233,12 +233,12 @@ def test_jsonl_poison_lines_are_quarantined_and_the_rest_stored(tmp_path):
     limit), nothing stored. Must: exit 0, 94 stored once, 6 quarantined with their reason."""
     log, good = _jsonl_log(tmp_path / "app.jsonl")
     data = tmp_path / "d"
-    r = invoke("ingest", "requests", str(log), "--data-dir", str(data))
+    r = invoke("ingest", "requests", "--allow-unknown-endpoint", str(log), "--data-dir", str(data))
     assert r.exit_code == 0, r.output
     assert stored_ids(data) == good
     assert {x["line_no"]: x["reason"] for x in quarantined(data)} == {n: why for n, (_, why) in JSONL_POISON.items()}
     assert "an integer of 5000 digits" not in r.output  # the count only, never the digits, in the summary
-    assert invoke("ingest", "requests", str(log), "--data-dir", str(data)).exit_code == 0  # again: nothing added
+    assert invoke("ingest", "requests", "--allow-unknown-endpoint", str(log), "--data-dir", str(data)).exit_code == 0  # again: nothing added
     assert stored_ids(data) == good and len(quarantined(data)) == len(JSONL_POISON)
 
 
@@ -269,7 +269,7 @@ def test_control_characters_from_records_cannot_forge_a_line(tmp_path, receiver)
     endpoint_inventory(data, endpoint="vllm-a", gpus=1)
     log = tmp_path / "traces.jsonl"
     log.write_text(to_json(export_doc([span_dict(1)], service=evil)) + "\n")
-    r = invoke("ingest", "requests", "--format", "otlp", "--endpoint-from", "service.name", str(log), "--data-dir", str(data))
+    r = invoke("ingest", "requests", "--allow-unknown-endpoint", "--format", "otlp", "--endpoint-from", "service.name", str(log), "--data-dir", str(data))
     assert r.exit_code == 0, r.output
     assert not any(line.startswith("error:") for line in r.output.splitlines()), r.output
     assert "\x1b" not in r.output and "vllm\\x0aerror: forged\\x1b[31m (1)" in r.output

@@ -94,7 +94,7 @@ def test_every_bad_class_in_one_file_through_the_cli(tmp_path):
     log = tmp_path / "gateway.jsonl"
     valid, reasons, repeats = mixed_log(log)
     data = tmp_path / "data"
-    r = CliRunner().invoke(main, ["ingest", "requests", str(log), "--data-dir", str(data)])
+    r = CliRunner().invoke(main, ["ingest", "requests", "--allow-unknown-endpoint", str(log), "--data-dir", str(data)])
     assert r.exit_code == 0, r.output
     assert (f"ingested {len(valid)} request(s), quarantined {len(reasons)}, duplicates {repeats} (from 1 file(s))"
             in r.output), r.output
@@ -106,7 +106,7 @@ def test_every_bad_class_in_one_file_through_the_cli(tmp_path):
     assert r.output.strip().endswith("; quarantine reasons: " + ", ".join(f"{k} {n}" for k, n in by_count))
     assert "quarantine reasons: arrival_ts: negative epoch value 1," in r.output and "line too long 1" in r.output
     # the same command again adds nothing: every line is a known duplicate or a known quarantine entry
-    r = CliRunner().invoke(main, ["ingest", "requests", str(log), "--data-dir", str(data)])
+    r = CliRunner().invoke(main, ["ingest", "requests", "--allow-unknown-endpoint", str(log), "--data-dir", str(data)])
     assert f"ingested 0 request(s), quarantined 0, duplicates {len(valid) + repeats}" in r.output, r.output
     check(data, valid, reasons)
 
@@ -141,7 +141,7 @@ def test_counts_are_where_an_operator_looks(tmp_path):
     log = tmp_path / "gateway.jsonl"
     log.write_bytes(jl(rec(0), rec(1)) + b"{oops\n" + jl(rec(2, prompt_tokens=-1)) + b"\xff\xfe\n")
     data = tmp_path / "data"
-    r = CliRunner().invoke(main, ["ingest", "requests", str(log), "--data-dir", str(data)])
+    r = CliRunner().invoke(main, ["ingest", "requests", "--allow-unknown-endpoint", str(log), "--data-dir", str(data)])
     assert r.output.strip() == ("ingested 2 request(s), quarantined 3, duplicates 0 (from 1 file(s)); "
                                 "quarantine reasons: invalid JSON 1, invalid UTF-8 1, prompt_tokens is negative 1")
     counts = reason_counts(read_quarantine(data))

@@ -92,7 +92,7 @@ def test_follow_cli_sigkilled_at_random_instants_then_restarted(tmp_path):
     logs.mkdir()
     writer = RotatingWriter(logs, n=N, pause_s=0.03)  # ~20 s of writing: kills land mid-stream even on a loaded machine
     exe = Path(sys.executable).with_name("wattline")
-    cmd = [str(exe), "ingest", "requests", "--follow", str(logs), "--flush-interval-s", "0.2", "--data-dir", str(data)]
+    cmd = [str(exe), "ingest", "requests", "--follow", "--allow-unknown-endpoint", str(logs), "--flush-interval-s", "0.2", "--data-dir", str(data)]
     rng = random.Random(7)
     writer.start()
     kills, seen = 0, []
