@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import warehouse
+from tests.report_serving import CAP_SCHEMA, cap_rows
 
 UTC = dt.UTC
 
@@ -33,6 +34,7 @@ def _schema(*fields) -> pa.Schema:
 
 
 SCHEMAS = {
+    "power_cap_whatif": CAP_SCHEMA,
     "swing_stats": _schema(
         "date:d",
         "level:s",
@@ -148,7 +150,8 @@ SECTION_OF = {
     "swing_stats": {"headline", "swings"},
     "power_headroom": {"headline"},
     "phase_segments": {"inference"},
-    "energy_per_token": {"inference"},
+    "energy_per_token": {"inference", "serving"},
+    "power_cap_whatif": {"serving"},
     "endpoint_correlation": {"correlation"},
     "coincidence": {"correlation"},
     "diurnal_profile": {"diurnal"},
@@ -160,6 +163,7 @@ def analytics_rows(
 ) -> dict[str, list[dict]]:
     d = dt.date.fromisoformat(date)
     rows: dict[str, list[dict]] = {name: [] for name in SCHEMAS}
+    rows["power_cap_whatif"] = cap_rows(date, [("endpoint", e) for e in endpoints] + [("job", "job-a")], clusters)
     levels = [("role", "training", 1500.0), ("role", "inference", 1400.0), ("fleet", "test", 4000.0)]
     levels += [("cluster", c, 4000.0) for c in clusters] + [("host", h, 1500.0) for h in hosts]
     for level, entity, prov in levels:

@@ -74,9 +74,47 @@ def entity_gpus(ctx: Ctx) -> dict[tuple[str, str], int]:
     return {(row["level"], row["entity"]): row["n"] for row in rows}
 
 
+def serving_numbers(ctx: Ctx) -> dict:
+    """J per prompt and per output token over every endpoint (token-weighted where energy_per_token
+    has the token counts, else the mean of the endpoints), and the share of prefill time whose
+    100 ms power is above the GPU's TDP (phase_timeline). Empty where the tables are not built."""
+    r = ctx.reader
+    out: dict = {}
+    if r.has("energy_per_token", ("endpoint", "bucket_kind", "j_per_prompt_token", "j_per_output_token")):
+        rel = r.day_relation("energy_per_token", ctx.date)
+        if r.has("energy_per_token", ("prompt_tokens", "output_tokens")):
+            pp, po = r.one(f"""SELECT sum(j_per_prompt_token * prompt_tokens) / nullif(sum(prompt_tokens) FILTER (j_per_prompt_token IS NOT NULL), 0),
+                                      sum(j_per_output_token * output_tokens) / nullif(sum(output_tokens) FILTER (j_per_output_token IS NOT NULL), 0)
+                               FROM {rel} WHERE bucket_kind = 'all'""")
+            how = "token-weighted over endpoints"
+        else:
+            pp, po = r.one(f"SELECT avg(j_per_prompt_token), avg(j_per_output_token) FROM {rel} WHERE bucket_kind = 'all'")
+            how = "mean of endpoints"
+        if pp is not None or po is not None:
+            out.update(j_per_prompt_token=num(pp, 4), j_per_output_token=num(po, 4), j_per_token_how=how)
+    if r.has("phase_timeline", ("host", "gpu", "ts", "power_w", "phase")) and r.has("inventory_gpus", ("host", "gpu", "tdp_w")):
+        share = r.one(f"""SELECT avg((t.power_w > i.tdp_w)::INT) FROM phase_timeline AS t JOIN inventory_gpus AS i USING (host, gpu)
+                          WHERE t.date = {ctx.sql_date()} AND t.phase = 'prefill' AND t.power_w IS NOT NULL""")[0]
+        if share is not None:
+            out["prefill_time_above_tdp_share"] = num(share, 4)
+    return out
+
+
 def build(ctx: Ctx) -> Section:
     s = Section("headline", TITLE)
     r = ctx.reader
+
+    serving = serving_numbers(ctx)
+    if serving:
+        s.headline.update({k: v for k, v in serving.items() if k != "j_per_token_how"})
+        parts = []
+        if serving.get("j_per_prompt_token") is not None or serving.get("j_per_output_token") is not None:
+            parts.append(f"{serving.get('j_per_prompt_token')} J per prompt token and {serving.get('j_per_output_token')} J per output "
+                         f"token ({serving['j_per_token_how']}, `energy_per_token`)")
+        if "prefill_time_above_tdp_share" in serving:
+            parts.append(f"{100 * serving['prefill_time_above_tdp_share']:.1f} % of prefill time above TDP "
+                         "(100 ms power of the prefill slots of `phase_timeline`)")
+        s.add(Note("Serving: " + "; ".join(parts) + ".", "info"))
 
     energy = fleet_energy_kwh(ctx)
     stats = role_stats(ctx)

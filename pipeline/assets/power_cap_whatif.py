@@ -1,0 +1,55 @@
+"""`power_cap_whatif`: what each endpoint, job, host and cluster would have done under lower power
+caps, from its GPUs' 1 s means: time and energy above each cap by phase, and the energy and
+duration under it by the α model (docs/serving.md)."""
+
+from dagster import Config
+from pydantic import field_validator
+
+from pipeline.power_caps import DEFAULT_CAP_FACTORS, parse_alpha, parse_cap_factors
+from pipeline.tables import Table, table_assets
+
+_EMPTY_INTERVALS = (
+    "CREATE OR REPLACE TEMP VIEW phase_intervals AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, "
+    "NULL::BIGINT AS start_ns, NULL::BIGINT AS end_ns, NULL::VARCHAR AS phase WHERE false"
+)
+
+
+class CapConfig(Config):
+    cap_factors: str = ",".join(str(f) for f in DEFAULT_CAP_FACTORS)
+    """Candidate caps as fractions of each GPU's enforced limit, comma-separated (1.0 is always added)."""
+    alpha: str = ""
+    """α per GPU model overriding the built-in ones: ``MODEL=alpha[:low:high]``, comma-separated
+    (e.g. ``H100=0.3:0.2:0.45``; MODEL is matched, ignoring case, inside the inventory's GPU model)."""
+
+    @field_validator("cap_factors")
+    @classmethod
+    def _factors(cls, value: str) -> str:
+        return parse_cap_factors(value)
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, value: str) -> str:
+        return parse_alpha(value)
+
+
+def _inputs(con) -> None:
+    """phase_intervals not built for any day yet: an empty view (every endpoint second 'unlabelled')."""
+    present = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    if "phase_intervals" not in present:
+        con.execute(_EMPTY_INTERVALS)
+
+
+POWER_CAP_WHATIF = Table(
+    "power_cap_whatif",
+    "Per endpoint, training job, host and cluster, day, candidate cap (cap_factors × each GPU's enforced "
+    "limit) and phase: from 1 s means (power_1s), the share of time and energy above the cap, the energy "
+    "above it (J), and the estimated energy and GPU-time under it by the α model (low/high range, α's "
+    "source); hosts and clusters: p99 and max 2 s power under the cap and how many more hosts fit "
+    "(docs/serving.md).",
+    "cluster-day",
+    deps=["power_1s", "phase_intervals", "job_events"],
+    config=CapConfig,
+    variables=lambda config: {"cap_factors": config.cap_factors, "cap_alpha": config.alpha},
+    before=_inputs,
+)
+(power_cap_whatif,) = table_assets(POWER_CAP_WHATIF)

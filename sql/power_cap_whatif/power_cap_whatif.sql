@@ -1,0 +1,214 @@
+-- power_cap_whatif: per endpoint, training job, host and cluster and day, for each candidate power
+-- cap (getvariable('cap_factors') × each GPU's enforced limit: inventory power_limit_w, else its
+-- TDP) and phase, what the day's 1 s means (power_1s) say about running under that cap.
+-- A GPU's power limit acts on averaged power, so everything here works on each GPU's 1 s means P̄.
+--
+-- Phase of a GPU-second: endpoints from the exact intervals of phase_intervals (a second split
+-- between phases counts in each by its overlap: prefill, decode, idle; a second outside the
+-- endpoint's intervals is 'unlabelled'); training jobs from job_events on the GPU's host ('step'
+-- events vs the 'rest' of the second); 'all' is every second. Host and cluster rows are 'all' only.
+--
+-- Observed, per cap c (each GPU-second with phase weight x, energy e = power_1s.energy_j):
+--   time_above_share    Σ x·[P̄ > c] / Σ x             energy_above_share  Σ x·e·[P̄ > c] / Σ x·e
+--   energy_above_cap_j  Σ x·max(P̄ − c, 0)·1 s
+-- Estimated (docs/serving.md): a second with P̄ > c runs at c and lasts (P̄/c)^α s, so its energy
+-- becomes c·(P̄/c)^α; other seconds are unchanged. α per GPU model (_cap_alpha: a published anchor,
+-- a configured value, or 'uncalibrated'), with its low/high range giving the *_low/_high columns.
+-- At c = the enforced limit (cap_factor 1) the estimate is the observed day by definition: the GPU
+-- already runs under it (its 1 s means that overshoot the limit are what it did). Below it, a
+-- second's P̄ (overshoot included) is its demand and the capped second draws exactly c.
+-- Provisioned side (host, cluster rows): the summed capped 1 s power (min(P̄, c) per GPU; the
+-- observed power at cap_factor 1), its 2 s means over seconds where all the entity's reporting
+-- GPUs report, their p99 and max, and extra_hosts_at_cap: hosts of the cluster's mean capped host
+-- power (Σ caps of its GPUs) that fit under provisioned power on top of the max 2 s, all drawing
+-- their caps at once (a bound, not a resample).
+
+CREATE OR REPLACE TEMP TABLE _cap_factors AS
+SELECT DISTINCT round(trim(f)::DOUBLE, 6) AS cap_factor
+FROM unnest(string_split(coalesce(getvariable('cap_factors'), '1.0,0.9,0.8,0.7,0.6') || ',1.0', ',')) AS t(f)
+WHERE trim(f) <> '';
+
+-- α per GPU model: the configured override (getvariable('cap_alpha'): 'KEY=alpha:low:high;…', KEY
+-- matched case-insensitively inside the model name) first, then the published anchors, else uncalibrated.
+CREATE OR REPLACE TEMP TABLE _cap_alpha AS
+WITH published(key, alpha, alpha_low, alpha_high, alpha_source) AS (VALUES
+    ('A100', 0.18, 0.16, 0.27,
+     'published: Samsi et al. 2023 (From Words to Watts), A100 250→175 W: −23 % energy, +6–7 % latency')
+),
+configured AS (
+    SELECT upper(trim(split_part(item, '=', 1))) AS key,
+           split_part(split_part(item, '=', 2), ':', 1)::DOUBLE AS alpha,
+           coalesce(nullif(split_part(split_part(item, '=', 2), ':', 2), '')::DOUBLE, split_part(split_part(item, '=', 2), ':', 1)::DOUBLE) AS alpha_low,
+           coalesce(nullif(split_part(split_part(item, '=', 2), ':', 3), '')::DOUBLE, split_part(split_part(item, '=', 2), ':', 1)::DOUBLE) AS alpha_high,
+           'configured' AS alpha_source
+    FROM unnest(string_split(coalesce(getvariable('cap_alpha'), ''), ';')) AS t(item)
+    WHERE trim(item) <> ''
+),
+models AS (SELECT DISTINCT coalesce(gpu_model, 'unknown') AS gpu_model FROM inventory_gpus)
+SELECT m.gpu_model,
+       coalesce(c.alpha, p.alpha, 0.18) AS alpha,
+       coalesce(c.alpha_low, p.alpha_low, 0.1) AS alpha_low,
+       coalesce(c.alpha_high, p.alpha_high, 1.0) AS alpha_high,
+       coalesce(c.alpha_source, p.alpha_source, 'uncalibrated: the A100 anchor with a wide range (no measurement for this model)') AS alpha_source
+FROM models AS m
+LEFT JOIN LATERAL (SELECT * FROM configured WHERE contains(upper(m.gpu_model), key) ORDER BY length(key) DESC LIMIT 1) AS c ON true
+LEFT JOIN LATERAL (SELECT * FROM published WHERE contains(upper(m.gpu_model), key) ORDER BY length(key) DESC LIMIT 1) AS p ON true;
+
+-- each GPU-second of the day with its GPU's workload, model and enforced limit
+CREATE OR REPLACE TEMP TABLE _cap_s AS
+SELECT p.host, p.gpu, epoch_ns(p.ts) // 1000000000 AS sec, p.mean_w::DOUBLE AS w, p.energy_j AS e,
+       i.cluster, i.endpoint, i.job, coalesce(i.gpu_model, 'unknown') AS gpu_model,
+       coalesce(i.power_limit_w, i.tdp_w)::DOUBLE AS limit_w
+FROM power_1s AS p
+JOIN inventory_gpus AS i USING (host, gpu)
+WHERE p.date = getvariable('partition_date') AND p.mean_w IS NOT NULL;
+
+-- phase weights of each second: an interval [a, b) gives second s the overlap of [s, s + 1 s)
+CREATE OR REPLACE TEMP TABLE _cap_labels AS
+WITH ep AS (
+    SELECT endpoint, phase, start_ns, end_ns, unnest(range(start_ns // 1000000000, (end_ns - 1) // 1000000000 + 1)) AS sec
+    FROM phase_intervals
+    WHERE date = getvariable('partition_date') AND end_ns > start_ns
+),
+ep_w AS (
+    SELECT endpoint, sec, phase,
+           sum(least(end_ns, (sec + 1) * 1000000000) - greatest(start_ns, sec * 1000000000)) / 1e9 AS weight
+    FROM ep GROUP BY ALL
+),
+steps AS (
+    SELECT job, host, epoch_ns(start_ts) AS start_ns, epoch_ns(end_ts) AS end_ns,
+           unnest(range(epoch_ns(start_ts) // 1000000000, (epoch_ns(end_ts) - 1) // 1000000000 + 1)) AS sec
+    FROM job_events
+    WHERE date = getvariable('partition_date') AND kind = 'step' AND end_ts > start_ts
+),
+step_w AS (
+    SELECT job, host, sec, 'step' AS phase,
+           least(sum(least(end_ns, (sec + 1) * 1000000000) - greatest(start_ns, sec * 1000000000)) / 1e9, 1.0) AS weight
+    FROM steps GROUP BY ALL
+)
+SELECT s.host, s.gpu, s.sec, w.phase, w.weight
+FROM _cap_s AS s JOIN ep_w AS w ON w.endpoint = s.endpoint AND w.sec = s.sec
+UNION ALL
+SELECT s.host, s.gpu, s.sec, w.phase, w.weight
+FROM _cap_s AS s JOIN step_w AS w ON w.job = s.job AND w.host = s.host AND w.sec = s.sec;
+
+-- every GPU-second once per (level, entity, phase) it counts in, with its weight
+CREATE OR REPLACE TEMP TABLE _cap_weighted AS
+WITH labelled AS (
+    SELECT s.*, l.phase, l.weight FROM _cap_s AS s JOIN _cap_labels AS l USING (host, gpu, sec)
+    UNION ALL  -- the rest of each second of an endpoint's or job's GPU
+    SELECT s.*, CASE WHEN s.endpoint IS NOT NULL THEN 'unlabelled' ELSE 'rest' END,
+           1.0 - coalesce(sum(l.weight), 0)
+    FROM _cap_s AS s LEFT JOIN _cap_labels AS l USING (host, gpu, sec)
+    WHERE s.endpoint IS NOT NULL OR s.job IS NOT NULL
+    GROUP BY ALL
+    HAVING 1.0 - coalesce(sum(l.weight), 0) > 1e-9
+    UNION ALL
+    SELECT s.*, 'all', 1.0 FROM _cap_s AS s
+)
+SELECT 'endpoint' AS level, endpoint AS entity, * EXCLUDE (endpoint, job, cluster) FROM labelled WHERE endpoint IS NOT NULL
+UNION ALL
+SELECT 'job', job, * EXCLUDE (endpoint, job, cluster) FROM labelled WHERE job IS NOT NULL
+UNION ALL
+SELECT 'host', host, * EXCLUDE (endpoint, job, cluster) FROM labelled WHERE phase = 'all'
+UNION ALL
+SELECT 'cluster', cluster, * EXCLUDE (endpoint, job, cluster) FROM labelled WHERE phase = 'all';
+
+CREATE OR REPLACE TEMP TABLE _cap_rows AS
+WITH per_second AS (
+    SELECT x.level, x.entity, x.phase, x.host, x.gpu, x.gpu_model, x.limit_w, f.cap_factor, x.weight, x.e, x.w,
+           f.cap_factor * x.limit_w AS cap_w,
+           x.w > f.cap_factor * x.limit_w AS above,
+           f.cap_factor < 1 AND x.w > f.cap_factor * x.limit_w AS stretched,
+           x.w / (f.cap_factor * x.limit_w) AS ratio,
+           a.alpha, a.alpha_low, a.alpha_high, a.alpha_source
+    FROM _cap_weighted AS x
+    CROSS JOIN _cap_factors AS f
+    JOIN _cap_alpha AS a USING (gpu_model)
+)
+SELECT level, entity, phase, cap_factor,
+       CASE WHEN count(DISTINCT gpu_model) = 1 THEN any_value(gpu_model) ELSE 'mixed' END AS gpu_model,
+       count(DISTINCT (host, gpu))::INTEGER AS gpus,
+       median(limit_w) AS enforced_limit_w,
+       median(cap_w) AS cap_w,
+       xsum(weight) AS gpu_seconds,
+       xsum(weight * e) AS energy_j,
+       xsum(weight * above::INT) / nullif(xsum(weight), 0) AS time_above_share,
+       xsum(CASE WHEN above THEN weight * e ELSE 0 END) / nullif(xsum(weight * e), 0) AS energy_above_share,
+       xsum(weight * greatest(w - cap_w, 0)) AS energy_above_cap_j,
+       CASE WHEN count(DISTINCT alpha) = 1 THEN any_value(alpha) END AS alpha,
+       min(alpha_low) AS alpha_low,
+       max(alpha_high) AS alpha_high,
+       string_agg(DISTINCT alpha_source, '; ' ORDER BY alpha_source) AS alpha_source,
+       xsum(weight * CASE WHEN stretched THEN cap_w * pow(ratio, alpha) ELSE e END) AS est_energy_j,
+       xsum(weight * CASE WHEN stretched THEN cap_w * pow(ratio, alpha_low) ELSE e END) AS est_energy_low_j,
+       xsum(weight * CASE WHEN stretched THEN cap_w * pow(ratio, alpha_high) ELSE e END) AS est_energy_high_j,
+       xsum(weight * CASE WHEN stretched THEN pow(ratio, alpha) ELSE 1 END) AS est_gpu_seconds,
+       xsum(weight * CASE WHEN stretched THEN pow(ratio, alpha_low) ELSE 1 END) AS est_gpu_seconds_low,
+       xsum(weight * CASE WHEN stretched THEN pow(ratio, alpha_high) ELSE 1 END) AS est_gpu_seconds_high
+FROM per_second
+GROUP BY level, entity, phase, cap_factor;
+
+-- the provisioned side: summed capped power of hosts and clusters, 2 s means over full seconds
+CREATE OR REPLACE TEMP TABLE _cap_power AS
+WITH summed AS (
+    SELECT x.level, x.entity, f.cap_factor, x.sec,
+           sum(CASE WHEN f.cap_factor < 1 THEN least(x.w, f.cap_factor * x.limit_w) ELSE x.w END) AS w,
+           count(*) AS gpus
+    FROM _cap_weighted AS x CROSS JOIN _cap_factors AS f
+    WHERE x.level IN ('host', 'cluster')
+    GROUP BY ALL
+),
+full_seconds AS (
+    SELECT * FROM summed QUALIFY gpus = max(gpus) OVER (PARTITION BY level, entity, cap_factor)
+),
+two_s AS (
+    SELECT level, entity, cap_factor, sec // 2 AS t2, avg(w) AS w FROM full_seconds GROUP BY ALL HAVING count(*) = 2
+)
+SELECT level, entity, cap_factor, quantile_cont(w, 0.99) AS p99_2s_w, max(w) AS max_2s_w, count(*) AS windows_2s
+FROM two_s GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE _cap_host_w AS  -- per cluster: its hosts' mean Σ caps
+SELECT i.cluster, f.cap_factor, avg(h.host_cap_w) AS host_cap_w
+FROM (SELECT cluster, host, sum(coalesce(power_limit_w, tdp_w)) AS host_limit_w FROM inventory_gpus GROUP BY ALL) AS i
+CROSS JOIN _cap_factors AS f
+CROSS JOIN LATERAL (SELECT f.cap_factor * i.host_limit_w AS host_cap_w) AS h
+GROUP BY ALL;
+
+SELECT
+    getvariable('partition_date') AS date,
+    r.level,
+    r.entity,
+    r.phase,
+    r.cap_factor,
+    r.cap_w::FLOAT AS cap_w,
+    r.enforced_limit_w::FLOAT AS enforced_limit_w,
+    r.gpu_model,
+    r.gpus,
+    r.gpu_seconds,
+    r.energy_j,
+    r.time_above_share,
+    r.energy_above_share,
+    r.energy_above_cap_j,
+    r.alpha,
+    r.alpha_low,
+    r.alpha_high,
+    r.alpha_source,
+    r.est_energy_j,
+    r.est_energy_low_j,
+    r.est_energy_high_j,
+    r.est_gpu_seconds,
+    r.est_gpu_seconds_low,
+    r.est_gpu_seconds_high,
+    100 * (r.est_energy_j / nullif(r.energy_j, 0) - 1) AS est_energy_change_pct,
+    100 * (r.est_gpu_seconds / nullif(r.gpu_seconds, 0) - 1) AS est_duration_change_pct,
+    e.provisioned_w,
+    p.p99_2s_w::FLOAT AS p99_2s_w,
+    p.max_2s_w::FLOAT AS max_2s_w,
+    CASE WHEN r.level = 'cluster' AND p.max_2s_w IS NOT NULL AND hw.host_cap_w > 0
+         THEN greatest(floor((e.provisioned_w - p.max_2s_w) / hw.host_cap_w), 0) END::INTEGER AS extra_hosts_at_cap
+FROM _cap_rows AS r
+LEFT JOIN _cap_power AS p USING (level, entity, cap_factor)
+LEFT JOIN inventory_entities AS e ON r.level IN ('host', 'cluster') AND e.level = r.level AND e.entity = r.entity
+LEFT JOIN _cap_host_w AS hw ON r.level = 'cluster' AND hw.cluster = r.entity AND hw.cap_factor = r.cap_factor
+ORDER BY r.level, r.entity, r.phase, r.cap_factor DESC
