@@ -63,46 +63,15 @@ def write_parquet_to(table: pa.Table, sink, row_group_size: int = 1_000_000) -> 
     pq.write_table(table, sink, row_group_size=row_group_size, **parquet_options(table.schema, table.slice(0, SAMPLE_ROWS)))
 
 
-def write_parquet_atomic(table: pa.Table, path: Path | str, row_group_size: int = 1_000_000) -> Path:
-    """Write ``table`` to ``path`` so that ``path`` is either absent or complete."""
+def _replace_atomically(path: Path | str, write: Callable, before_rename: Callable[[], None] | None = None) -> Path:
+    """``write(fh)`` into a hidden temporary file beside ``path``, fsync it, run ``before_rename``,
+    rename it over ``path`` and fsync the folder; on any failure the temporary file is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     try:
         with open(tmp, "wb") as fh:
-            write_parquet_to(table, fh, row_group_size)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_parquet_stream_atomic(
-    tables: Iterable[pa.Table], schema: pa.Schema, path: Path | str, before_rename: Callable[[], None] | None = None
-) -> Path:
-    """:func:`write_parquet_atomic` for rows that come a table at a time (each its own row group),
-    so a large file is rewritten in bounded memory; ``before_rename`` runs once the rows are
-    written, just before the rename (e.g. to keep a copy of the file being replaced)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f"{TMP_PREFIX}{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as fh:
-            writer = None
-            try:
-                for table in tables:
-                    if writer is None:  # the first rows decide the float encodings
-                        writer = pq.ParquetWriter(fh, schema, **parquet_options(schema, table.slice(0, SAMPLE_ROWS)))
-                    writer.write_table(table)
-                if writer is None:  # no rows: still a file with the schema
-                    writer = pq.ParquetWriter(fh, schema, **parquet_options(schema))
-            finally:
-                if writer is not None:
-                    writer.close()
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         if before_rename is not None:
@@ -113,6 +82,34 @@ def write_parquet_stream_atomic(
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def write_parquet_atomic(table: pa.Table, path: Path | str, row_group_size: int = 1_000_000) -> Path:
+    """Write ``table`` to ``path`` so that ``path`` is either absent or complete."""
+    return _replace_atomically(path, lambda fh: write_parquet_to(table, fh, row_group_size))
+
+
+def write_parquet_stream_atomic(
+    tables: Iterable[pa.Table], schema: pa.Schema, path: Path | str, before_rename: Callable[[], None] | None = None
+) -> Path:
+    """:func:`write_parquet_atomic` for rows that come a table at a time (each its own row group),
+    so a large file is rewritten in bounded memory; ``before_rename`` runs once the rows are
+    written, just before the rename (e.g. to keep a copy of the file being replaced)."""
+
+    def write(fh) -> None:
+        writer = None
+        try:
+            for table in tables:
+                if writer is None:  # the first rows decide the float encodings
+                    writer = pq.ParquetWriter(fh, schema, **parquet_options(schema, table.slice(0, SAMPLE_ROWS)))
+                writer.write_table(table)
+            if writer is None:  # no rows: still a file with the schema
+                writer = pq.ParquetWriter(fh, schema, **parquet_options(schema))
+        finally:
+            if writer is not None:
+                writer.close()
+
+    return _replace_atomically(path, write, before_rename)
 
 
 def remove_stale_tmp(root: Path | str) -> int:

@@ -155,7 +155,7 @@ def test_ingest_refuses_a_linked_day_folder(tmp_path):
     log.write_text("".join(json.dumps(dict(request_id=f"r{i}", endpoint="e", arrival_ts=f"2026-12-01T00:00:0{i}Z",
                                            end_ts=f"2026-12-01T00:01:0{i}Z", prompt_tokens=10, output_tokens=5)) + "\n"
                            for i in range(3)))
-    result = invoke("ingest", "requests", str(log), "--data-dir", str(data_dir))
+    result = invoke("ingest", "requests", str(log), "--data-dir", str(data_dir), "--allow-unknown-endpoint")
     one_line_error(result, f"{link} is a symbolic link (to {outside})")
     assert _tree(outside) == before
 
