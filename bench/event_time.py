@@ -93,7 +93,7 @@ def write_data(data_dir: Path, gpus: int, hours: float) -> int:
             "request_id": rq["request_id"].to_arrow(), "endpoint": rq["endpoint"].to_arrow(),
             **{f"{k}_ts": pa.array(rq[f"{k}_ts"].to_numpy()).cast(ts) for k in ("arrival", "prefill_start", "first_token", "end")},
             "prompt_tokens": rq["prompt_tokens"].cast(pl.Int32).to_arrow(), "output_tokens": rq["output_tokens"].cast(pl.Int32).to_arrow(),
-            "status": pa.array(["ok"] * rq.height),
+            "status": pa.array(["ok"] * rq.height), "max_tokens": pa.nulls(rq.height, pa.int32()),
         }).select(REQUESTS.names).cast(REQUESTS), data_dir, "requests", prefix=f"r{h}")
     return rows
 

@@ -69,8 +69,16 @@ REQUESTS = pa.schema(
         pa.field("prompt_tokens", pa.int32()),
         pa.field("output_tokens", pa.int32()),
         pa.field("status", pa.string()),
+        pa.field("max_tokens", pa.int32()),
     ]
 )
+"""``max_tokens``: the output length the client asked for (the request's cap), null where the source
+does not say. Added after request files were first written: see :data:`ADDED_COLUMNS`."""
+
+ADDED_COLUMNS = {"requests": ("max_tokens",)}
+"""Nullable columns added to a dataset's contract after files were written without them: a file
+lacking one is as exact as it was (read with it NULL: the raw views read by name), never rewritten
+nor logged as converted."""
 
 JOB_EVENTS = pa.schema(
     [
@@ -145,8 +153,11 @@ def schema_problems(actual: pa.Schema, expected: pa.Schema) -> list[str]:
     """Human-readable differences between a schema and the contract (empty when it conforms)."""
     problems = []
     names = set(actual.names)
+    added = added_columns(expected)
     for column in expected:
         if column.name not in names:
+            if column.name in added:  # a writer older than the column: NULL, see ADDED_COLUMNS
+                continue
             problems.append(f"missing column {column.name!r} ({column.type})")
             continue
         got = actual.field(column.name).type
@@ -170,6 +181,9 @@ def conform(table: pa.Table, schema: pa.Schema, where: str = "table") -> pa.Tabl
         raise SchemaError(f"{where}: " + "; ".join(problems))
     columns = []
     for column in schema:
+        if column.name not in table.column_names:  # an added column (schema_problems let it pass)
+            columns.append(pa.nulls(table.num_rows, column.type))
+            continue
         col = table.column(column.name)
         if col.type != column.type:
             # Timestamps to a coarser unit truncate (sub-µs digits of a power sample carry nothing).
@@ -262,8 +276,11 @@ def plan_conversion(actual: pa.Schema, expected: pa.Schema) -> Conversion:
     column, an absent nullable column, extra columns. Anything else is a problem."""
     plan = Conversion()
     names = set(actual.names)
+    added = added_columns(expected)
     for f in expected:
         if f.name not in names:
+            if f.name in added:  # a file older than the column: nothing to convert
+                continue
             if f.nullable:
                 plan.absent.append(f.name)
             else:
@@ -283,6 +300,11 @@ def plan_conversion(actual: pa.Schema, expected: pa.Schema) -> Conversion:
             plan.problems.append(f"column {f.name!r} is {got}, the contract says {f.type}")
     plan.extra = sorted(names - set(expected.names) - {"date", "host"})
     return plan
+
+
+def added_columns(schema: pa.Schema) -> set[str]:
+    """The columns of :data:`ADDED_COLUMNS` in ``schema``'s dataset (none for another schema)."""
+    return {c for ds, cols in ADDED_COLUMNS.items() if DATASETS[ds].schema.equals(schema) for c in cols}
 
 
 def _cast_values(col: pa.ChunkedArray, to: pa.DataType, name: str) -> pa.ChunkedArray:
@@ -317,7 +339,7 @@ def convert(table: pa.Table, schema: pa.Schema, where: str = "table") -> tuple[p
     columns = []
     missing = None
     for f in schema:
-        if f.name in plan.absent:
+        if f.name in plan.absent or f.name not in table.column_names:  # absent, or added after the file
             columns.append(pa.nulls(table.num_rows, f.type))
             continue
         col = table.column(f.name)
@@ -382,7 +404,8 @@ def iter_converted(pf: pq.ParquetFile, schema: pa.Schema, plan: Conversion, wher
     required value left out and counted in ``plan`` (its file-level plan); raises
     :class:`SchemaError` as :func:`convert`."""
     plan.null_rows, plan.rows_set_aside = {}, 0
-    columns = [f.name for f in schema if f.name not in plan.absent]
+    present = set(pf.schema_arrow.names)  # an added column (ADDED_COLUMNS) may be missing without being absent
+    columns = [f.name for f in schema if f.name not in plan.absent and f.name in present]
     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
         table, part = convert(pa.Table.from_batches([batch]), schema, where=where)
         _merge(plan, part)

@@ -242,11 +242,13 @@ class DataRoot:
     def read_bytes(self, key: str) -> bytes:
         raise NotImplementedError
 
-    def read_parquet(self, keys: str | Sequence[str], columns: list[str] | None = None) -> pa.Table:
-        """One file's rows, or several files' rows in order (the first file's schema)."""
+    def read_parquet(self, keys: str | Sequence[str], columns: list[str] | None = None,
+                     schema: pa.Schema | None = None) -> pa.Table:
+        """One file's rows, or several files' rows in order (the first file's schema, or ``schema``:
+        a column a file lacks is read as NULL)."""
         keys = [keys] if isinstance(keys, str) else list(keys)
         paths = [self._fs_path(k) for k in keys]
-        return pads.dataset(paths, filesystem=self._fs(), format="parquet").to_table(columns=columns)
+        return pads.dataset(paths, schema=schema, filesystem=self._fs(), format="parquet").to_table(columns=columns)
 
     def read_schema(self, key: str) -> pa.Schema:
         """The Parquet footer's schema, with its key-value metadata."""

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.atomic import TMP_PREFIX, fsync_dir
-from collectors.contract import DATASETS
+from collectors.contract import ADDED_COLUMNS, DATASETS
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import load
@@ -159,8 +159,15 @@ def _raw_relation_sql(data_dir: Path, dataset: str, files: list[Path] | None = N
         source = "[" + ", ".join(path_literal(f) for f in files) + "]"
     else:
         source = _dataset_source(data_dir, dataset)
-    sql = f"SELECT * FROM read_parquet({source}, hive_partitioning = true, hive_types = {{'date': DATE}})"
-    return f"{sql} WHERE {where}" if where else sql
+    if not ADDED_COLUMNS.get(dataset):
+        sql = f"SELECT * FROM read_parquet({source}, hive_partitioning = true, hive_types = {{'date': DATE}})"
+        return f"{sql} WHERE {where}" if where else sql
+    # Files written before a column was added lack it: read by name, and union with the typed empty
+    # relation so the column is there (NULL) even when no file of the glob has it.
+    sql = f"SELECT * FROM read_parquet({source}, hive_partitioning = true, hive_types = {{'date': DATE}}, union_by_name = true)"
+    sql = f"{sql} WHERE {where}" if where else sql
+    columns = ", ".join(f.name for f in DATASETS[dataset].schema) + ", date"
+    return f"SELECT {columns} FROM ({sql} UNION ALL BY NAME {_empty_relation_sql(dataset)})"
 
 
 def _has_levels(con: duckdb.DuckDBPyConnection, relation: str) -> bool:

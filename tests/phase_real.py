@@ -42,6 +42,7 @@ def _requests(df: pl.DataFrame) -> pa.Table:
         "prompt_tokens": pa.array(df["prompt_tokens"].cast(pl.Int32).to_numpy()),
         "output_tokens": pa.array(df["output_tokens"].cast(pl.Int32).to_numpy()),
         "status": pa.array(["ok"] * df.height),
+        "max_tokens": pa.nulls(df.height, pa.int32()),
     }).select(REQUESTS.names).cast(REQUESTS)
 
 

@@ -172,7 +172,8 @@ def test_energy_per_token_all_and_buckets(built):
     kinds = dict(con.execute(
         "SELECT bucket_kind, sum(requests) FROM energy_per_token GROUP BY ALL"
     ).fetchall())
-    assert kinds == {"all": 5, "batch_size": 5, "prompt_len": 5, "output_len": 5, "hour": 5, "gpu_model": 5, "power_limit": 5}
+    assert kinds == {"all": 5, "batch_size": 5, "prompt_len": 5, "output_len": 5, "hour": 5, "gpu_model": 5, "power_limit": 5,
+                     "model": 5, "gpus_per_replica": 5, "max_tokens": 5}
     assert con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'power_limit'").fetchall() == [("700 W",)]
     assert con.execute("SELECT bucket FROM energy_per_token WHERE bucket_kind = 'gpu_model'").fetchall() == [("H200",)]
     # Slot-level batch buckets: slots with 1 request and with 2 (A+B, D+E) exist.

@@ -36,6 +36,7 @@ def _requests(rng) -> pa.Table:
         "prompt_tokens": pa.array(np.full(n, 1000), pa.int32()),
         "output_tokens": pa.array(np.full(n, 100), pa.int32()),
         "status": ["ok"] * n,
+        "max_tokens": pa.nulls(n, pa.int32()),
     }, schema=REQUESTS)
 
 

@@ -127,6 +127,7 @@ def _to_frame(good: pl.DataFrame, k: pl.Series, source: str, endpoint: str) -> p
         prompt_tokens=pl.col("p").cast(pl.Int32),
         output_tokens=pl.col("o").cast(pl.Int32),
         status=pl.lit(None, pl.String),
+        max_tokens=pl.lit(None, pl.Int32),
         _src=pl.lit(source),
         _line=pl.col("_line"),
         _raw=pl.lit(None, pl.Binary),

@@ -24,6 +24,7 @@ from collectors.requests.records import (
     DEFAULT_STATUS,
     INT32_MAX,
     MAX_DURATION_S,
+    MAX_TOKENS,
     REQUIRED_TS,
     TS_FIELDS,
     BadRecord,
@@ -43,7 +44,7 @@ DEFAULT_MAX_DEPTH = 64
 Python's ``json`` recurses once per level and raises RecursionError near 1000; the limit turns
 such a line into a quarantined one instead of a crash."""
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-CONTRACT_FIELDS = ("request_id", "endpoint", *TS_FIELDS, "prompt_tokens", "output_tokens", "status")
+CONTRACT_FIELDS = ("request_id", "endpoint", *TS_FIELDS, "prompt_tokens", "output_tokens", "status", MAX_TOKENS)
 INFER_ROWS = 1000
 """polars infers column types from this many rows and fails (→ per-line path) on a later type change;
 inferring from every row would double the parse time."""
@@ -213,6 +214,7 @@ def _vectorised_checks(
         prompt_tokens=col("prompt_tokens", pl.Int64),
         output_tokens=col("output_tokens", pl.Int64),
         status=col("status").fill_null(pl.lit(DEFAULT_STATUS)),
+        max_tokens=col(MAX_TOKENS, pl.Int64),
         _given=pl.struct(*(col(n, pl.Null).is_not_null().alias(n) for n in TS_FIELDS)),
     )
     clean = (
@@ -220,6 +222,7 @@ def _vectorised_checks(
         & (pl.col("endpoint").str.len_bytes() > 0)
         & pl.col("status").is_in(REQUEST_STATUSES)
         & pl.all_horizontal(pl.col(t).is_between(0, INT32_MAX) for t in ("prompt_tokens", "output_tokens"))
+        & (pl.col(MAX_TOKENS).is_null() | pl.col(MAX_TOKENS).is_between(0, INT32_MAX))
         & pl.all_horizontal(pl.col(n).is_not_null() for n in REQUIRED_TS)
         # a value given but not converted by the fast parser: let the per-line parser decide
         & pl.all_horizontal(pl.col(n).is_not_null() | ~pl.col("_given").struct.field(n) for n in TS_FIELDS)
@@ -246,7 +249,7 @@ def _ids_are_strings(data: bytes, n_lines: int) -> bool:
 def _types_ok(schema: pl.Schema) -> bool:
     allowed = {"request_id": _TEXT_OK, "endpoint": _TEXT_OK, "status": _TEXT_OK}
     allowed.update({n: _TS_OK for n in TS_FIELDS})
-    allowed.update({n: _INT_OK for n in ("prompt_tokens", "output_tokens")})
+    allowed.update({n: _INT_OK for n in ("prompt_tokens", "output_tokens", MAX_TOKENS)})
     return all(schema[name] in ok for name, ok in allowed.items() if name in schema)
 
 

@@ -14,6 +14,7 @@ attributes in seconds (``vllm/tracing.py: SpanAttributes``). The mapping:
   processes' clocks) is taken as the arrival;
 * ``end_ts`` = arrival + ``gen_ai.latency.e2e``, else the span's end;
 * ``prompt_tokens`` / ``output_tokens`` = ``gen_ai.usage.prompt_tokens`` / ``completion_tokens``;
+* ``max_tokens`` = ``gen_ai.request.max_tokens`` (the requested output length), null without it;
 * ``status`` = ``error`` when the span status is ERROR, else ``ok``;
 * ``request_id`` = ``gen_ai.request.id``; ``endpoint`` = a fixed name, or a resource attribute.
 
@@ -59,6 +60,7 @@ SPAN_NAME = "llm_request"
 REQUEST_ID = "gen_ai.request.id"
 PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
 COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
+MAX_TOKENS = "gen_ai.request.max_tokens"
 TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
 TIME_IN_MODEL_PREFILL = "gen_ai.latency.time_in_model_prefill"
 TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
@@ -213,9 +215,11 @@ def _seconds(attrs: dict, name: str, required: bool) -> int | None:
     return seconds_to_ns(value, name)
 
 
-def _tokens(attrs: dict, name: str) -> int:
+def _tokens(attrs: dict, name: str, required: bool = True) -> int | None:
     value = attrs.get(name)
     if value is None:
+        if not required:
+            return None
         raise BadRecord(f"missing attribute {name}")
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
         raise BadRecord(f"{name} must be an integer in 0..2^31-1, got {shown(value)}")
@@ -261,6 +265,7 @@ def span_row(span, endpoint: str) -> dict:
         "prompt_tokens": _tokens(attrs, PROMPT_TOKENS),
         "output_tokens": _tokens(attrs, COMPLETION_TOKENS),
         "status": "error" if span.status.code == Status.STATUS_CODE_ERROR else "ok",
+        "max_tokens": _tokens(attrs, MAX_TOKENS, required=False),
     }
     check_derived_times(row)
     return row

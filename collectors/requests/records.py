@@ -19,6 +19,8 @@ TS_FIELDS = ("arrival_ts", "prefill_start_ts", "first_token_ts", "end_ts")
 """In the order they must happen."""
 REQUIRED_TS = ("arrival_ts", "end_ts")
 TOKEN_FIELDS = ("prompt_tokens", "output_tokens")
+MAX_TOKENS = "max_tokens"
+"""Optional: the output length the client asked for (a cap on output_tokens), null when not logged."""
 INT32_MAX = 2**31 - 1
 DEFAULT_STATUS = "ok"
 NS_MAX = 2**63 - 1
@@ -145,6 +147,11 @@ def _text(obj: dict, name: str, default: str | None = None) -> str:
     return value
 
 
+def optional_count(value, name: str) -> int | None:
+    """An optional token count (``max_tokens``): absent or null stays None, else 0..2^31-1."""
+    return None if value is None else int32_count(value, name)
+
+
 def _tokens(obj: dict, name: str) -> int:
     value = obj.get(name)
     if value is None:
@@ -180,6 +187,7 @@ def validate(obj, default_endpoint: str | None = None) -> dict:
     if status not in REQUEST_STATUSES:
         raise BadRecord(f"status must be one of {', '.join(REQUEST_STATUSES)}, got {shown(status)}")
     row["status"] = status
+    row[MAX_TOKENS] = optional_count(obj.get(MAX_TOKENS), MAX_TOKENS)
     check_order(row)
     if row["end_ts"] - row["arrival_ts"] > MAX_DURATION_S * 1_000_000_000:
         raise BadRecord(f"request longer than {MAX_DURATION_S} s (7 days) from arrival_ts to end_ts")

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 import polars as pl
 import pyarrow as pa
 
-from collectors.contract import DATASETS, REQUESTS
+from collectors.contract import ADDED_COLUMNS, DATASETS, REQUESTS
 from collectors.parquet_sink import write_dataset
 from collectors.requests.quarantine import Reject
 from collectors.storage import DataRoot
@@ -28,6 +28,9 @@ KEY = ["request_id", "endpoint"]
 COLUMNS = REQUESTS.names
 TS_COLUMNS = [f.name for f in REQUESTS if pa.types.is_timestamp(f.type)]
 VALUE_COLUMNS = [c for c in COLUMNS if c not in KEY]
+COMPARED_COLUMNS = [c for c in VALUE_COLUMNS if c not in ADDED_COLUMNS["requests"]]
+"""What makes a repeat of a stored row identical: a row stored before ``max_tokens`` existed (NULL
+there) and the same line read again now with it are one request, not a conflict."""
 META = ["_src", "_line", "_raw"]
 """Where each row came from: source file, line number, raw bytes (null when not kept)."""
 
@@ -38,6 +41,7 @@ FRAME_SCHEMA = {
     "prompt_tokens": pl.Int32,
     "output_tokens": pl.Int32,
     "status": pl.String,
+    "max_tokens": pl.Int32,
     "_src": pl.String,
     "_line": pl.Int64,
     "_raw": pl.Binary,
@@ -58,7 +62,7 @@ def fingerprints(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.select(
         _k1=pl.struct(KEY).hash(seed=1),
         _k2=pl.struct(KEY).hash(seed=2),
-        _v=pl.struct(VALUE_COLUMNS).hash(seed=3),
+        _v=pl.struct(COMPARED_COLUMNS).hash(seed=3),
     )
 
 
@@ -162,7 +166,7 @@ class RequestStore:
         known = self._files[day]
         new = [k for k in self.root.list(f"{folder}/*.parquet") if PurePosixPath(k).name not in known]
         if new:
-            table = self.root.read_parquet(new, columns=COLUMNS)
+            table = self.root.read_parquet(new, columns=COLUMNS, schema=REQUESTS)
             rows = pl.from_arrow(table).with_columns(pl.col(TS_COLUMNS).dt.epoch("ns"))
             rows = fingerprints(rows.cast({c: FRAME_SCHEMA[c] for c in COLUMNS}))
             self._days[day] = pl.concat([self._days[day], rows]).unique(["_k1", "_k2"], keep="first",

@@ -3,7 +3,9 @@
 The file is one JSON document of parallel arrays: ``input_lens``, ``output_lens``, ``ttfts``
 (s), ``itls`` (s; one mean per request in some versions, a list of gaps per request in others),
 per-request start times (Unix epoch s: ``request_timestamps``, or ``start_times``), and
-optionally ``errors`` (empty string when the request succeeded). Other arrays are ignored.
+optionally ``errors`` (empty string when the request succeeded) and the requested output length
+(``max_tokens``, or ``planned_output_tokens`` as powertrace-sim's runs name the ``max_tokens`` they
+send; → ``max_tokens``, null without either). Other arrays are ignored.
 
 Derived: ``first_token_ts = start + ttft``; ``end_ts = first_token_ts + sum(itls[i])`` for a
 list, ``+ itl × (output_len − 1)`` for a mean. The benchmark does not see the engine's
@@ -25,11 +27,20 @@ import polars as pl
 
 from collectors.printable import printable
 from collectors.requests.quarantine import Reject
-from collectors.requests.records import BadRecord, check_derived_times, dumps_exact, int32_count, loads, seconds_to_ns
+from collectors.requests.records import (
+    BadRecord,
+    check_derived_times,
+    dumps_exact,
+    int32_count,
+    loads,
+    optional_count,
+    seconds_to_ns,
+)
 from collectors.requests.store import rows_to_frame
 from collectors.requests.timestamps import BadTimestamp, epoch_to_ns
 
 START_KEYS = ("request_timestamps", "start_times", "request_start_times")
+MAX_TOKENS_KEYS = ("max_tokens", "planned_output_tokens")
 NEEDED = ("input_lens", "output_lens", "ttfts", "itls")
 
 
@@ -48,6 +59,9 @@ def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
     except BadTimestamp as exc:
         raise BadRecord(f"{start_key}: {exc}") from None
     prompt, output = int32_count(item("input_lens"), "input_lens"), int32_count(item("output_lens"), "output_lens")
+    max_key = next((k for k in MAX_TOKENS_KEYS if isinstance(doc.get(k), list)), None)
+    requested = doc[max_key][i] if max_key is not None and i < len(doc[max_key]) else None
+    max_tokens = optional_count(requested, max_key) if max_key is not None else None
     errors = doc.get("errors") if isinstance(doc.get("errors"), list) else []
     error = errors[i] if i < len(errors) else ""
     ttft, itl = item("ttfts"), item("itls")
@@ -69,6 +83,7 @@ def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
         "prompt_tokens": prompt,
         "output_tokens": output,
         "status": "error" if error else "ok",
+        "max_tokens": max_tokens,
     }
     check_derived_times(row)
     return row
@@ -98,7 +113,7 @@ def read_vllm_bench(path: Path, endpoint: str | None = None) -> tuple[pl.DataFra
     endpoint = endpoint or str(doc.get("model_id") or doc.get("model") or "")
     if not endpoint:
         raise NoEndpoint(f"{path}: the results file names no model: name the endpoint with --endpoint")
-    used = (start_key, *NEEDED, "errors")
+    used = (start_key, *NEEDED, "errors", *MAX_TOKENS_KEYS)
     rows, rejects = [], []
     for i in range(max(len(doc[k]) for k in (start_key, *NEEDED))):
         # the request's entries as one JSON object: its "raw line" for quarantine

@@ -109,6 +109,7 @@ def requests_table(epoch_ns: int, cols: dict[str, np.ndarray]) -> pa.Table:
             "prompt_tokens": pa.array(cols["prompt_tokens"], pa.int32()),
             "output_tokens": pa.array(cols["output_tokens"], pa.int32()),
             "status": pa.array(cols["status"], pa.string()),
+            "max_tokens": pa.nulls(len(cols["request_id"]), pa.int32()),
         },
         schema=REQUESTS,
     )

@@ -1,49 +1,88 @@
--- energy_per_token: per endpoint and day, overall (bucket_kind 'all') and by batch_size, prompt_len,
--- output_len, hour (UTC), gpu_model and power_limit (the endpoint's enforced limit, W).
+-- energy_per_token: per endpoint and day, overall (bucket_kind 'all') and by batch_size (per replica),
+-- prompt_len, output_len, max_tokens, hour (UTC), gpu_model, model, gpus_per_replica and power_limit
+-- (the enforced limit in force, W).
 -- Request metrics (j_per_prompt_token = Σ prefill_j / Σ prompt tokens, j_per_output_token,
 -- j_per_request) come from request_energy's requests that had power (requests_with_power of
 -- requests; NULL, never 0, where none had), each request in one bucket: its mean concurrency over
--- its life (batch_size: requests in flight averaged over its exact intervals in phase_intervals),
--- its lengths, its arrival hour. Power metrics come from the exact
--- intervals of phase_intervals, each in its own bucket (batch_size = requests active in it, its hour;
--- intervals are cut at whole hours):
+-- its life (batch_size: requests in flight averaged over its exact intervals in phase_intervals,
+-- divided by the endpoint's replicas), its lengths, its arrival hour, the limit in force at its
+-- prefill start. Latency (ttft/queue/tpot/e2e p50/p90/p99, ms) over the bucket's requests with
+-- status ok, from request_energy's per-request figures. Power metrics come from the exact
+-- intervals of phase_intervals, each in its own bucket (batch_size = requests active in it ÷
+-- replicas, rounded up; its hour; the limit in force at its start; intervals are cut at whole hours):
 -- prefill_mean_w / decode_mean_w (per GPU), prefill_time_share and prefill_energy_share (of the
--- busy = prefill + decode slots), idle_j, and tdp_exceedances = prefill segments whose peak
--- exceeded TDP per GPU-hour. Prompt/output-length rows carry request metrics only. Endpoints
--- without a request log get power metrics from the power-only labels (source = 'power').
-WITH meta AS (
-    SELECT i.endpoint, coalesce(any_value(i.gpu_model), 'unknown') AS gpu_model,
-           round(coalesce(median(pl.limit_w), max(i.tdp_w)))::INTEGER || ' W' AS power_limit
-    FROM inventory_gpus AS i
-    LEFT JOIN (
-        SELECT host, gpu, median(power_limit_w) AS limit_w FROM power
-        WHERE date = getvariable('partition_date') AND power_limit_w IS NOT NULL GROUP BY ALL
-    ) AS pl USING (host, gpu)
-    WHERE i.endpoint IS NOT NULL
+-- busy = prefill + decode slots), idle_j, output_tokens_per_s_per_gpu (output tokens of the busy
+-- intervals ÷ their GPU-seconds), and tdp_exceedances = prefill segments whose peak exceeded TDP per
+-- GPU-hour. Prompt/output-length and max_tokens rows carry request metrics only. Endpoints without a
+-- request log get power metrics from the power-only labels (source = 'power').
+-- The enforced limit: per endpoint and minute the median over its GPUs of each GPU's median
+-- power_limit_w in its power rows that minute (NVML collector, nvidia-smi, DCGM), carried forward
+-- (before the day's first such minute, that one); without any: the inventory's power_limit_w, else
+-- TDP (power_limit_source says which).
+CREATE OR REPLACE TEMP TABLE _limits AS
+WITH gpu_minute AS (
+    SELECT host, gpu, epoch_ns(ts) // 60000000000 * 60000000000 AS from_ns, median(power_limit_w) AS limit_w
+    FROM power
+    WHERE date = getvariable('partition_date') AND power_limit_w IS NOT NULL
     GROUP BY ALL
+)
+SELECT i.endpoint, m.from_ns, median(m.limit_w) AS limit_w
+FROM gpu_minute AS m JOIN inventory_gpus AS i USING (host, gpu)
+WHERE i.endpoint IS NOT NULL
+GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE _ep AS  -- per endpoint: what it serves, how it is split, its fallback limit
+WITH g AS (
+    SELECT endpoint, coalesce(any_value(gpu_model), 'unknown') AS gpu_model, count(*) AS gpus,
+           median(power_limit_w) AS inventory_limit_w, max(tdp_w) AS tdp_w
+    FROM inventory_gpus WHERE endpoint IS NOT NULL GROUP BY ALL
 ),
-slots AS (  -- compact: GPU time per endpoint, hour, concurrency and label, in 100 ms GPU-slot units (n):
-            -- logged endpoints from their exact intervals (phase_intervals: n = duration / 100 ms × GPUs,
-            -- sum_w = energy / 0.1 s, so sum_w / n is the mean per-GPU power), the others from the
-            -- power-only labels of the 100 ms grid
-    SELECT endpoint, 'requests' AS source, hour(start_ts) AS hour, n_prefill + n_decode AS batch, phase AS label,
-           xsum((end_ns - start_ns) / 1e8 * gpus) AS n, xsum(energy_j * 10) AS sum_w, coalesce(xsum(energy_j), 0) AS energy_j
-    FROM phase_intervals
-    WHERE date = getvariable('partition_date')
-    GROUP BY endpoint, hour(start_ts), n_prefill + n_decode, phase
+e AS (
+    SELECT endpoint, any_value(model) AS model, any_value(params_b) AS params_b, any_value(active_params_b) AS active_params_b,
+           any_value(precision) AS precision, any_value(tp) AS tp, any_value(pp) AS pp,
+           any_value(gpus_per_replica) AS gpus_per_replica, any_value(engine) AS engine
+    FROM inventory_endpoints GROUP BY ALL
+)
+SELECT g.*, e.* EXCLUDE (endpoint),
+       greatest(coalesce(g.gpus // e.gpus_per_replica, 1), 1) AS replicas,
+       (SELECT l.limit_w FROM _limits AS l WHERE l.endpoint = g.endpoint ORDER BY l.from_ns LIMIT 1) AS first_limit_w
+FROM g LEFT JOIN e USING (endpoint);
+
+WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replica, limit and label, in 100 ms
+                 -- GPU-slot units (n): logged endpoints from their exact intervals (phase_intervals: n =
+                 -- duration / 100 ms × GPUs, sum_w = energy / 0.1 s, so sum_w / n is the mean per-GPU power), the
+                 -- others from the power-only labels of the 100 ms grid
+    SELECT i.endpoint, 'requests' AS source, hour(i.start_ts) AS hour, ceil((i.n_prefill + i.n_decode) / ep.replicas) AS batch,
+           i.phase AS label, coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
+           CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
+                WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
+           xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus) AS n, xsum(i.energy_j * 10) AS sum_w, coalesce(xsum(i.energy_j), 0) AS energy_j,
+           xsum(i.output_tokens) AS output_tokens
+    FROM phase_intervals AS i
+    JOIN _ep AS ep USING (endpoint)
+    ASOF LEFT JOIN _limits AS l ON l.endpoint = i.endpoint AND i.start_ns >= l.from_ns
+    WHERE i.date = getvariable('partition_date')
+    GROUP BY ALL
     UNION ALL
-    SELECT endpoint, 'power' AS source, hour(ts) AS hour, n_prefill + n_decode AS batch, power_phase AS label,
-           count(power_w) AS n, xsum(power_w) AS sum_w, coalesce(xsum(energy_j), 0) AS energy_j
-    FROM phase_timeline
-    WHERE date = getvariable('partition_date') AND phase IS NULL
-      AND endpoint NOT IN (SELECT endpoint FROM phase_intervals WHERE date = getvariable('partition_date'))
-    GROUP BY endpoint, hour(ts), n_prefill + n_decode, power_phase
+    SELECT t.endpoint, 'power' AS source, hour(t.ts) AS hour, t.n_prefill + t.n_decode AS batch, t.power_phase AS label,
+           coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
+           CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
+                WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
+           count(t.power_w) AS n, xsum(t.power_w) AS sum_w, coalesce(xsum(t.energy_j), 0) AS energy_j, NULL AS output_tokens
+    FROM (SELECT *, epoch_ns(ts) AS t_ns FROM phase_timeline
+          WHERE date = getvariable('partition_date') AND phase IS NULL
+            AND endpoint NOT IN (SELECT endpoint FROM phase_intervals WHERE date = getvariable('partition_date'))) AS t
+    JOIN _ep AS ep USING (endpoint)
+    ASOF LEFT JOIN _limits AS l ON l.endpoint = t.endpoint AND t.t_ns >= l.from_ns
+    GROUP BY ALL
 ),
 slot_buckets AS (
     SELECT s.*, b.kind, b.bucket
-    FROM slots AS s JOIN meta USING (endpoint)
+    FROM slots AS s JOIN _ep AS ep USING (endpoint)
     CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(s.batch)), ('hour', lpad(s.hour::VARCHAR, 2, '0')),
-                               ('gpu_model', meta.gpu_model), ('power_limit', meta.power_limit)) AS b(kind, bucket)
+                               ('gpu_model', ep.gpu_model), ('model', coalesce(ep.model, 'unknown')),
+                               ('gpus_per_replica', coalesce(ep.gpus_per_replica::VARCHAR, 'unknown')),
+                               ('power_limit', round(s.limit_w)::INTEGER || ' W')) AS b(kind, bucket)
     WHERE b.bucket IS NOT NULL AND NOT (b.kind = 'batch_size' AND s.source = 'power')
 ),
 power_metrics AS (
@@ -54,21 +93,28 @@ power_metrics AS (
            xsum(CASE WHEN label = 'prefill' THEN energy_j END) / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN energy_j END), 0) AS prefill_energy_share,
            coalesce(xsum(CASE WHEN label = 'idle' THEN energy_j END), 0) AS idle_j,
            xsum(energy_j) AS energy_j,
-           xsum(n) / 36000.0 AS gpu_hours
+           xsum(n) / 36000.0 AS gpu_hours,
+           xsum(CASE WHEN label IN ('prefill', 'decode') THEN output_tokens END)
+               / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN n END) / 10.0, 0) AS output_tokens_per_s_per_gpu,
+           min(limit_w) AS limit_lo, max(limit_w) AS limit_hi, list(DISTINCT limit_source) AS limit_sources
     FROM slot_buckets GROUP BY ALL
 ),
 peaks AS (  -- prefill segments above TDP, from the request log where there is one
-    SELECT s.endpoint, hour(s.start_ts) AS hour, count(*) AS n
-    FROM phase_segments AS s
-    WHERE s.date = getvariable('partition_date') AND s.phase = 'prefill' AND s.above_tdp
-      AND s.source = CASE WHEN s.endpoint IN (SELECT endpoint FROM request_phases) THEN 'requests' ELSE 'power' END
+    SELECT s.endpoint, hour(s.start_ts) AS hour, coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
+           count(*) AS n
+    FROM (SELECT *, epoch_ns(start_ts) AS t_ns FROM phase_segments
+          WHERE date = getvariable('partition_date') AND phase = 'prefill' AND above_tdp
+            AND source = CASE WHEN endpoint IN (SELECT endpoint FROM request_phases) THEN 'requests' ELSE 'power' END) AS s
+    JOIN _ep AS ep USING (endpoint)
+    ASOF LEFT JOIN _limits AS l ON l.endpoint = s.endpoint AND s.t_ns >= l.from_ns
     GROUP BY ALL
 ),
 peak_buckets AS (
     SELECT p.endpoint, b.kind, b.bucket, sum(p.n) AS n
-    FROM peaks AS p JOIN meta USING (endpoint)
-    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('hour', lpad(p.hour::VARCHAR, 2, '0')), ('gpu_model', meta.gpu_model),
-                               ('power_limit', meta.power_limit)) AS b(kind, bucket)
+    FROM peaks AS p JOIN _ep AS ep USING (endpoint)
+    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('hour', lpad(p.hour::VARCHAR, 2, '0')), ('gpu_model', ep.gpu_model),
+                               ('model', coalesce(ep.model, 'unknown')), ('gpus_per_replica', coalesce(ep.gpus_per_replica::VARCHAR, 'unknown')),
+                               ('power_limit', round(p.limit_w)::INTEGER || ' W')) AS b(kind, bucket)
     GROUP BY ALL
 ),
 ep_busy AS (  -- the endpoint's requests in flight integrated over time (request-ns), running over its exact
@@ -78,10 +124,10 @@ ep_busy AS (  -- the endpoint's requests in flight integrated over time (request
     FROM phase_intervals WHERE date = getvariable('partition_date')
 ),
 req AS (  -- mean batch = requests in flight averaged over the request's life (inside the endpoint's span)
-    SELECT e.*, r.arrival_ts,
+    SELECT e.*, r.a_ns,
            ((coalesce(hi.cum_n, 0) - coalesce(lo.cum_n, 0)) / nullif(hi.end_ns - coalesce(lo.end_ns, s.lo), 0))::DOUBLE AS mean_batch
     FROM request_energy AS e
-    JOIN (SELECT request_id, endpoint, arrival_ts, epoch_ns(prefill_start_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
+    JOIN (SELECT request_id, endpoint, epoch_ns(prefill_start_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
           FROM request_phases) AS r USING (request_id, endpoint)
     LEFT JOIN (SELECT endpoint, min(start_ns) AS lo FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL) AS s
         USING (endpoint)
@@ -89,13 +135,24 @@ req AS (  -- mean batch = requests in flight averaged over the request's life (i
     ASOF LEFT JOIN ep_busy AS lo ON lo.endpoint = r.endpoint AND r.a_ns >= lo.end_ns
     WHERE e.date = getvariable('partition_date')
 ),
+req_limited AS (  -- the limit in force at the request's prefill start
+    SELECT q.*, ep.replicas, ep.gpu_model AS ep_gpu_model, ep.model AS ep_model, ep.gpus_per_replica AS ep_gpus_per_replica,
+           coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
+           CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
+                WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source
+    FROM req AS q JOIN _ep AS ep USING (endpoint)
+    ASOF LEFT JOIN _limits AS l ON l.endpoint = q.endpoint AND q.a_ns >= l.from_ns
+),
 req_buckets AS (
     SELECT q.*, b.kind, b.bucket
-    FROM req AS q JOIN meta USING (endpoint)
-    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(q.mean_batch), 1))),
+    FROM req_limited AS q
+    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(q.mean_batch / q.replicas), 1))),
                                ('prompt_len', prompt_len_bucket(q.prompt_tokens)), ('output_len', output_len_bucket(q.output_tokens)),
-                               ('hour', lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')), ('gpu_model', meta.gpu_model),
-                               ('power_limit', meta.power_limit)) AS b(kind, bucket)
+                               ('max_tokens', max_tokens_bucket(q.max_tokens)),
+                               ('hour', lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')), ('gpu_model', q.ep_gpu_model),
+                               ('model', coalesce(q.ep_model, 'unknown')),
+                               ('gpus_per_replica', coalesce(q.ep_gpus_per_replica::VARCHAR, 'unknown')),
+                               ('power_limit', round(q.limit_w)::INTEGER || ' W')) AS b(kind, bucket)
 ),
 request_metrics AS (
     SELECT endpoint, kind, bucket, count(*) AS requests,
@@ -104,7 +161,15 @@ request_metrics AS (
            xsum(decode_j) / nullif(sum(CASE WHEN decode_j IS NOT NULL THEN output_tokens END), 0) AS j_per_output_token,
            xsum(total_j) / nullif(count(total_j), 0) AS j_per_request,
            count(total_j) AS requests_with_power,
-           sum(prompt_tokens) AS prompt_tokens, sum(output_tokens) AS output_tokens
+           sum(prompt_tokens) AS prompt_tokens, sum(output_tokens) AS output_tokens,
+           -- latency over the requests that completed (status ok), each figure where its events are logged
+           quantile_cont(CASE WHEN status = 'ok' THEN ttft_ms END, [0.5, 0.9, 0.99]) AS ttft_q,
+           quantile_cont(CASE WHEN status = 'ok' THEN queue_ms END, [0.5, 0.9, 0.99]) AS queue_q,
+           quantile_cont(CASE WHEN status = 'ok' THEN tpot_ms END, [0.5, 0.9, 0.99]) AS tpot_q,
+           quantile_cont(CASE WHEN status = 'ok' THEN e2e_ms END, [0.5, 0.9, 0.99]) AS e2e_q,
+           count(CASE WHEN status = 'ok' THEN queue_ms END) AS requests_with_queue_time,
+           min(limit_w) AS limit_lo, max(limit_w) AS limit_hi, list(DISTINCT limit_source) AS limit_sources,
+           bool_or(replicas > 1) AS batch_estimated
     FROM req_buckets GROUP BY ALL
 )
 SELECT
@@ -127,8 +192,30 @@ SELECT
     r.output_tokens,
     p.idle_j,
     p.energy_j,
-    coalesce(p.source, 'requests') AS source
+    coalesce(p.source, 'requests') AS source,
+    -- the endpoint's keys (inventory), on every row
+    ep.model,
+    ep.params_b,
+    ep.active_params_b,
+    ep.precision,
+    ep.tp,
+    ep.pp,
+    ep.gpus_per_replica,
+    ep.replicas,
+    ep.gpu_model,
+    ep.engine,
+    -- the one enforced limit behind the row's requests and intervals (NULL when more than one was in force)
+    CASE WHEN least(p.limit_lo, r.limit_lo) = greatest(p.limit_hi, r.limit_hi) THEN least(p.limit_lo, r.limit_lo) END AS power_limit_w,
+    array_to_string(list_sort(list_distinct(flatten([coalesce(p.limit_sources, []), coalesce(r.limit_sources, [])]))), '+') AS power_limit_source,
+    CASE WHEN kind = 'batch_size' THEN ep.replicas > 1 END AS batch_per_replica_estimated,
+    r.ttft_q[1] AS ttft_p50_ms, r.ttft_q[2] AS ttft_p90_ms, r.ttft_q[3] AS ttft_p99_ms,
+    r.queue_q[1] AS queue_p50_ms, r.queue_q[2] AS queue_p90_ms, r.queue_q[3] AS queue_p99_ms,
+    r.tpot_q[1] AS tpot_p50_ms, r.tpot_q[2] AS tpot_p90_ms, r.tpot_q[3] AS tpot_p99_ms,
+    r.e2e_q[1] AS e2e_p50_ms, r.e2e_q[2] AS e2e_p90_ms, r.e2e_q[3] AS e2e_p99_ms,
+    coalesce(r.requests_with_queue_time, 0) AS requests_with_queue_time,
+    p.output_tokens_per_s_per_gpu
 FROM power_metrics AS p
 FULL JOIN request_metrics AS r USING (endpoint, kind, bucket)
 LEFT JOIN peak_buckets AS k USING (endpoint, kind, bucket)
+LEFT JOIN _ep AS ep USING (endpoint)
 ORDER BY endpoint, CASE bucket_kind WHEN 'all' THEN 0 ELSE 1 END, bucket_kind, bucket

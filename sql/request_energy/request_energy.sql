@@ -16,6 +16,10 @@
 -- sample of any of its GPUs while it ran, or an endpoint without GPUs in the inventory) the
 -- energies are NULL, never 0: nothing was measured. Below 1 they are the measured part only
 -- (checks/power_coverage.sql WARNs).
+-- Latency (ms, from the request's own logged events; NULL where an event is not logged):
+-- ttft_ms = first token − arrival, queue_ms = prefill start − arrival (only where the prefill start
+-- is logged, not inferred), tpot_ms = (end − first token) / (output tokens − 1) for ≥ 2 output
+-- tokens, e2e_ms = end − arrival.
 CREATE OR REPLACE TEMP TABLE _coverage AS
 WITH req AS (
     SELECT request_id, endpoint,
@@ -82,7 +86,13 @@ SELECT
     r.output_tokens,
     r.arrival_ts,
     r.status,
-    v.power_coverage
+    v.power_coverage,
+    r.max_tokens,
+    CASE WHEN r.first_token_logged THEN (epoch_ns(r.first_token_ts) - epoch_ns(r.arrival_ts)) / 1e6 END AS ttft_ms,
+    CASE WHEN NOT r.prefill_start_estimated THEN (epoch_ns(r.prefill_start_ts) - epoch_ns(r.arrival_ts)) / 1e6 END AS queue_ms,
+    CASE WHEN r.first_token_logged AND r.output_tokens >= 2
+         THEN (epoch_ns(r.end_ts) - epoch_ns(r.first_token_ts)) / 1e6 / (r.output_tokens - 1) END AS tpot_ms,
+    (epoch_ns(r.end_ts) - epoch_ns(r.arrival_ts)) / 1e6 AS e2e_ms
 FROM request_phases AS r
 LEFT JOIN per_request AS c USING (request_id, endpoint)
 LEFT JOIN _coverage AS v USING (request_id, endpoint)

@@ -7,13 +7,15 @@
 -- A request is in prefill from prefill_start_ts to first_token_ts and in decode from
 -- first_token_ts to end_ts. Without prefill_start_ts it starts at the later of its arrival and
 -- the end of the previous prefill on its endpoint (the latest earlier first token); without
--- first_token_ts (failed before the first token) the whole request counts as prefill.
+-- first_token_ts (failed before the first token) the whole request counts as prefill
+-- (first_token_logged says which).
 CREATE OR REPLACE VIEW request_phases AS
 WITH r AS (
     SELECT
         request_id, endpoint, date AS arrival_date, arrival_ts, prefill_start_ts,
         coalesce(first_token_ts, end_ts) AS first_token_ts, end_ts,
-        coalesce(prompt_tokens, 0) AS prompt_tokens, coalesce(output_tokens, 0) AS output_tokens, status
+        coalesce(prompt_tokens, 0) AS prompt_tokens, coalesce(output_tokens, 0) AS output_tokens, status,
+        first_token_ts IS NOT NULL AS first_token_logged, max_tokens
     FROM requests
     WHERE date BETWEEN getvariable('partition_date')::DATE - 1 AND getvariable('partition_date')::DATE
       AND end_ts IS NOT NULL
@@ -56,6 +58,10 @@ CREATE OR REPLACE MACRO batch_bucket(n) AS
 
 CREATE OR REPLACE MACRO prompt_len_bucket(n) AS
     CASE WHEN n < 256 THEN '<256' WHEN n < 1024 THEN '256-1k' WHEN n < 4096 THEN '1k-4k' WHEN n < 16384 THEN '4k-16k' ELSE '16k+' END;
+
+CREATE OR REPLACE MACRO max_tokens_bucket(n) AS
+    CASE WHEN n IS NULL THEN 'unknown' WHEN n <= 256 THEN '≤256' WHEN n <= 1024 THEN '257-1024'
+         WHEN n <= 4096 THEN '1025-4096' ELSE '4097+' END;
 
 CREATE OR REPLACE MACRO output_len_bucket(n) AS
     CASE WHEN n < 64 THEN '<64' WHEN n < 256 THEN '64-256' WHEN n < 1024 THEN '256-1k' ELSE '1k+' END;
