@@ -14,12 +14,15 @@
 WITH meta AS (
     SELECT i.endpoint, coalesce(any_value(i.gpu_model), 'unknown') AS gpu_model,
            round(coalesce(median(pl.limit_w), max(i.tdp_w)))::INTEGER || ' W' AS power_limit
-    FROM inventory_gpus AS i
+    FROM (  -- the endpoint's GPUs: those it held this day (gpu_assignments)
+        SELECT DISTINCT a.name AS endpoint, g.host, g.gpu, g.gpu_model, g.tdp_w
+        FROM gpu_assignments AS a JOIN inventory_gpus AS g USING (host, gpu)
+        WHERE a.kind = 'endpoint' AND a.from_ns < epoch_ns(day_end()) AND a.to_ns > epoch_ns(day_start())
+    ) AS i
     LEFT JOIN (
         SELECT host, gpu, median(power_limit_w) AS limit_w FROM power
         WHERE date = getvariable('partition_date') AND power_limit_w IS NOT NULL GROUP BY ALL
     ) AS pl USING (host, gpu)
-    WHERE i.endpoint IS NOT NULL
     GROUP BY ALL
 ),
 slots AS (  -- compact: GPU time per endpoint, hour, concurrency and label, in 100 ms GPU-slot units (n):
