@@ -63,10 +63,12 @@ def _requests(d):
             rows.append((f"{ep}-{k}", ep, a, a, a + 2 * 10**9, a + 20 * 10**9, 500, 100))
     cols = list(zip(*rows, strict=True))
     ts = lambda v: pa.array(v, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))  # noqa: E731
-    write_dataset(pa.table({"request_id": cols[0], "endpoint": cols[1], "arrival_ts": ts(cols[2]), "prefill_start_ts": ts(cols[3]),
-                            "first_token_ts": ts(cols[4]), "end_ts": ts(cols[5]), "prompt_tokens": pa.array(cols[6], pa.int32()),
-                            "output_tokens": pa.array(cols[7], pa.int32()), "status": ["ok"] * len(rows)}, schema=REQUESTS),
-                  d, "requests")
+    given = {"request_id": cols[0], "endpoint": cols[1], "arrival_ts": ts(cols[2]), "prefill_start_ts": ts(cols[3]),
+             "first_token_ts": ts(cols[4]), "end_ts": ts(cols[5]), "prompt_tokens": pa.array(cols[6], pa.int32()),
+             "output_tokens": pa.array(cols[7], pa.int32()), "status": ["ok"] * len(rows)}
+    # columns the contract adds later (nullable) are written null
+    table = pa.table({f.name: given.get(f.name, pa.nulls(len(rows), f.type)) for f in REQUESTS}, schema=REQUESTS)
+    write_dataset(table, d, "requests")
 
 
 def _endpoint_energy(d):
