@@ -92,6 +92,23 @@ JOB_EVENTS = pa.schema(
     ]
 )
 
+ASSIGNMENTS = pa.schema(
+    [
+        pa.field("host", pa.string()),
+        pa.field("gpu", pa.uint8()),
+        pa.field("gpu_uuid", pa.string()),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("from_ts", TS),
+        pa.field("to_ts", TS),
+        pa.field("source", pa.string(), nullable=False),
+    ]
+)
+"""Which endpoint or job (``kind``, ``name``) held a GPU over [from_ts, to_ts) (a null end: open).
+The GPU is (host, gpu) or its UUID; ``source`` says who told (``file``, ``prometheus``). Not
+partitioned by date: an assignment spans days (``assignments/*.parquet``)."""
+ASSIGNMENTS_DIR = "assignments"
+
 REQUEST_STATUSES = ("ok", "error", "cancelled")
 
 

@@ -13,6 +13,7 @@ unique; a GPU belongs to at most one job or endpoint; every number is finite (``
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import fnmatch
 import typing
@@ -174,20 +175,26 @@ class Host(_Strict):
             if i in indices[:j]:  # would count the GPU's TDP twice in provisioned power
                 raise _At(("gpus", j, "index"), f"host {self.name!r} lists GPU index {i} more than once")
         known = set(indices)
-        owner: dict[int, str] = {}
         items: list[tuple[str, list[_Workload]]] = [("job", list(self.jobs)), ("endpoint", list(self.endpoints))]
         for kind, workloads in items:
             for k, a in enumerate(workloads):
                 missing = sorted(set(a.gpus) - known)
                 if missing:
                     raise _At((f"{kind}s", k), f"{a.name!r} uses GPU(s) {missing} that host {self.name!r} does not list")
-                this = f"{kind} {a.name!r}"
-                for g in a.gpus:
-                    if g in owner and owner[g] != this:  # one GPU's power cannot be split between two workloads
-                        raise _At((f"{kind}s", k), f"GPU {g} of host {self.name!r} is in {owner[g]} and in {this}; "
-                                  "a GPU belongs to one job or endpoint")
-                    owner[g] = this
         return self
+
+    def owners(self) -> dict[int, list[tuple[str, str, float]]]:
+        """GPU index → the (kind, name, tz_offset_h) of every job and endpoint that lists it. One is
+        the GPU's owner by default; a GPU listed by several is held by one of them at a time, as the
+        assignments say (docs/data-contract.md#assignments), and by none by default."""
+        owner: dict[int, list[tuple[str, str, float]]] = {}
+        items: list[tuple[str, list[_Workload]]] = [("job", list(self.jobs)), ("endpoint", list(self.endpoints))]
+        for kind, workloads in items:
+            for a in workloads:
+                for g in a.gpus:
+                    if (kind, a.name, a.tz_offset_h) not in owner.setdefault(g, []):
+                        owner[g].append((kind, a.name, a.tz_offset_h))
+        return owner
 
     @property
     def tdp_sum_w(self) -> float:
@@ -268,9 +275,39 @@ class Kubernetes(_Strict):
         return None
 
 
+class TimedAssignment(_Strict):
+    """A GPU held by one endpoint or job over [from_ts, to_ts) (an end left out: open). The GPU is
+    ``host`` and ``gpu`` (its index), or its ``uuid``."""
+
+    host: str | None = None
+    gpu: int | None = Field(default=None, ge=0, le=255)
+    uuid: str | None = Field(default=None, min_length=1, max_length=128)
+    endpoint: str | None = None
+    job: str | None = None
+    from_ts: datetime.datetime | None = None
+    to_ts: datetime.datetime | None = None
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> TimedAssignment:
+        if (self.endpoint is None) == (self.job is None):
+            raise ValueError("an assignment names exactly one of endpoint or job")
+        if self.uuid is None and (self.host is None or self.gpu is None):
+            raise ValueError("an assignment names its GPU: host and gpu, or uuid")
+        if self.from_ts is not None and self.to_ts is not None and utc(self.to_ts) <= utc(self.from_ts):
+            raise ValueError(f"to_ts {self.to_ts.isoformat()} is not after from_ts {self.from_ts.isoformat()}")
+        return self
+
+
+def utc(t: datetime.datetime) -> datetime.datetime:
+    """An aware instant in UTC; a naive one is read as UTC (as the data contract reads naive timestamps)."""
+    return t.replace(tzinfo=datetime.UTC) if t.tzinfo is None else t.astimezone(datetime.UTC)
+
+
 class Inventory(_Strict):
     fleets: list[Fleet] = Field(min_length=1)
     kubernetes: Kubernetes | None = None
+    assignments: list[TimedAssignment] = []
+    """Timed assignments written in the inventory: they override the hosts' lists for their GPU and time."""
 
     _specs: dict[tuple[str, str], dict] = PrivateAttr(default_factory=dict)
     """(kind, name) → the keys of that endpoint or job as a whole, gathered from all its hosts."""
@@ -299,7 +336,41 @@ class Inventory(_Strict):
                         uuids[gpu.uuid.casefold()] = here
         self._specs = self._gather_specs()
         self._kubernetes_names_known()
+        self._assignments_known()
         return self
+
+    def _assignments_known(self) -> None:
+        for a, item in enumerate(self.assignments):
+            kind = "endpoint" if item.endpoint is not None else "job"
+            name = str(item.endpoint if item.endpoint is not None else item.job)
+            if (kind, name) not in self._specs:
+                raise _At(("assignments", a, kind), f"no {kind} named {name!r} in the inventory")
+            if self.resolve_gpu(item.host, item.gpu, item.uuid) is None:
+                what = f"uuid {item.uuid!r}" if item.uuid is not None and item.host is None else f"GPU {item.gpu} of host {item.host!r}"
+                raise _At(("assignments", a), f"{what} is not in the inventory")
+
+    def resolve_gpu(self, host: str | None, gpu: int | None, uuid: str | None) -> tuple[str, int] | None:
+        """(host, gpu index) of a GPU named by its place or its UUID (both given: they must agree);
+        None when the inventory has no such GPU."""
+        found = None
+        if uuid is not None:
+            found = next(((h.name, g.index) for _, _, h in self.iter_hosts() for g in h.gpus
+                          if g.uuid is not None and g.uuid.casefold() == uuid.casefold()), None)
+            if found is None or (host is not None and (host, gpu) != found):
+                return None
+            return found
+        return next(((h.name, g.index) for _, _, h in self.iter_hosts() if h.name == host for g in h.gpus if g.index == gpu), None)
+
+    def timed_assignment_rows(self) -> list[dict]:
+        """The inventory's own ``assignments:`` as rows of the assignments dataset (source ``inventory``)."""
+        rows = []
+        for item in self.assignments:
+            host, gpu = self.resolve_gpu(item.host, item.gpu, item.uuid) or (item.host, item.gpu)
+            kind = "endpoint" if item.endpoint is not None else "job"
+            rows.append(dict(host=host, gpu=gpu, gpu_uuid=item.uuid, kind=kind, name=item.endpoint or item.job,
+                             from_ts=None if item.from_ts is None else utc(item.from_ts),
+                             to_ts=None if item.to_ts is None else utc(item.to_ts), source="inventory"))
+        return rows
 
     def _gather_specs(self) -> dict[tuple[str, str], dict]:
         specs: dict[tuple[str, str], dict] = {}
@@ -362,12 +433,7 @@ class Inventory(_Strict):
         """One row per GPU with everything the analytics join on (the ``inventory_gpus`` table)."""
         rows = []
         for fleet, cluster, host in self.iter_hosts():
-            owner = {}
-            items: list[tuple[str, list[_Workload]]] = [("job", list(host.jobs)), ("endpoint", list(host.endpoints))]
-            for kind, workloads in items:
-                for a in workloads:
-                    for g in a.gpus:
-                        owner[g] = (kind, a.name, a.tz_offset_h)
+            owner = {g: o[0] for g, o in host.owners().items() if len(o) == 1}
             for gpu in host.gpus:
                 kind, name, tz = owner.get(gpu.index, (None, None, 0.0))
                 limit = gpu.power_limit_w if gpu.power_limit_w is not None else host.power_limit_w

@@ -31,8 +31,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors import assignments
 from collectors.atomic import TMP_PREFIX, fsync_dir
-from collectors.contract import ADDED_COLUMNS, DATASETS
+from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS, DATASETS
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import load
@@ -212,6 +213,37 @@ def _create_inventory_tables(con: duckdb.DuckDBPyConnection, inventory: Inventor
         con.unregister(f"_{name}")
 
 
+_JOB_EVENT_RUNS = """
+WITH e AS (SELECT job, host, epoch_ns(start_ts) AS a, epoch_ns(end_ts) AS b FROM job_events WHERE end_ts > start_ts),
+m AS (SELECT *, max(b) OVER (PARTITION BY job, host ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM e),
+r AS (SELECT *, sum((reach IS NULL OR a > reach)::INT) OVER (PARTITION BY job, host ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS run FROM m)
+SELECT job, host, min(a), max(b) FROM r GROUP BY job, host, run ORDER BY ALL
+"""
+"""A job's events on a host merged into runs (events that touch or overlap are one run)."""
+
+
+def _create_gpu_assignments(con: duckdb.DuckDBPyConnection, data_dir: Path, inventory: Inventory | None) -> None:
+    """Table `gpu_assignments` (host, gpu, kind, name, from_ts, to_ts, from_ns, to_ns, source): which
+    endpoint or job holds each GPU when (collectors/assignments.py), from the inventory, the
+    assignments dataset and the job_events this connection sees. A computation (partition_date
+    set) stops on a conflict between sources; the catalog keeps the first, so it still opens."""
+    held: list[assignments.Held] = []
+    if inventory is not None:
+        hosts = {h.name for _, _, h in inventory.iter_hosts()}
+        held = assignments.static_held(inventory)
+        good, _ = assignments.check_rows(inventory, pa.Table.from_pylist(assignments.existing_rows(data_dir), schema=ASSIGNMENTS))
+        held += [h for h in assignments.rows_held(good) if h.host in hosts]
+        held += assignments.job_event_held(inventory, con.execute(_JOB_EVENT_RUNS).fetchall())
+    computing = con.execute("SELECT getvariable('partition_date') IS NOT NULL").fetchall()[0][0]
+    try:
+        resolved = assignments.resolve(held, strict=bool(computing))
+    except assignments.AssignmentConflict as exc:
+        raise WarehouseError(f"assignments disagree: {exc}") from None
+    con.register("_gpu_assignments", assignments.resolved_table(resolved))
+    con.execute("CREATE OR REPLACE TABLE gpu_assignments AS SELECT * FROM _gpu_assignments ORDER BY host, gpu, from_ns")
+    con.unregister("_gpu_assignments")
+
+
 _INVENTORY_GPUS = pa.schema(
     [
         ("fleet", pa.string()),
@@ -343,6 +375,7 @@ def create_views(
         if table not in present:
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
     _create_inventory_tables(con, inventory)
+    _create_gpu_assignments(con, data_dir, inventory)
     con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)

@@ -175,25 +175,29 @@ SELECT t FROM (SELECT start_ns AS t FROM _pi WHERE endpoint = $endpoint UNION SE
 
 
 def intervals(con, write) -> int:
-    """phase_intervals' statements (the sweep: temp tables _pi_gpus, _pi_span, _pi), then temp table
-    `_pi_energy` (endpoint, t, e_j: the endpoint's cumulative energy, all its GPUs, at each interval
-    boundary) one endpoint and GPU at a time: each GPU's curve read once and searched for the sorted
+    """phase_intervals' statements (the sweep: temp tables _pi_gpus, _pi_windows, _pi_span, _pi), then
+    temp table `_pi_energy` (endpoint, t, e_j: the endpoint's cumulative energy, all its GPUs each
+    while it held it, at each interval boundary) one endpoint and GPU window at a time: each GPU's curve read once and searched for the sorted
     boundaries (curve.Curve.energy_at), instead of an ASOF join that sorts the cluster-day's curve;
     then the partition written."""
     prepare, query = statements("phase_intervals/phase_intervals")
     for statement in prepare:
         con.execute(statement)
     con.execute("CREATE OR REPLACE TEMP TABLE _pi_energy (endpoint VARCHAR, t BIGINT, e_j DOUBLE)")
-    gpus: dict[str, list] = {}
-    for endpoint, host, gpu in con.execute(
-        "SELECT g.endpoint, g.host, g.gpu FROM _pi_gpus AS g JOIN _pi_span USING (endpoint) ORDER BY ALL"
+    windows: dict[str, list] = {}
+    for endpoint, host, gpu, from_ns, to_ns in con.execute(
+        "SELECT endpoint, host, gpu, from_ns, to_ns FROM _pi_windows ORDER BY ALL"
     ).fetchall():
-        gpus.setdefault(endpoint, []).append((host, gpu))
-    for endpoint, members in gpus.items():
+        windows.setdefault(endpoint, []).append((host, gpu, from_ns, to_ns))
+    for endpoint, members in windows.items():
         t = con.sql(BOUNDARIES_SQL, params={"endpoint": endpoint}).fetchnumpy()["t"].astype(np.int64)
         e = np.zeros(len(t))
-        for host, gpu in members:
-            e += curve.read_curve(con, host, gpu).energy_at(t)
+        curves: dict = {}
+        for host, gpu, from_ns, to_ns in members:  # each GPU counts only while the endpoint held it
+            if (host, gpu) not in curves:
+                curves[(host, gpu)] = curve.read_curve(con, host, gpu)
+            c = curves[(host, gpu)]
+            e += c.energy_at(np.clip(t, from_ns, to_ns))
         with registered(con, "_pi_energy_frame", pl.DataFrame({"endpoint": endpoint, "t": t, "e_j": e})):
             con.execute("INSERT INTO _pi_energy SELECT * FROM _pi_energy_frame")
     return write(query)

@@ -108,3 +108,99 @@ def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_lab
     refresh_stale_catalog(data_dir)
     if res.coarse_warning():
         click.echo(f"warning: {printable(res.coarse_warning())}", err=True)
+
+
+def _assignment_rows(path: Path) -> list[dict]:
+    """The file's rows as assignments columns (CSV: text, times in RFC 3339; Parquet: its types)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    try:
+        if path.suffix.lower() == ".parquet":
+            table = pq.read_table(path)
+        elif path.suffix.lower() == ".csv":
+            table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+                column_types={c: pa.string() for c in ("host", "gpu", "gpu_uuid", "kind", "name", "from_ts", "to_ts")},
+                strings_can_be_null=True))
+        else:
+            raise UserError(f"{printable(str(path))}: expected a .csv or .parquet file")
+    except UserError:
+        raise
+    except Exception as exc:  # pyarrow's several error types for a file it cannot read
+        raise UserError(f"{printable(str(path))}: cannot be read ({printable(str(exc))})") from None
+    missing = [c for c in ("kind", "name") if c not in table.column_names]
+    if missing:
+        raise UserError(f"{printable(str(path))}: missing column(s) {', '.join(missing)} (host, gpu or gpu_uuid, kind, name, from_ts, to_ts)")
+    return table.to_pylist()
+
+
+def _assignment_value(row: dict, key: str):
+    """One cell as the contract's type; a ValueError says why it does not convert."""
+    value = row.get(key)
+    if value is None or value == "":
+        return None
+    if key == "gpu":
+        number = int(value) if not isinstance(value, str) or value.strip().isdigit() else None
+        if number is None or not 0 <= number <= 255:
+            raise ValueError(f"gpu {value!r} is not a GPU index (0-255)")
+        return number
+    if key in ("from_ts", "to_ts"):
+        if isinstance(value, str):
+            try:
+                value = dt.datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValueError(f"{key} {value!r} is not an RFC 3339 time") from None
+        if not isinstance(value, dt.datetime):
+            raise ValueError(f"{key} {value!r} is not a time")
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)  # naive: read as UTC
+    return str(value)
+
+
+@command.command("assignments")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@data_dir_option
+def assignments(file: Path, data_dir: Path) -> None:
+    """Which endpoint or job held which GPU when (CSV or Parquet: host, gpu or gpu_uuid, kind, name, from_ts, to_ts) → `assignments`."""
+    import json
+    import uuid
+
+    import pyarrow as pa
+
+    from collectors import assignments as asg
+    from collectors.contract import ASSIGNMENTS, QUARANTINE_DIR
+    from collectors.inventory import InventoryError, load_inventory
+
+    try:
+        inventory = load_inventory(Path(data_dir) / "inventory.yaml")
+    except InventoryError as exc:
+        raise UserError(str(exc)) from None
+    rows, bad = [], []
+    for raw in _assignment_rows(file):
+        try:
+            row = {k: _assignment_value(raw, k) for k in ("host", "gpu", "gpu_uuid", "kind", "name", "from_ts", "to_ts")}
+        except ValueError as exc:
+            bad.append(({k: None if v is None else str(v) for k, v in raw.items()}, str(exc)))
+            continue
+        if row["kind"] is None or row["name"] is None:
+            bad.append(({k: None if v is None else str(v) for k, v in raw.items()}, "kind and name are required"))
+            continue
+        rows.append(dict(row, source="file"))
+    good, refused = asg.check_rows(inventory, pa.Table.from_pylist(rows, schema=ASSIGNMENTS))
+    bad += refused
+    explicit = [r for r in asg.existing_rows(data_dir) if r["source"] != "inventory"]
+    known, _ = asg.check_rows(inventory, pa.Table.from_pylist(explicit, schema=ASSIGNMENTS))
+    found = asg.conflicts(asg.rows_held(known + good))
+    if found:
+        raise UserError(f"assignments disagree, nothing written: {printable(found[0])}"
+                        + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+    asg.write_assignments(data_dir, good, "file")
+    if bad:
+        folder = Path(data_dir) / QUARANTINE_DIR / "assignments"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{file.stem}-{uuid.uuid4().hex[:12]}.jsonl", "w") as fh:
+            for row, why in bad:
+                fh.write(json.dumps({"row": {k: None if v is None else str(v) for k, v in row.items()}, "reason": why}) + "\n")
+    click.echo(printable(f"{file.name}: {len(good)} assignment(s) stored, {len(bad)} set aside in quarantine/assignments/ "
+                         "(naive times read as UTC)", LINE_CHARS))
+    refresh_stale_catalog(data_dir)

@@ -63,16 +63,24 @@ RUNS_SCHEMA = {"endpoint": pl.String, "job": pl.String, "host": pl.String, "gpu"
 
 def power_runs(con: duckdb.DuckDBPyConnection) -> None:
     """Temp table `_power_runs` (endpoint, job, host, gpu, lo_ns, hi_ns): the measured spans of the
-    partition day of each GPU serving an endpoint or a job, one GPU's sample instants at a time."""
+    partition day of each GPU while it served an endpoint or a job (gpu_assignments), one GPU's
+    sample instants at a time."""
     frames = []
-    for endpoint, job, host, gpu in con.execute(
-        "SELECT endpoint, job, host, gpu FROM inventory_gpus WHERE endpoint IS NOT NULL OR job IS NOT NULL ORDER BY host, gpu"
+    held: dict[tuple[str, int], list] = {}
+    for kind, name, host, gpu, from_ns, to_ns in con.execute(
+        "SELECT kind, name, host, gpu, from_ns, to_ns FROM gpu_assignments "
+        "WHERE from_ns < epoch_ns(day_end()) AND to_ns > epoch_ns(day_start()) ORDER BY host, gpu, from_ns"
     ).fetchall():
+        held.setdefault((host, gpu), []).append((kind, name, from_ns, to_ns))
+    for (host, gpu), windows in held.items():
         t = np.asarray(con.sql(_CURVE_T, params={"host": host, "gpu": gpu}).fetchnumpy()["t_ns"], np.int64)
         lo, hi = gpu_runs(np.sort(t))
-        if len(lo):
-            frames.append(pl.DataFrame({"endpoint": endpoint, "job": job, "host": host, "gpu": gpu, "lo_ns": lo, "hi_ns": hi},
-                                       schema=RUNS_SCHEMA))
+        for kind, name, from_ns, to_ns in windows:
+            a, b = np.maximum(lo, from_ns), np.minimum(hi, to_ns)
+            keep = b > a
+            if keep.any():
+                frames.append(pl.DataFrame({"endpoint": name if kind == "endpoint" else None, "job": name if kind == "job" else None,
+                                            "host": host, "gpu": gpu, "lo_ns": a[keep], "hi_ns": b[keep]}, schema=RUNS_SCHEMA))
     frame = pl.concat(frames) if frames else pl.DataFrame(schema=RUNS_SCHEMA)
     with registered(con, "_power_runs_frame", frame):
         con.execute("CREATE OR REPLACE TEMP TABLE _power_runs AS "

@@ -26,16 +26,21 @@ WITH gpu_minute AS (
     WHERE date = getvariable('partition_date') AND power_limit_w IS NOT NULL
     GROUP BY ALL
 )
-SELECT i.endpoint, m.from_ns, median(m.limit_w) AS limit_w
-FROM gpu_minute AS m JOIN inventory_gpus AS i USING (host, gpu)
-WHERE i.endpoint IS NOT NULL
+SELECT a.name AS endpoint, m.from_ns, median(m.limit_w) AS limit_w
+FROM gpu_minute AS m JOIN gpu_assignments AS a  -- the GPUs the endpoint held during that minute
+    ON a.host = m.host AND a.gpu = m.gpu AND a.kind = 'endpoint' AND a.from_ns < m.from_ns + 60000000000 AND a.to_ns > m.from_ns
 GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE _ep AS  -- per endpoint: what it serves, how it is split, its fallback limit
-WITH g AS (
+WITH held AS (  -- the endpoint's GPUs: those it held this day (gpu_assignments)
+    SELECT DISTINCT a.name AS endpoint, g.host, g.gpu, g.gpu_model, g.power_limit_w, g.tdp_w
+    FROM gpu_assignments AS a JOIN inventory_gpus AS g USING (host, gpu)
+    WHERE a.kind = 'endpoint' AND a.from_ns < epoch_ns(day_end()) AND a.to_ns > epoch_ns(day_start())
+),
+g AS (
     SELECT endpoint, coalesce(any_value(gpu_model), 'unknown') AS gpu_model, count(*) AS gpus,
            median(power_limit_w) AS inventory_limit_w, max(tdp_w) AS tdp_w
-    FROM inventory_gpus WHERE endpoint IS NOT NULL GROUP BY ALL
+    FROM held GROUP BY ALL
 ),
 e AS (
     SELECT endpoint, any_value(model) AS model, any_value(params_b) AS params_b, any_value(active_params_b) AS active_params_b,

@@ -9,18 +9,24 @@
 -- The sweep is a running sum over the events (+1 / −1 and ± token rate at each interval's ends):
 -- linear in requests, no grid. Everything is in integer ns; *_ts columns are the same at µs.
 
+-- the endpoint's GPUs, each over the time it held it (gpu_assignments: from_ns/to_ns, ±2^62 where open)
 CREATE OR REPLACE TEMP TABLE _pi_gpus AS
-SELECT endpoint, host, gpu FROM inventory_gpus WHERE endpoint IS NOT NULL;
+SELECT name AS endpoint, host, gpu, from_ns, to_ns FROM gpu_assignments
+WHERE kind = 'endpoint' AND from_ns < epoch_ns(day_end()) AND to_ns > epoch_ns(day_start());
 
--- each logged endpoint's span: first to last sample of its GPUs this day
-CREATE OR REPLACE TEMP TABLE _pi_span AS
-WITH per_gpu AS (  -- one group per GPU first: the join and the count then see a row per GPU, not per sample
+-- each GPU's holding inside its samples of the day (a GPU held by one endpoint in the morning and
+-- another in the afternoon is one window of each)
+CREATE OR REPLACE TEMP TABLE _pi_windows AS
+WITH per_gpu AS (  -- one group per GPU first: the join then sees a row per GPU, not per sample
     SELECT host, gpu, min(t_ns) AS lo, max(t_ns) AS hi FROM energy_curve WHERE date = getvariable('partition_date') GROUP BY host, gpu
 )
-SELECT g.endpoint, min(c.lo) AS lo, max(c.hi) AS hi, count(*) AS gpus
+SELECT g.endpoint, g.host, g.gpu, g.from_ns, g.to_ns, greatest(c.lo, g.from_ns) AS lo, least(c.hi, g.to_ns) AS hi
 FROM per_gpu AS c JOIN _pi_gpus AS g USING (host, gpu)
-WHERE g.endpoint IN (SELECT endpoint FROM request_phases)
-GROUP BY g.endpoint;
+WHERE g.endpoint IN (SELECT endpoint FROM request_phases) AND least(c.hi, g.to_ns) > greatest(c.lo, g.from_ns);
+
+-- each logged endpoint's span: first to last sample of its GPUs this day while they were its
+CREATE OR REPLACE TEMP TABLE _pi_span AS
+SELECT endpoint, min(lo) AS lo, max(hi) AS hi, count(*) AS gpus FROM _pi_windows GROUP BY endpoint;
 
 -- the day's request phase intervals clipped to the span (a request of the day before still running
 -- at midnight keeps its rate, so it gets this day's share)
@@ -44,15 +50,25 @@ WITH ev AS (
            0, 0, 0, 0.0, 0.0
     FROM _pi_span
 ),
+gpu_ev AS (  -- GPUs joining and leaving the endpoint inside its span (a GPU held all day: the span's ends)
+    SELECT w.endpoint, greatest(w.from_ns, s.lo) AS t, 1 AS dg FROM _pi_windows AS w JOIN _pi_span AS s USING (endpoint)
+    UNION ALL
+    SELECT w.endpoint, least(w.to_ns, s.hi), -1 FROM _pi_windows AS w JOIN _pi_span AS s USING (endpoint)
+),
+all_ev AS (
+    SELECT endpoint, t, dn_pre, dn_dec, dest, dr_pre, dr_dec, 0 AS dg FROM ev
+    UNION ALL
+    SELECT endpoint, t, 0, 0, 0, 0.0, 0.0, dg FROM gpu_ev
+),
 at_t AS (
     SELECT endpoint, t, sum(dn_pre) AS dn_pre, sum(dn_dec) AS dn_dec, sum(dest) AS dest,
-           sum(dr_pre) AS dr_pre, sum(dr_dec) AS dr_dec
-    FROM ev GROUP BY endpoint, t
+           sum(dr_pre) AS dr_pre, sum(dr_dec) AS dr_dec, sum(dg) AS dg
+    FROM all_ev GROUP BY endpoint, t
 ),
 state AS (
     SELECT endpoint, t AS start_ns, lead(t) OVER w AS end_ns,
            sum(dn_pre) OVER c AS n_prefill, sum(dn_dec) OVER c AS n_decode, sum(dest) OVER c AS n_estimated,
-           sum(dr_pre) OVER c AS rate_pre, sum(dr_dec) OVER c AS rate_dec
+           sum(dr_pre) OVER c AS rate_pre, sum(dr_dec) OVER c AS rate_dec, sum(dg) OVER c AS gpus
     FROM at_t
     WINDOW w AS (PARTITION BY endpoint ORDER BY t), c AS (w ROWS UNBOUNDED PRECEDING)
 )
@@ -60,14 +76,16 @@ SELECT endpoint, start_ns, end_ns, n_prefill::INTEGER AS n_prefill, n_decode::IN
        n_estimated > 0 AS prefill_estimated,
        CASE WHEN n_prefill > 0 THEN rate_pre ELSE 0 END AS rate_pre,  -- token rates (tokens per ns); exact 0 when nobody is in the phase
        CASE WHEN n_decode > 0 THEN rate_dec ELSE 0 END AS rate_dec,
-       CASE WHEN n_prefill > 0 THEN 'prefill' WHEN n_decode > 0 THEN 'decode' ELSE 'idle' END AS phase
+       CASE WHEN n_prefill > 0 THEN 'prefill' WHEN n_decode > 0 THEN 'decode' ELSE 'idle' END AS phase,
+       gpus::BIGINT AS gpus
 FROM state WHERE end_ns IS NOT NULL;
 
--- the endpoint's cumulative energy (all its GPUs) at every interval boundary: temp table _pi_energy
--- (endpoint, t, e_j), built between these statements and the query by the asset's write hook
--- (`intervals`, pipeline/assets/inference_phases.py: one sorted search per GPU on its curve, the
--- arithmetic of the macro curve_energy_at). By hand: energy_at_ns(host, gpu, t) summed over the
--- endpoint's GPUs at each distinct start_ns / end_ns of _pi.
+-- the endpoint's cumulative energy (all its GPUs, each while it held it) at every interval boundary:
+-- temp table _pi_energy (endpoint, t, e_j), built between these statements and the query by the
+-- asset's write hook (`intervals`, pipeline/assets/inference_phases.py: one sorted search per GPU on
+-- its curve, the arithmetic of the macro curve_energy_at). By hand: energy_at_ns(host, gpu,
+-- clamp(t, from_ns, to_ns)) summed over the endpoint's windows (_pi_windows) at each distinct
+-- start_ns / end_ns of _pi. An interval where it held no GPU has NULL energy: nothing measured.
 
 SELECT
     getvariable('partition_date') AS date,
@@ -82,12 +100,11 @@ SELECT
     p.prefill_estimated,
     p.rate_pre * (p.end_ns - p.start_ns) AS prompt_tokens,
     p.rate_dec * (p.end_ns - p.start_ns) AS output_tokens,
-    b.e_j - a.e_j AS energy_j,
-    s.gpus,
+    CASE WHEN p.gpus > 0 THEN b.e_j - a.e_j END AS energy_j,
+    p.gpus,
     p.rate_pre * 1e9 AS prompt_tokens_per_s,
     p.rate_dec * 1e9 AS output_tokens_per_s
 FROM _pi AS p
-JOIN _pi_span AS s USING (endpoint)
 JOIN _pi_energy AS a ON a.endpoint = p.endpoint AND a.t = p.start_ns
 JOIN _pi_energy AS b ON b.endpoint = p.endpoint AND b.t = p.end_ns
 ORDER BY p.endpoint, p.start_ns

@@ -11,7 +11,7 @@
 -- share missing there: documented). `_charged` holds every request that touched the day, so the
 -- conservation check (checks/energy_conservation.sql) sees all the energy charged this day.
 -- power_coverage: the share of the request's GPU-time (its interval inside the day × its endpoint's
--- GPUs) that has power samples (temp table _power_runs, the before= hook
+-- GPUs, each while the endpoint held it: gpu_assignments) that has power samples (temp table _power_runs, the before= hook
 -- pipeline/phases/coverage.py: spans where a GPU's samples are at most 2 s apart). Where it is 0 (no
 -- sample of any of its GPUs while it ran, or an endpoint without GPUs in the inventory) the
 -- energies are NULL, never 0: nothing was measured. Below 1 they are the measured part only
@@ -28,15 +28,19 @@ WITH req AS (
            greatest(least(epoch_ns(end_ts), epoch_ns(day_end())), greatest(epoch_ns(prefill_start_ts), epoch_ns(day_start())) + 1) AS b_ns
     FROM request_phases
 ),
-gpus AS (SELECT endpoint, count(*) AS gpus FROM inventory_gpus WHERE endpoint IS NOT NULL GROUP BY ALL),
+held AS (  -- the GPU-time the request's endpoint held GPUs while it ran (all its GPUs, each while it was its)
+    SELECT r.request_id, r.endpoint, sum(least(r.b_ns, a.to_ns) - greatest(r.a_ns, a.from_ns)) AS held_ns
+    FROM req AS r JOIN gpu_assignments AS a ON a.kind = 'endpoint' AND a.name = r.endpoint AND a.from_ns < r.b_ns AND a.to_ns > r.a_ns
+    GROUP BY ALL
+),
 covered AS (
     SELECT r.request_id, r.endpoint, sum(least(r.b_ns, c.hi_ns) - greatest(r.a_ns, c.lo_ns)) AS gpu_ns
     FROM req AS r JOIN _power_runs AS c ON c.endpoint = r.endpoint AND c.lo_ns < r.b_ns AND c.hi_ns > r.a_ns
     GROUP BY ALL
 )
 SELECT r.request_id, r.endpoint,
-       coalesce(least(coalesce(c.gpu_ns, 0) / (g.gpus * (r.b_ns - r.a_ns))::DOUBLE, 1.0), 0.0) AS power_coverage
-FROM req AS r LEFT JOIN gpus AS g USING (endpoint) LEFT JOIN covered AS c USING (request_id, endpoint);
+       coalesce(least(coalesce(c.gpu_ns, 0) / h.held_ns::DOUBLE, 1.0), 0.0) AS power_coverage
+FROM req AS r LEFT JOIN held AS h USING (request_id, endpoint) LEFT JOIN covered AS c USING (request_id, endpoint);
 
 CREATE OR REPLACE TEMP TABLE _charged AS
 WITH span AS (

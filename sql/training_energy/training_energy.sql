@@ -1,6 +1,6 @@
 -- training_energy: per training job and day, one row per kind of gap that interrupts its steps
 -- (comm_wait, checkpoint, eval, …; the job-level columns repeat on each row), from job_events
--- and, for each event and each of the job's GPUs on its host, the energy E(end) − E(start) from
+-- and, for each event and each of the job's GPUs on its host while the job held it (gpu_assignments), the energy E(end) − E(start) from
 -- energy_curve (trapezoid between samples, linear inside a sample interval: exact at the
 -- events' own timestamps; a GPU without samples that day adds neither energy nor time):
 --   steps              distinct step numbers of the day's `step` events
@@ -22,11 +22,16 @@
 -- summed power is split at the midpoint of its p10 and p90 into above (step) and below (gap)
 -- runs; each fall below is a boundary of kind 'power_drop'; tokens are unknown. The boundary
 -- drops and the power-only labelling stay on the 100 ms grid (power_100ms).
+-- a job's GPUs are those it held at each instant (gpu_assignments: the inventory, job_events, files)
+CREATE OR REPLACE TEMP TABLE _job_held AS
+SELECT name AS job, host, gpu, from_ns, to_ns FROM gpu_assignments
+WHERE kind = 'job' AND from_ns < epoch_ns(day_end()) AND to_ns > epoch_ns(day_start());
+
 CREATE OR REPLACE TEMP TABLE _job_slots AS
 SELECT i.job, g.host, slot_100ms(g.ts) AS slot, sum(g.power_w) AS w, count(*) AS gpus
 FROM power_100ms AS g
-JOIN inventory_gpus AS i USING (host, gpu)
-WHERE g.date = getvariable('partition_date') AND i.job IS NOT NULL
+JOIN _job_held AS i ON i.host = g.host AND i.gpu = g.gpu AND epoch_ns(g.ts) >= i.from_ns AND epoch_ns(g.ts) < i.to_ns
+WHERE g.date = getvariable('partition_date')
 GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE _events AS
@@ -36,16 +41,19 @@ SELECT
 FROM job_events
 WHERE date = getvariable('partition_date') AND end_ts > start_ts;
 
--- Each event × each of the job's GPUs on that host that has samples that day, clipped to the day.
+-- Each event × each of the job's GPUs on that host that has samples that day, clipped to the day
+-- and to the time the job held the GPU.
 CREATE OR REPLACE TEMP TABLE _event_gpus AS
-SELECT e.job, e.host, i.gpu, e.kind,
-       greatest(epoch_ns(e.start_ts), epoch_ns(day_start())) AS a_ns,
-       least(epoch_ns(e.end_ts), epoch_ns(day_end())) AS b_ns
-FROM _events AS e
-JOIN inventory_gpus AS i ON i.job = e.job AND i.host = e.host
-SEMI JOIN (SELECT DISTINCT host, gpu FROM energy_curve WHERE date = getvariable('partition_date')) AS c
-    ON c.host = i.host AND c.gpu = i.gpu
-WHERE e.end_ts > day_start() AND e.start_ts < day_end();
+SELECT * FROM (
+    SELECT e.job, e.host, i.gpu, e.kind,
+           greatest(epoch_ns(e.start_ts), epoch_ns(day_start()), i.from_ns) AS a_ns,
+           least(epoch_ns(e.end_ts), epoch_ns(day_end()), i.to_ns) AS b_ns
+    FROM _events AS e
+    JOIN _job_held AS i ON i.job = e.job AND i.host = e.host
+    SEMI JOIN (SELECT DISTINCT host, gpu FROM energy_curve WHERE date = getvariable('partition_date')) AS c
+        ON c.host = i.host AND c.gpu = i.gpu
+    WHERE e.end_ts > day_start() AND e.start_ts < day_end()
+) WHERE b_ns > a_ns;
 
 -- E(t) at every event boundary: the curve row at or before t, interpolated (curve_energy_at,
 -- sql/views/energy.sql), 0 before the GPU's first sample.
@@ -66,12 +74,14 @@ ASOF LEFT JOIN (SELECT host, gpu, t_ns, power_w, energy_j, next_t_ns, next_w FRO
 -- that had samples
 CREATE OR REPLACE TEMP TABLE _job_coverage AS
 WITH eg AS (
-    SELECT e.job, e.host, i.gpu,
-           greatest(epoch_ns(e.start_ts), epoch_ns(day_start())) AS a_ns,
-           least(epoch_ns(e.end_ts), epoch_ns(day_end())) AS b_ns
-    FROM _events AS e
-    JOIN inventory_gpus AS i ON i.job = e.job AND i.host = e.host
-    WHERE e.end_ts > day_start() AND e.start_ts < day_end()
+    SELECT * FROM (
+        SELECT e.job, e.host, i.gpu,
+               greatest(epoch_ns(e.start_ts), epoch_ns(day_start()), i.from_ns) AS a_ns,
+               least(epoch_ns(e.end_ts), epoch_ns(day_end()), i.to_ns) AS b_ns
+        FROM _events AS e
+        JOIN _job_held AS i ON i.job = e.job AND i.host = e.host
+        WHERE e.end_ts > day_start() AND e.start_ts < day_end()
+    ) WHERE b_ns > a_ns
 ),
 covered AS (
     SELECT eg.job, sum(least(eg.b_ns, r.hi_ns) - greatest(eg.a_ns, r.lo_ns)) AS covered_ns

@@ -23,10 +23,10 @@ def _edit(inv: dict, case: str) -> dict:
     elif case == "duplicate GPU index":  # double-counted provisioned power
         infer["gpus"][1]["index"] = 0
         infer["endpoints"][0]["gpus"] = [0]
-    elif case == "GPU in two endpoints":  # silently lost one
-        infer["endpoints"] = [{"name": "ep-a", "gpus": [0, 1]}, {"name": "ep-b", "gpus": [1]}]
-    elif case == "GPU in a job and an endpoint":
-        infer["jobs"] = [{"name": "job-b", "gpus": [0]}]
+    elif case == "assignment of a GPU the host lacks":  # would give nobody's power to ep-a
+        inv["assignments"] = [{"host": "infer-0", "gpu": 9, "endpoint": "ep-a"}]
+    elif case == "assignment of an unknown endpoint":
+        inv["assignments"] = [{"host": "infer-0", "gpu": 0, "endpoint": "ep-z"}]
     elif case == "infinite TDP":
         infer["gpus"][0]["tdp_w"] = float("inf")
     elif case == "NaN provisioned power":
@@ -37,8 +37,8 @@ def _edit(inv: dict, case: str) -> dict:
 CASES = {
     "duplicate cluster": ("fleets[0].clusters[1].name (line ", "cluster name 'c0' appears twice"),
     "duplicate GPU index": ("hosts[1].gpus[1].index (line ", "lists GPU index 0 more than once"),
-    "GPU in two endpoints": ("hosts[1].endpoints[1] (line ", "GPU 1 of host 'infer-0' is in endpoint 'ep-a' and in endpoint 'ep-b'"),
-    "GPU in a job and an endpoint": ("hosts[1].endpoints[0] (line ", "is in job 'job-b' and in endpoint 'ep-a'"),
+    "assignment of a GPU the host lacks": ("assignments[0] (line ", "GPU 9 of host 'infer-0' is not in the inventory"),
+    "assignment of an unknown endpoint": ("assignments[0].endpoint (line ", "no endpoint named 'ep-z' in the inventory"),
     "infinite TDP": ("hosts[1].gpus[0].tdp_w (line ", "finite number"),
     "NaN provisioned power": ("fleets[0].clusters[0].provisioned_w (line ", "finite number"),
 }
