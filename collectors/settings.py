@@ -42,6 +42,10 @@ DEFAULT_GRID_STEP_MS = 100
 GRID_STEPS_MS = tuple(s for s in range(10, 1001) if 1000 % s == 0)
 """Allowed grid steps: a whole number of slots per second, so every window of 1, 2, 10 and 60 s is
 a whole number of slots and the aligned windows start on the day's seconds."""
+FIRST_DAY_ENV = "WATTLINE_FIRST_DAY"
+"""First day of the Dagster daily partitions: ``YYYY-MM-DD``, or ``data`` (the first day with raw
+files in the data dir; what ``wattline ui`` uses unless this is set); unset: the whole range the
+pipeline runs (collectors/days.py)."""
 LOG_LEVEL_ENV = "WATTLINE_LOG_LEVEL"
 """Dagster's console log level in ``wattline run`` (default CRITICAL: the CLI prints its own summary)."""
 
@@ -63,6 +67,7 @@ class Settings:
     log_level: str
     sim_workers: int | None
     grid_step_ms: int = DEFAULT_GRID_STEP_MS
+    first_day: str | None = None
 
 
 def grid_step_ms(value: str | int | None) -> int:
@@ -98,4 +103,5 @@ def load() -> Settings:
         log_level=env(LOG_LEVEL_ENV) or "CRITICAL",
         sim_workers=int(env(SIM_WORKERS_ENV) or 0) or None,
         grid_step_ms=grid_step_ms(env(GRID_STEP_MS_ENV)),
+        first_day=(env(FIRST_DAY_ENV) or "").strip() or None,
     )
