@@ -3,6 +3,7 @@ day's files (a run per cluster) and registers the inventory's clusters as partit
 
 import datetime as dt
 import json
+import os
 import shutil
 
 import pytest
@@ -103,7 +104,9 @@ def built_day(tmp_path_factory):
 
 
 def _instance(data_dir):
-    return DagsterInstance.from_config(str(dagster_home(data_dir)))
+    """The data dir's Dagster instance, as `wattline run` wrote it (its dagster.yaml reads DAGSTER_HOME)."""
+    os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))  # what run_day sets too
+    return DagsterInstance.get()
 
 
 def test_sensor_launches_nothing_for_a_day_wattline_run_built_then_one_run_per_cluster_for_late_data(built_day, tmp_path):
@@ -189,5 +192,5 @@ def test_partitions_of_an_empty_data_dir_start_today_and_a_bad_setting_is_named(
 def test_jobs_run_in_process_and_the_instance_is_quiet(tmp_path):
     for job in (CLUSTER_JOB, FLEET_JOB):
         assert defs.resolve_job_def(job).executor_def is in_process_executor
-    with DagsterInstance.from_config(str(dagster_home(tmp_path / "data"))) as instance:
+    with _instance(tmp_path / "data") as instance:
         assert instance.python_log_level == "INFO" and not instance.nux_enabled
