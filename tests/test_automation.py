@@ -194,3 +194,5 @@ def test_jobs_run_in_process_and_the_instance_is_quiet(tmp_path):
         assert defs.resolve_job_def(job).executor_def is in_process_executor
     with _instance(tmp_path / "data") as instance:
         assert instance.python_log_level == "INFO" and not instance.nux_enabled
+        queue = instance.run_coordinator
+        assert queue.dequeue_interval_seconds == 1 and queue.get_run_queue_config().max_concurrent_runs == 2
