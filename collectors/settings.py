@@ -50,6 +50,10 @@ DEFAULT_MAX_FILE_ROWS = 50_000_000
 """Well above every real file: a collector hour-file of 8 GPUs at ~60 rows/s/GPU is ~1.7 M rows, an
 nvidia-smi or DCGM import of a day of 8 GPUs at 10 Hz ~7 M; a few GB of memory at most to convert
 one. A 10**9-row file (37 MB of constant row groups) would otherwise take > 6 GB RSS."""
+FIRST_DAY_ENV = "WATTLINE_FIRST_DAY"
+"""First day of the Dagster daily partitions: ``YYYY-MM-DD``, or ``data`` (the first day with raw
+files in the data dir; what ``wattline ui`` uses unless this is set); unset: the whole range the
+pipeline runs (collectors/days.py)."""
 LOG_LEVEL_ENV = "WATTLINE_LOG_LEVEL"
 """Dagster's console log level in ``wattline run`` (default CRITICAL: the CLI prints its own summary)."""
 
@@ -71,6 +75,7 @@ class Settings:
     log_level: str
     sim_workers: int | None
     grid_step_ms: int = DEFAULT_GRID_STEP_MS
+    first_day: str | None = None
     max_file_rows: int = DEFAULT_MAX_FILE_ROWS
 
 
@@ -121,4 +126,5 @@ def load() -> Settings:
         sim_workers=int(env(SIM_WORKERS_ENV) or 0) or None,
         grid_step_ms=grid_step_ms(env(GRID_STEP_MS_ENV)),
         max_file_rows=max_file_rows(env(MAX_FILE_ROWS_ENV)),
+        first_day=(env(FIRST_DAY_ENV) or "").strip() or None,
     )

@@ -6,15 +6,63 @@ part, so any number of workers can build cluster-days at once. Fleet-level asset
 fleet rollups, cross-cluster correlation, the report) are partitioned by day only and read the
 per-cluster reduced parts. Clusters are dynamic partitions, registered from ``inventory.yaml``
 (by ``wattline run`` and by the sensor), so adding a cluster needs no code change.
+
+The daily partitions start at :func:`partitions_start`: in ``wattline ui``, the first day with raw
+files in the data dir (scanned once when the code location loads), so the UI's partition bars,
+"Latest" and the Materialize dialog describe the user's data rather than every day since 2020.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
+
 from dagster import DailyPartitionsDefinition, DynamicPartitionsDefinition, MultiPartitionKey, MultiPartitionsDefinition
 
+from collectors.atomic import TMP_PREFIX
+from collectors.contract import DATASETS
+from collectors.days import run_day_problem, today_utc
+from collectors.settings import FIRST_DAY_ENV, load
 from pipeline.constants import CLUSTER_DIM, DATE_DIM, START_DATE
 
-daily_partitions = DailyPartitionsDefinition(start_date=START_DATE, end_offset=1)
+FROM_DATA = "data"
+"""``WATTLINE_FIRST_DAY=data``: the partitions start at the data dir's first day with raw files."""
+
+
+def first_data_day(data_dir: Path) -> str | None:
+    """The earliest ``date=`` folder of a raw dataset that holds a file (None: no raw data)."""
+    days = []
+    for name in DATASETS:
+        for folder in sorted((data_dir / name).glob("date=*")):
+            day = folder.name.split("=", 1)[1]
+            if run_day_problem(day) is None and any(p.is_file() and not p.name.startswith(TMP_PREFIX) for p in folder.rglob("*")):
+                days.append(day)
+                break
+    return min(days) if days else None
+
+
+def partitions_start() -> str:
+    """First day of the daily partitions, from ``WATTLINE_FIRST_DAY``: a day, ``data`` (the data
+    dir's first day with raw files, today if it has none; an S3 data dir: the whole range), or
+    unset: the whole range ``wattline run`` accepts (collectors/days.py)."""
+    settings = load()
+    value = settings.first_day
+    if not value:
+        return START_DATE
+    if value == FROM_DATA:
+        if "://" in settings.data_dir:
+            return START_DATE
+        return first_data_day(Path(settings.data_dir)) or today_utc().isoformat()
+    try:
+        problem = run_day_problem(value)
+    except ValueError:
+        problem = f"{value!r} is not a day (YYYY-MM-DD) or {FROM_DATA!r}"
+    if problem:
+        raise ValueError(f"{FIRST_DAY_ENV}: {problem}")
+    return dt.date.fromisoformat(value).isoformat()
+
+
+daily_partitions = DailyPartitionsDefinition(start_date=partitions_start(), end_offset=1)
 cluster_partitions = DynamicPartitionsDefinition(name=CLUSTER_DIM)
 day_cluster_partitions = MultiPartitionsDefinition({DATE_DIM: daily_partitions, CLUSTER_DIM: cluster_partitions})
 

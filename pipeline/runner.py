@@ -30,6 +30,7 @@ from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
 from pipeline.partitions import cluster_day_key, register_clusters
 from pipeline.remote import local_dir
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
+from pipeline.sensors import RAW_FILES_TAG, day_signature
 
 
 @dataclass
@@ -153,6 +154,8 @@ def run_day(
                 results = list(pool.map(_run_part, parts))
         else:
             results = [_run_part(p) for p in parts]
+        if not selection and not remote.is_s3(url):
+            _tag_raw_files(data_dir, date, [r["run_id"] for r in results if r["run_id"]])
         if fleet_day and (all(r["success"] for r in results) or not results):
             results.append(_run_part((url, date, None, selection, None)))
     for r in results:
@@ -163,6 +166,18 @@ def run_day(
     outcome.links = [dict(dataset=name, path=str(link), target=target)
                      for name in DATASETS for link, target in linked_paths(data_dir, name, date).items()]
     return outcome
+
+
+def _tag_raw_files(data_dir: Path, date: str, run_ids: list[str]) -> None:
+    """Tag the day's cluster-day runs with the signature its raw files have now that they ran
+    (after any quarantine moved or rewrote files), so the new-Parquet sensor knows the day was
+    built from them and a first start of the UI launches nothing (pipeline/sensors.py)."""
+    signature = day_signature(data_dir, date)
+    if signature is None or not run_ids:
+        return
+    with DagsterInstance.get() as instance:
+        for run_id in run_ids:
+            instance.add_run_tags(run_id, {RAW_FILES_TAG: signature})
 
 
 def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:

@@ -24,6 +24,7 @@ import datetime as dt
 import decimal
 import functools
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,11 @@ from dagster import (
     Config,
     MaterializeResult,
     MetadataValue,
+    PartitionsDefinition,
+    PreviewWarning,
+    TableColumn,
+    TableRecord,
+    TableSchema,
     asset,
 )
 
@@ -53,7 +59,9 @@ Connection = duckdb.DuckDBPyConnection
 Partitioning = Literal["cluster-day", "fleet-day"]
 ROLLUP_PREFIX = "fleet"
 ROLLUP_GROUP = "fleet"
-_HEADER = re.compile(r"^--\s*(severity|description|failure|rollup)\s*:\s*(.*?)\s*$", re.M)
+_HEADER = re.compile(r"^--\s*(severity|description|failure|rollup|blocking)\s*:\s*(.*?)\s*$", re.M)
+EXAMPLE_ROWS = 5
+"""Violating rows a failed check shows (as a table with the check query's column names)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,9 @@ class PythonCheck:
     description: str
     run: Callable[..., AssetCheckResult]
     rollup: bool = True
+    blocking: bool = False
+    """Whether its ERROR stops the run's downstream assets (a check naming input set aside, whose
+    table is sound for what remains, is not)."""
 
 
 @dataclass(frozen=True)
@@ -79,14 +90,18 @@ class SqlCheck:
     column of the first four, comma-separated."""
     rollup: bool = True
     """Whether the check also runs on the table's fleet-day rollup (header ``-- rollup: no``)."""
+    blocking: bool = True
+    """An ERROR that fails stops the run's downstream assets (the numbers are wrong: nothing should be
+    built on them); header ``-- blocking: no`` for an ERROR whose table is still sound for what remains."""
 
     def run(self, con: Connection, **_: Any) -> AssetCheckResult:
-        rows = con.execute(self.sql).fetchall()
+        cursor = con.execute(self.sql)
+        rows = cursor.fetchall()
         return AssetCheckResult(
             check_name=self.name,
             passed=not rows,
             severity=self.severity,
-            metadata={"violations": len(rows), "examples": str(rows[:5])},
+            metadata={"violations": len(rows), "examples": examples_table(cursor.description, rows[:EXAMPLE_ROWS])},
             description=self.failure.format(n=len(rows), list=", ".join(str(r[0]) for r in rows[:4])) if rows else None,
         )
 
@@ -94,11 +109,30 @@ class SqlCheck:
 AnyCheck = SqlCheck | PythonCheck
 
 
+def _cell(value: Any) -> str | int | float | bool | None:
+    value = _plain(value)
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+
+
+def examples_table(description: Sequence[Any], rows: Sequence[Sequence[Any]]) -> MetadataValue:
+    """Violating rows as a table in the UI: the query's column names (and DuckDB types) as labels."""
+    columns = [(str(d[0]), str(d[1])) for d in description]
+    schema = TableSchema(columns=[TableColumn(name, type=kind) for name, kind in columns])
+    records = [TableRecord({name: _cell(v) for (name, _), v in zip(columns, row, strict=True)}) for row in rows]
+    return MetadataValue.table(records=records, schema=schema)
+
+
+def files_table(files: Mapping[str, str], what: str) -> MetadataValue:
+    """Files named by a check (at most ten) and why, as a table: columns ``file`` and ``what``."""
+    return examples_table([("file", "VARCHAR"), (what, "VARCHAR")], list(files.items())[:10])
+
+
 def parse_check(path: Path) -> SqlCheck:
     """A check file: ``-- severity: ERROR|WARN``, ``-- description: ...`` (what must hold),
     optional ``-- failure: ...`` (said when it fails: ``{n}`` = violating rows, ``{list}`` = the
     first column of the first four) and
-    ``-- rollup: no``; the rest is the query."""
+    ``-- rollup: no``, ``-- blocking: no`` (an ERROR that does not stop downstream assets);
+    the rest is the query."""
     text = path.read_text()
     header = {k: v for k, v in _HEADER.findall(text)}
     missing = {"severity", "description"} - set(header)
@@ -111,6 +145,7 @@ def parse_check(path: Path) -> SqlCheck:
         description=header["description"],
         failure=header.get("failure") or f"{{n}} violating row(s): {header['description']}",
         rollup=header.get("rollup", "yes").lower() not in ("no", "false"),
+        blocking=header.get("blocking", "yes").lower() not in ("no", "false"),
     )
 
 
@@ -260,8 +295,20 @@ def statements(name: str) -> tuple[list[str], str]:
     return parts[:-1], parts[-1]
 
 
-def _specs(table: Table, key: AssetKey, rollup: bool) -> list[AssetCheckSpec]:
-    return [AssetCheckSpec(name=c.name, asset=key, description=c.description) for c in table.checks(rollup)]
+def _blocking(check: AnyCheck) -> bool:
+    """Only an ERROR check blocks (a WARN never stops anything)."""
+    return check.blocking and (not isinstance(check, SqlCheck) or check.severity == AssetCheckSeverity.ERROR)
+
+
+def _specs(table: Table, key: AssetKey, rollup: bool, partitions_def: PartitionsDefinition) -> list[AssetCheckSpec]:
+    """One spec per check, partitioned like its asset: each result belongs to its cluster-day or
+    fleet-day, so the UI shows a day × cluster's own result, not whichever partition ran last."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PreviewWarning)  # partitioned check specs are a Dagster preview
+        return [
+            AssetCheckSpec(name=c.name, asset=key, description=c.description, blocking=_blocking(c), partitions_def=partitions_def)
+            for c in table.checks(rollup)
+        ]
 
 
 def _dep(dep: Any) -> Any:
@@ -271,13 +318,14 @@ def _dep(dep: Any) -> Any:
 
 def _asset(table: Table, rollup: bool) -> AssetsDefinition:
     fleet_day = rollup or table.partitions == "fleet-day"
+    partitions_def = daily_partitions if fleet_day else day_cluster_partitions
     kwargs: dict[str, Any] = dict(
         name=table.name,
-        partitions_def=daily_partitions if fleet_day else day_cluster_partitions,
+        partitions_def=partitions_def,
         deps=[_dep(d) for d in (table.rollup_deps if rollup else table.deps)],
         group_name=ROLLUP_GROUP if rollup else table.group,
         kinds={"duckdb", "parquet"},
-        check_specs=_specs(table, table.rollup_key if rollup else table.key, rollup),
+        check_specs=_specs(table, table.rollup_key if rollup else table.key, rollup, partitions_def),
         description=table.doc,
     )
     if rollup:

@@ -3,13 +3,28 @@ day's files (a run per cluster) and registers the inventory's clusters as partit
 
 import datetime as dt
 import json
+import os
+import shutil
 
-from dagster import DagsterInstance, build_schedule_context, build_sensor_context, partition_loading_context
+import pytest
+from dagster import (
+    DagsterInstance,
+    DailyPartitionsDefinition,
+    build_schedule_context,
+    build_sensor_context,
+    in_process_executor,
+    partition_loading_context,
+)
 
 from collectors.parquet_sink import write_dataset
+from pipeline.cli.ui import automation_line
 from pipeline.definitions import defs
+from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
+from pipeline.partitions import partitions_start
 from pipeline.resources import WarehouseResource
-from tests.builders import DAY, power_table, square_wave, write_square_fleet
+from pipeline.runner import dagster_home, run_day
+from pipeline.sensors import RAW_FILES_TAG
+from tests.builders import DAY, day_start_ns, power_table, square_wave, write_square_fleet
 
 
 def _evaluate(data_dir, cursor=None, instance=None):
@@ -73,3 +88,111 @@ def test_schedule_materializes_yesterdays_cluster_days(tmp_path):
             instance.add_dynamic_partitions("cluster", ["c0", "c1"])
             requests = schedule.evaluate_tick(context).run_requests
     assert _days(requests) == [("2026-11-30", "c0"), ("2026-11-30", "c1")]
+
+
+# A first start of the UI after `wattline run` / `demo`: the sensor knows what those runs read.
+
+
+@pytest.fixture(scope="module")
+def built_day(tmp_path_factory):
+    """A 10-second day built by `wattline run`'s code path (its own Dagster instance on disk)."""
+    data_dir = tmp_path_factory.mktemp("built") / "data"
+    write_square_fleet(data_dir, seconds=10)
+    outcome = run_day(data_dir, DAY.isoformat(), fleet_day=False)
+    assert outcome.success, outcome.error
+    return data_dir
+
+
+def _instance(data_dir):
+    """The data dir's Dagster instance, as `wattline run` wrote it (its dagster.yaml reads DAGSTER_HOME)."""
+    os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))  # what run_day sets too
+    return DagsterInstance.get()
+
+
+def test_sensor_launches_nothing_for_a_day_wattline_run_built_then_one_run_per_cluster_for_late_data(built_day, tmp_path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(built_day, data_dir)  # another path to the same files: the signature is the same
+    with _instance(data_dir) as instance:
+        requests, cursor = _evaluate(data_dir, instance=instance)  # no cursor: the UI's first tick
+        assert requests == []
+        assert _evaluate(data_dir, cursor, instance=instance)[0] == []
+        t, p = square_wave(10, 1, 100, 200)
+        write_dataset(power_table("late-host", 0, t, p), data_dir, "power")
+        late, cursor = _evaluate(data_dir, cursor, instance=instance)
+        assert _days(late) == [(DAY.isoformat(), "c0"), (DAY.isoformat(), "_unassigned")]  # exactly one run per cluster
+        assert {r.tags[RAW_FILES_TAG] for r in late} == {json.loads(cursor)[DAY.isoformat()]}
+        assert _evaluate(data_dir, cursor, instance=instance)[0] == []
+
+
+def test_a_selection_run_does_not_count_as_the_day_built(tmp_path):
+    data_dir = tmp_path / "data"
+    write_square_fleet(data_dir, seconds=5)
+    assert run_day(data_dir, DAY.isoformat(), selection=["power_1s"], fleet_day=False).success
+    with _instance(data_dir) as instance:
+        assert _days(_evaluate(data_dir, instance=instance)[0]) == [(DAY.isoformat(), "c0")]
+
+
+def test_ui_says_in_one_line_that_automation_is_on_and_launches_nothing(built_day, monkeypatch):
+    monkeypatch.delenv("WATTLINE_AUTOMATION", raising=False)
+    line = automation_line(built_day, {"DAGSTER_HOME": str(dagster_home(built_day))})
+    assert "\n" not in line and line.startswith("automation on:")
+    assert "now nothing (the 1 completed day(s) with data are built from their current files)" in line
+    monkeypatch.setenv("WATTLINE_AUTOMATION", "off")
+    assert automation_line(built_day, {}).startswith("automation off")
+
+
+def test_ui_line_names_the_days_the_sensor_would_build(data_dir, monkeypatch):
+    monkeypatch.delenv("WATTLINE_AUTOMATION", raising=False)
+    write_square_fleet(data_dir, seconds=5)
+    line = automation_line(data_dir, {"DAGSTER_HOME": str(dagster_home(data_dir))})
+    assert f"now 1 cluster-day run(s) for {DAY.isoformat()}" in line
+
+
+def test_late_data_before_the_partitions_first_day_waits_for_a_reload(data_dir, monkeypatch):
+    """The partitions start at the data's first day, scanned when the code location loads: a
+    day older than that cannot be launched until it reloads, and is not forgotten meanwhile."""
+    write_square_fleet(data_dir, seconds=5)
+    later = (DAY + dt.timedelta(days=1)).isoformat()
+    monkeypatch.setattr("pipeline.sensors.daily_partitions", DailyPartitionsDefinition(start_date=later, end_offset=1))
+    requests, cursor = _evaluate(data_dir)
+    assert requests == [] and DAY.isoformat() not in json.loads(cursor)
+    monkeypatch.undo()  # the reload
+    assert _days(_evaluate(data_dir, cursor)[0]) == [(DAY.isoformat(), "c0")]
+
+
+@pytest.mark.parametrize(
+    "setting, want",
+    [(None, "2020-01-01"), ("data", DAY.isoformat()), ("2026-11-01", "2026-11-01")],
+)
+def test_partitions_start_where_the_data_starts(data_dir, monkeypatch, setting, want):
+    write_square_fleet(data_dir, seconds=5)
+    t, p = square_wave(5, 1, 100, 200, start_ns=day_start_ns(DAY + dt.timedelta(days=2)))
+    write_dataset(power_table("train-0", 0, t, p), data_dir, "power")
+    (data_dir / "power" / "date=2026-10-01").mkdir()  # an empty folder is no data
+    monkeypatch.setenv("WATTLINE_DATA_DIR", str(data_dir))
+    if setting is None:
+        monkeypatch.delenv("WATTLINE_FIRST_DAY", raising=False)
+    else:
+        monkeypatch.setenv("WATTLINE_FIRST_DAY", setting)
+    assert partitions_start() == want
+
+
+def test_partitions_of_an_empty_data_dir_start_today_and_a_bad_setting_is_named(data_dir, monkeypatch):
+    monkeypatch.setenv("WATTLINE_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("WATTLINE_FIRST_DAY", "data")
+    assert partitions_start() == dt.datetime.now(dt.UTC).date().isoformat()
+    monkeypatch.setenv("WATTLINE_FIRST_DAY", "1999-01-01")
+    with pytest.raises(ValueError, match="WATTLINE_FIRST_DAY: day 1999-01-01 is outside"):
+        partitions_start()
+    monkeypatch.setenv("WATTLINE_FIRST_DAY", "yesterday")
+    with pytest.raises(ValueError, match="not a day"):
+        partitions_start()
+
+
+def test_jobs_run_in_process_and_the_instance_is_quiet(tmp_path):
+    for job in (CLUSTER_JOB, FLEET_JOB):
+        assert defs.resolve_job_def(job).executor_def is in_process_executor
+    with _instance(tmp_path / "data") as instance:
+        assert instance.python_log_level == "INFO" and not instance.nux_enabled
+        queue = instance.run_coordinator
+        assert queue.dequeue_interval_seconds == 1 and queue.get_run_queue_config().max_concurrent_runs == 2

@@ -12,7 +12,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity
 
 from collectors.contract import ROWS_SET_ASIDE
 from pipeline import kernels
-from pipeline.tables import PythonCheck, Table, table_assets
+from pipeline.tables import PythonCheck, Table, files_table, table_assets
 
 
 def _quarantine(context, warehouse, scope) -> dict:
@@ -43,7 +43,7 @@ def no_duplicate_samples(con, *, rejected_files: dict[str, str], **_) -> AssetCh
         check_name="no_duplicate_samples",
         passed=dup == 0,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"duplicate_samples": int(dup), "files": str(files[:10])},
+        metadata={"duplicate_samples": int(dup), "files": files_table(dict.fromkeys(files, "repeats samples"), "problem")},
         description=None if dup == 0 else f"{dup} samples repeat a (host, gpu, source, ts) already seen, in {len(files)} file(s): {', '.join(files[:4])}",
     )
 
@@ -55,7 +55,7 @@ def files_follow_contract(con, *, rejected_files: dict[str, str], **_) -> AssetC
         check_name="files_follow_contract",
         passed=not rejected_files,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"rejected_files": len(rejected_files), "reasons": str(dict(list(rejected_files.items())[:10]))},
+        metadata={"rejected_files": len(rejected_files), "reasons": files_table(rejected_files, "reason")},
         description="; ".join(f"{p}: {why}" for p, why in list(rejected_files.items())[:3]) or None,
     )
 
@@ -65,7 +65,7 @@ def _converted_check(name: str, files: dict[str, str], what: str) -> AssetCheckR
         check_name=name,
         passed=not files,
         severity=AssetCheckSeverity.WARN,
-        metadata={"files": len(files), "conversions": str(dict(list(files.items())[:10]))},
+        metadata={"files": len(files), "conversions": files_table(files, "conversion")},
         description=(f"{len(files)} file(s) {what}: " + "; ".join(f"{p}: {why}" for p, why in list(files.items())[:3])) if files else None,
     )
 

@@ -32,10 +32,10 @@ def _default_signals():
 
 
 class UiServer:
-    def __init__(self, data_dir: Path, log: Path):
+    def __init__(self, data_dir: Path, log: Path, automation: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, WATTLINE_AUTOMATION="off")  # no sensor runs racing the test
+        env = dict(os.environ, WATTLINE_AUTOMATION="on" if automation else "off")  # off: no sensor runs racing the test
         wattline = Path(sys.executable).parent / "wattline"
         self.log = open(log, "wb")
         self.proc = subprocess.Popen(

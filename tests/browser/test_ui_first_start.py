@@ -1,0 +1,121 @@
+"""`wattline ui` right after `wattline demo`, automation on, as a new user meets it: nothing is
+rebuilt, the terminal says what automation does, the partitions are the data's days, and a check
+shows its partition's own result."""
+
+import contextlib
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance
+
+from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_ui import UiServer, visit
+
+QUIET_S = 120
+"""How long the UI runs with its sensors on before the test counts the runs."""
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+
+
+def _demo_day() -> str:
+    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+
+
+@contextlib.contextmanager
+def _instance(data_dir: Path):
+    """The UI's Dagster instance (its dagster.yaml reads DAGSTER_HOME)."""
+    previous = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(data_dir / ".dagster")
+    try:
+        with DagsterInstance.get() as instance:
+            yield instance
+    finally:
+        if previous is None:
+            os.environ.pop("DAGSTER_HOME")
+        else:
+            os.environ["DAGSTER_HOME"] = previous
+
+
+def _runs(data_dir: Path) -> list[str]:
+    with _instance(data_dir) as instance:
+        return [r.run_id for r in instance.get_runs()]
+
+
+def _ticks(data_dir: Path) -> dict[str, list[str]]:
+    """Each sensor's ticks so far (their status), from the instance the daemon writes."""
+    with _instance(data_dir) as instance:
+        return {s.instigator_name: [t.status.value for t in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
+                for s in instance.all_instigator_state()}
+
+
+@pytest.fixture(scope="module")
+def demo_ui(tmp_path_factory):
+    root = tmp_path_factory.mktemp("first-start")
+    data_dir = root / "data"
+    env = dict(os.environ, WATTLINE_REPORT_PNG="off", WATTLINE_REPORTS_DIR=str(root / "reports"))
+    wattline = Path(sys.executable).parent / "wattline"
+    subprocess.run([str(wattline), "demo", "--fleet", "tiny", "--hours", "0.1", "--data-dir", str(data_dir)], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    built = _runs(data_dir)
+    ARTIFACTS.mkdir(exist_ok=True)
+    server = UiServer(data_dir, ARTIFACTS / "wattline-ui-first-start.log", automation=True)
+    try:
+        server.wait_ready()
+        yield server, data_dir, built
+    finally:
+        server.stop()
+
+
+def test_first_start_after_the_demo_launches_nothing_and_says_so(demo_ui):
+    server, data_dir, built = demo_ui
+    started = time.monotonic()
+    while time.monotonic() - started < QUIET_S or not all(_ticks(data_dir).get(s) for s in ("new_parquet_sensor", "fleet_day_automation")):
+        assert time.monotonic() - started < QUIET_S + 120, f"sensors never ticked: {_ticks(data_dir)}"
+        time.sleep(5)
+    ticks = _ticks(data_dir)
+    assert set(_runs(data_dir)) == set(built), "the UI launched runs for a day the demo had built"
+    assert all(status == "SKIPPED" for status in ticks["new_parquet_sensor"]), ticks
+    log = Path(server.log.name).read_text(errors="replace")
+    [line] = [line for line in log.splitlines() if line.startswith("automation ")]
+    assert line.startswith("automation on:") and "now nothing" in line
+    assert " - DEBUG - " not in log  # runs and services at INFO
+
+
+def test_partitions_page_shows_only_the_datas_days(page, demo_ui, artifacts):
+    server, _, _ = demo_ui
+    day, today = _demo_day(), dt.datetime.now(dt.UTC).date().isoformat()
+    visit(page, f"{server.url}/locations/pipeline.definitions/jobs/cluster_day_job/partitions")
+    page.get_by_text("Total partitions").wait_for()
+    text = page.locator("body").inner_text()
+    # the demo's day (built) and today's, in progress (built tomorrow by the schedule): one cluster each
+    assert re.search(r"\b2\s+Total partitions", text) and re.search(r"\b1\s+Missing partitions", text), text
+    assert day in text and today in text and "2020" not in text
+    page.screenshot(path=str(artifacts / "ui-first-start-partitions.png"))
+    DOCS_IMG.mkdir(exist_ok=True)
+    page.screenshot(path=str(DOCS_IMG / "ui-partitions.png"))
+
+
+def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_ui, artifacts):
+    server, _, _ = demo_ui
+    day = _demo_day()
+    visit(page, f"{server.url}/assets/power_1s?view=checks&checkDetail=gpu_coverage")
+    page.get_by_text("Latest execution").wait_for()
+    page.get_by_text(f"c0|{day}").first.wait_for()  # the partition the result belongs to
+    page.get_by_text("Show schema").first.wait_for()  # the examples: a table, not a Python repr
+    text = page.locator("body").inner_text()
+    assert "non-blocking" in text  # a WARN
+    assert re.search(r"gpu\s+coverage", text) and "[(" not in text
+    page.screenshot(path=str(artifacts / "ui-first-start-check.png"))
+    page.screenshot(path=str(DOCS_IMG / "ui-check.png"))
+    page.get_by_text("Partitions", exact=True).last.click()  # the check's own per-partition status
+    page.get_by_text(day).first.wait_for()
+    page.screenshot(path=str(artifacts / "ui-first-start-check-partitions.png"))
+    page.screenshot(path=str(DOCS_IMG / "ui-check-partitions.png"))
+    visit(page, f"{server.url}/assets/power_1s?view=checks&checkDetail=power_within_bounds")
+    page.get_by_text("Latest execution").wait_for()
+    assert "This is a blocking asset check" in page.locator("body").inner_text()  # an ERROR
