@@ -39,18 +39,39 @@ def count_points(spec: dict) -> int:
 
 
 def role_pct_bars(rows: list[dict]) -> alt.Chart:
-    """rows: role, stat ('mean' | 'peak'), pct (of provisioned)."""
+    """rows: role, stat (the day's mean, then the peak named with its resolution), pct (of provisioned)."""
+    stats = list(dict.fromkeys(r["stat"] for r in rows))
     return (
         alt.Chart(alt.Data(values=rows), title="Mean and peak power by role, % of provisioned")
         .mark_bar()
         .encode(
             y=alt.Y("role:N", title=None),
-            yOffset=alt.YOffset("stat:N", sort=["mean", "peak"]),
+            yOffset=alt.YOffset("stat:N", sort=stats),
             x=alt.X("pct:Q", title="% of provisioned power"),
-            color=alt.Color("stat:N", title="statistic", scale=alt.Scale(domain=["mean", "peak"], range=["#9ecae1", "#3182bd"])),
+            color=alt.Color("stat:N", title="statistic", scale=alt.Scale(domain=stats, range=["#9ecae1", "#3182bd"][: len(stats)])),
             tooltip=["role:N", "stat:N", alt.Tooltip("pct:Q", format=".1f")],
         )
         .properties(width=WIDTH, height=40 + 40 * len({r["role"] for r in rows}))
+    )
+
+
+def swing_projection(rows: list[dict], published: list[dict]) -> alt.LayerChart:
+    """rows: kind, entity, gpus, pct, low, high, method; published: kind, gpus, pct (the published figure)."""
+    base = alt.Chart(alt.Data(values=rows))
+    x = alt.X("gpus:Q", scale=alt.Scale(type="log", base=2), title="GPUs summed (log scale)")
+    color = alt.Color("series:N", title="kind / entity")
+    band = base.mark_area(opacity=0.2).encode(x=x, y=alt.Y("low:Q", title="max 2 s swing, 100 ms grid (% of provisioned)"), y2="high:Q", color=color)
+    line = base.mark_line(point=True).encode(
+        x=x, y="pct:Q", color=color, strokeDash=alt.StrokeDash("method:N", title="method"),
+        tooltip=["series:N", "method:N", "gpus:Q", alt.Tooltip("pct:Q", format=".1f"), alt.Tooltip("low:Q", format=".1f"), alt.Tooltip("high:Q", format=".1f")],
+    )
+    pub = alt.Chart(alt.Data(values=published)).mark_point(shape="diamond", size=90, filled=True, color="black").encode(
+        x="gpus:Q", y="pct:Q", tooltip=["kind:N", "gpus:Q", alt.Tooltip("pct:Q", title="published max 2 s swing (%)")])
+    return (band + line + pub).properties(
+        width=WIDTH, height=260,
+        title=alt.TitleParams("Swing at scale: max 2 s swing of the summed endpoints / job hosts",
+                              subtitle="Beyond the observed: inference assumes independent endpoints (spike lift ≈ 1), "
+                                       "training stays in step; ◆ published figures"),
     )
 
 

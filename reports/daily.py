@@ -14,6 +14,7 @@ import html
 import json
 import logging
 import os
+import re
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -157,17 +158,19 @@ header h1 { margin: 0; font-size: 20px; }
 header p { margin: 4px 0 0; color: #c9d3dd; font-size: 12px; }
 nav { padding: 8px 28px; background: #eef1f4; font-size: 13px; position: sticky; top: 0; z-index: 2; }
 nav a { margin-right: 14px; color: #1f4e79; text-decoration: none; }
-main { padding: 8px 28px 40px; max-width: 1100px; }
+main { padding: 8px 28px 40px; max-width: 1860px; }
 section { background: #fff; border: 1px solid #e1e4e8; border-radius: 6px; padding: 12px 20px 16px; margin: 16px 0; }
 h2 { font-size: 17px; margin: 4px 0 10px; }
 .chart { margin: 10px 0 4px; min-height: 60px; }
 .caption { color: #555; font-size: 12px; margin: 2px 0 12px; }
-.tablewrap { overflow-x: auto; max-width: 100%; }
-table { border-collapse: collapse; margin: 8px 0 4px; font-size: 12.5px; }
-th, td { border-bottom: 1px solid #e6e6e6; padding: 3px 9px; text-align: left; vertical-align: top; }
+.tablewrap { max-width: 100%; }
+table { border-collapse: collapse; margin: 8px 0 4px; font-size: 12.5px; max-width: 100%; }
+th, td { border-bottom: 1px solid #e6e6e6; padding: 3px 7px; text-align: left; vertical-align: top; overflow-wrap: anywhere; }
+th { font-size: 12px; }
+code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; background: #f3f5f7; padding: 0 3px; border-radius: 3px; }
 th { background: #f3f5f7; font-weight: 600; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
-td details pre { max-width: 640px; }
+td details pre { max-width: 640px; white-space: pre-wrap; overflow-wrap: anywhere; }
 .note { padding: 6px 10px; border-radius: 4px; margin: 8px 0; font-size: 13px; }
 .note.info { background: #eef6ff; }
 .note.missing { background: #f5f5f5; color: #555; border-left: 3px solid #bbb; }
@@ -179,6 +182,12 @@ pre { background: #f6f8fa; padding: 6px 10px; overflow-x: auto; white-space: pre
 .badge.partial { background: #ffe8b3; }
 footer { color: #888; font-size: 11px; padding: 0 28px 20px; }
 """
+
+
+def text_html(text: str) -> str:
+    """Escaped text whose `names` (table and column names in captions and notes) show as code,
+    not as literal backticks."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 def _cell(value) -> str:
@@ -196,20 +205,20 @@ def _cell(value) -> str:
         else:
             text = f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
         return f'<td class="n">{html.escape(text)}</td>'
-    return f"<td>{html.escape(str(value))}</td>"
+    return f"<td>{text_html(str(value))}</td>"
 
 
 def _block(block) -> str:
     if isinstance(block, Chart):
-        caption = f'<p class="caption">{html.escape(block.caption)}</p>' if block.caption else ""
+        caption = f'<p class="caption">{text_html(block.caption)}</p>' if block.caption else ""
         return f'<div class="chart" id="chart-{block.name}" data-chart="{block.name}" role="img" aria-label="{html.escape(block.name)}"></div>{caption}'
     if isinstance(block, Table):
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in block.columns)
+        head = "".join(f"<th>{text_html(c)}</th>" for c in block.columns)
         body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in block.rows)
-        caption = f'<p class="caption">{html.escape(block.caption)}</p>' if block.caption else ""
+        caption = f'<p class="caption">{text_html(block.caption)}</p>' if block.caption else ""
         return f'{caption}<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
     if isinstance(block, Note):
-        return f'<div class="note {block.kind}">{html.escape(block.text)}</div>'
+        return f'<div class="note {block.kind}">{text_html(block.text)}</div>'
     if isinstance(block, Code):
         return f"<details><summary>SQL: {html.escape(block.label)}</summary><pre>{html.escape(block.sql)}</pre></details>"
     raise TypeError(block)

@@ -6,7 +6,8 @@ from pipeline.tables import Table, table_assets
 ENDPOINT_CORRELATION = Table(
     "endpoint_correlation",
     "Per ordered pair of inference endpoints (and of GPUs in one endpoint): Pearson correlation "
-    "of 1 s power, share of a's prefill-level spikes met by b within ±1 s, best lag (±10 s).",
+    "of 1 s power, share of a's spikes (excursions above its own level) met by b within ±1 s, "
+    "the share chance gives and their ratio (spike_lift, 1 = independent), best lag (±10 s).",
     "cluster-day",
     deps=["power_1s"],
 )

@@ -19,7 +19,8 @@ def build(ctx: Ctx) -> Section:
         endpoints = set()
         if r.has("inventory_gpus", ("endpoint",)):
             endpoints = {x["endpoint"] for x in r.rows("SELECT DISTINCT endpoint FROM inventory_gpus WHERE endpoint IS NOT NULL")}
-        pairs = r.rows(f"SELECT a, b, pearson_1s, spike_cooccurrence, best_lag_s FROM {rel} ORDER BY a, b")
+        lift = "spike_lift" if r.has("endpoint_correlation", (*CORR_COLS, "spike_lift")) else "NULL::DOUBLE AS spike_lift"
+        pairs = r.rows(f"SELECT a, b, pearson_1s, spike_cooccurrence, {lift}, best_lag_s FROM {rel} ORDER BY a, b")
         between = [p for p in pairs if p["a"] in endpoints and p["b"] in endpoints] or pairs
         names = sorted({p["a"] for p in between} | {p["b"] for p in between})[:MAX_HEATMAP]
         keep = set(names)
@@ -36,18 +37,21 @@ def build(ctx: Ctx) -> Section:
             top = sorted(unordered.values(), key=lambda p: -(p["pearson_1s"] if p["pearson_1s"] is not None else -2))[:10]
             s.add(
                 Table(
-                    ["a", "b", "Pearson r (1 s)", "spike co-occurrence (%)", "best lag (s)"],
+                    ["a", "b", "Pearson r (1 s)", "spike co-occurrence, ±1 s (%)", "spike lift (× chance)", "best lag (s)"],
                     [
                         [
                             p["a"],
                             p["b"],
                             num(p["pearson_1s"], 3),
                             num(100 * p["spike_cooccurrence"] if p["spike_cooccurrence"] is not None else None),
+                            num(p["spike_lift"], 2),
                             num(p["best_lag_s"], 1),
                         ]
                         for p in top
                     ],
-                    "Most correlated pairs (spike co-occurrence: share of one's prefill-level spikes that meet a spike of the other within ±1 s).",
+                    "Most correlated pairs. Spike co-occurrence: share of a's spikes (1 s excursions above its own level) that meet a spike "
+                    "of b within ±1 s; spike lift: that share over what chance gives for b's spike rate (1 = independent, "
+                    "the assumption of the swing-at-scale projection; well above 1 = they spike together).",
                 )
             )
         else:

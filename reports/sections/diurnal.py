@@ -52,6 +52,19 @@ def build(ctx: Ctx) -> Section:
                     f"Hourly means for the {n_days} day(s) available up to {ctx.date} (at most {TRAILING_DAYS}); a partial day shows only its hours."))
     else:
         s.not_available("no role-level power (`fleet_power_1s`) or requests for the trailing days")
+    tz = {}
+    if r.has("inventory_endpoints", ("endpoint", "tz_offset_h")):
+        tz = {x["endpoint"]: x["tz_offset_h"] for x in r.rows("SELECT DISTINCT endpoint, tz_offset_h FROM inventory_endpoints")}
+
+    def clock(role: str, entity: str, hour: int) -> str:
+        """The hour in the endpoint's local time (tz_offset_h, fractional offsets kept), else UTC."""
+        off = tz.get(entity) if role == "inference" and entity != role else None
+        if off is None:
+            return f"{hour:02d}:00 UTC"
+        minutes = round((hour + off) * 60) % (24 * 60)
+        sign = "+" if off >= 0 else "−"
+        return f"{minutes // 60:02d}:{minutes % 60:02d} local (UTC{sign}{abs(off):g} h)"
+
     if profile_rows:
         table = []
         for entity in sorted({(x["role"], x["entity"]) for x in profile_rows}):
@@ -61,11 +74,13 @@ def build(ctx: Ctx) -> Section:
             peak = max(rows, key=lambda x: x["mean_w"])
             trough = min(rows, key=lambda x: x["mean_w"])
             ratio = num(peak["mean_w"] / trough["mean_w"], 2) if trough["mean_w"] else None
-            table.append([entity[0], entity[1], peak["hour"], num(peak["mean_w"], 0), trough["hour"], num(trough["mean_w"], 0), ratio,
+            table.append([entity[0], entity[1], clock(*entity, peak["hour"]), num(peak["mean_w"], 0), clock(*entity, trough["hour"]),
+                          num(trough["mean_w"], 0), ratio,
                           num(max((x["requests_per_s"] or 0) for x in rows), 2), num(peak["j_per_output_token"], 3), peak["days"]])
         s.add(Table(["role", "entity", "peak hour", "peak-hour mean (W)", "trough hour", "trough-hour mean (W)", "power peak/trough",
                      "max requests/s", "J / output token at peak", "days"],
-                    table[:40], "From `diurnal_profile` (all days of the week)."))
+                    table[:40], "From `diurnal_profile` (all days of the week). Hours start at the time shown: an endpoint's in its own local time "
+                    "(its `tz_offset_h` in the inventory), the roles' and the fleet's in UTC."))
     elif not r.has("diurnal_profile", PROFILE_COLS):
         s.not_available(r.missing("diurnal_profile", PROFILE_COLS) + ": the p5–p95 band and the per-endpoint profile table")
     else:

@@ -65,6 +65,36 @@ def cluster_roles(ctx: Ctx) -> dict[str, str]:
     return {row["cluster"]: row["roles"] for row in rows}
 
 
+PROJECTION_COLS = ("kind", "entity", "members", "gpus", "max_2s_swing_pct", "max_2s_swing_pct_low",
+                   "max_2s_swing_pct_high", "published_scale", "published_2s_swing_pct")
+
+
+def scale_notes(ctx: Ctx, gpus_of: dict, swing: list[dict], roles_of: dict[str, str]) -> list[Note]:
+    """Beside the published comparison: how many GPUs this fleet has against the published
+    figures' scale, and the swing-at-scale projection's value at that scale (swing_projection)."""
+    notes = []
+    r = ctx.reader
+    for role, (pub_gpus, pub_pct) in (("inference", (2048, 9.0)), ("training", (1024, 37.5))):
+        gpus = gpus_of.get(("role", role))
+        if not isinstance(gpus, int) or gpus >= pub_gpus:
+            continue
+        text = (f"{role.capitalize()}: this fleet has {gpus:,} GPUs; the published {pub_pct:g}% comes from a cluster of about "
+                f"{pub_gpus:,} — its 2 s swing is not comparable as it stands.")
+        if r.has("swing_projection", PROJECTION_COLS):
+            proj = r.rows(
+                f"""SELECT entity, gpus, max_2s_swing_pct, max_2s_swing_pct_low, max_2s_swing_pct_high
+                    FROM {r.day_relation('swing_projection', ctx.date)} WHERE kind = '{role}' AND published_scale ORDER BY entity""")
+            if proj:
+                parts = ", ".join(f"{p['entity']} {p['max_2s_swing_pct']:.1f}% ({p['max_2s_swing_pct_low']:.1f}–{p['max_2s_swing_pct_high']:.1f}%)"
+                                  for p in proj)
+                how = ("endpoints added with their bursts shifted, assumed independent" if role == "inference"
+                       else "hosts added in step, as a synchronous job runs")
+                text += (f" Projected from this day's own series to {proj[0]['gpus']:,} GPUs ({how}; max 2 s swing on the 100 ms grid, "
+                         f"% of provisioned, median and band of the draws): {parts}; published: up to {pub_pct:g}%. See section 2.")
+        notes.append(Note(text, "warn"))
+    return notes
+
+
 def entity_gpus(ctx: Ctx) -> dict[tuple[str, str], int]:
     """GPUs per (level, entity) for the role and cluster rows: the published swings are for thousands."""
     if not ctx.reader.has("inventory_gpus", ("cluster", "role")):
@@ -128,11 +158,15 @@ def build(ctx: Ctx) -> Section:
         s.headline["roles"] = {
             row["role"]: {k: num(row[k], 2) for k in ("mean_w", "max_w", "mean_pct", "max_pct", "energy_kwh", "provisioned_w")} for row in rows
         }
-        bars = [{"role": row["role"], "stat": stat, "pct": num(row[col], 2)} for row in rows for stat, col in (("mean", "mean_pct"), ("peak", "max_pct"))]
+        res = "100 ms" if source == "power_summary" else "1 s"
+        peak = f"peak, {res} mean"
+        bars = [{"role": row["role"], "stat": stat, "pct": num(row[col], 2)} for row in rows for stat, col in (("day mean", "mean_pct"), (peak, "max_pct"))]
         s.add(
-            Chart("headline_roles", charts.role_pct_bars(bars), f"Source: `{source}` (peak = highest 1 s mean when read from fleet_power_1s)."),
+            Chart("headline_roles", charts.role_pct_bars(bars),
+                  f"Source: `{source}`: the role's summed power, its mean over the day and its highest {res} mean "
+                  f"({'the 100 ms grid of complete slots' if res == '100 ms' else 'seconds where all its GPUs report'})."),
             Table(
-                ["role", "mean (W)", "mean (% prov.)", "peak (W)", "peak (% prov.)", "energy (kWh)", "provisioned (W)"],
+                ["role", "day mean (W)", "day mean (% prov.)", f"{peak} (W)", f"{peak} (% prov.)", "energy, day (kWh)", "provisioned (W)"],
                 [
                     [
                         row["role"],
@@ -161,6 +195,8 @@ def build(ctx: Ctx) -> Section:
                 WHERE window_s = 2 AND series = 'instant' AND level IN ('role', 'cluster')"""
         ) if r.has("swing_stats", (*SWING_COLS, "grid_step_ms")) else []
         grid = grid_words([x["grid_step_ms"] for x in steps])
+        step_ms = sorted({x["grid_step_ms"] for x in steps if x["grid_step_ms"]})
+        step_label = f"{step_ms[0]} ms" if len(step_ms) == 1 else "100 ms"
         roles_of = cluster_roles(ctx)
         gpus_of = entity_gpus(ctx)
         table = []
@@ -190,18 +226,18 @@ def build(ctx: Ctx) -> Section:
                     "role",
                     "GPUs",
                     "published (max 2 s swing, % prov.)",
-                    "this fleet: max 2 s swing (% prov.)",
-                    "max 2 s swing (W)",
-                    "p99 2 s swing (W)",
+                    f"this fleet: max 2 s swing, {step_label} (% prov.)",
+                    f"max 2 s swing, {step_label} (W)",
+                    f"p99 2 s swing, {step_label} (W)",
                     "provisioned (W)",
                 ],
                 table,
                 f"Training vs inference: largest power change within any 2 s window of the instantaneous trace {grid} (swing_stats), beside the published "
                 "cluster-level reference points (training up to 37.5%, inference up to 9% of provisioned within 2 s), "
-                "which were measured on clusters of thousands of GPUs: fewer GPUs smooth less "
-                "(docs/simulator.md, 'Paper scale', shows the simulator's swing against the number of endpoints).",
+                "which were measured on clusters of thousands of GPUs: fewer GPUs smooth less.",
             )
         )
+        s.add(*scale_notes(ctx, gpus_of, swing, roles_of))
     else:
         s.not_available(r.missing("swing_stats", SWING_COLS) + ": the training-vs-inference swing table")
     if r.has("training_vs_inference", ("role",)):

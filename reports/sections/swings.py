@@ -259,4 +259,36 @@ def build(ctx: Ctx) -> Section:
         s.add(*_events_table(ctx, top_events(ctx, ("host",)), "Top 10 swing events of hosts (the same rule, among the 10 hosts with the largest 2 s swing)"))
     else:
         s.not_available("fleet_power_100ms is missing: swing events")
+    s.add(*projection_blocks(ctx))
     return s
+
+
+PROJECTION_COLS = ("kind", "entity", "members", "gpus", "method", "max_2s_swing_pct", "max_2s_swing_pct_low",
+                   "max_2s_swing_pct_high", "p99_2s_swing_pct", "published_scale", "published_2s_swing_pct", "members_observed")
+
+
+def projection_blocks(ctx: Ctx) -> list:
+    """The swing-at-scale chart and table (swing_projection)."""
+    r = ctx.reader
+    if not r.has("swing_projection", PROJECTION_COLS):
+        return [Note("Not available yet: " + r.missing("swing_projection", PROJECTION_COLS) + ": the swing-at-scale projection.", "missing")]
+    rows = r.rows(f"SELECT * FROM {r.day_relation('swing_projection', ctx.date)} ORDER BY kind, entity, members")
+    if not rows:
+        return [Note("`swing_projection` has no rows for this day.", "info")]
+    points = [{"series": f"{x['kind']} / {x['entity']}", "kind": x["kind"], "gpus": x["gpus"], "method": x["method"],
+               "pct": num(x["max_2s_swing_pct"], 2), "low": num(x["max_2s_swing_pct_low"], 2), "high": num(x["max_2s_swing_pct_high"], 2)}
+              for x in rows]
+    published = [{"kind": x["kind"], "gpus": x["gpus"], "pct": x["published_2s_swing_pct"]} for x in rows if x["published_scale"]]
+    table = [[x["kind"], x["entity"], x["members_observed"], x["gpus"], num(x["max_2s_swing_pct"]),
+              f"{x['max_2s_swing_pct_low']:.1f}–{x['max_2s_swing_pct_high']:.1f}", num(x["p99_2s_swing_pct"]),
+              x["published_2s_swing_pct"]] for x in rows if x["published_scale"] or x["members"] == x["members_observed"]]
+    return [
+        Chart("swing_projection", charts.swing_projection(points, published),
+              "The 2 s swing (largest max − min in any 2 s window of the 100 ms grid, % of the summed members' provisioned power) "
+              "of k summed inference endpoints (per cluster) and k hosts of a training job: observed subsets up to the members there "
+              "are, then copies of them (inference: shifted by up to ±30 min, assuming independent bursts, which `endpoint_correlation` "
+              "spike_lift ≈ 1 supports; training: in step). Line: median of the draws; band: their min–max (`swing_projection`)."),
+        Table(["kind", "entity", "members observed", "GPUs", "max 2 s swing, 100 ms (% prov.)", "band (% prov.)",
+               "p99 2 s swing, 100 ms (% prov.)", "published max 2 s swing (%)"], table,
+              "At the fleet's own size and at the published figures' cluster size."),
+    ]

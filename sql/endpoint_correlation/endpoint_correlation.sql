@@ -1,27 +1,47 @@
 -- endpoint_correlation: for each ordered pair of inference endpoints, and of GPUs inside one
 -- endpoint (named host/gpu), on 1 s power (power_1s; an endpoint sums its GPUs' means):
 --   pearson_1s          correlation at lag 0 over the seconds both report;
---   spike_cooccurrence  share of a's spike seconds with a spike of b within ±1 s, where a spike
---                       second is one in which a GPU (any of the endpoint's) peaks at prefill
---                       level, ≥ 75% of its TDP (decode stays below ~65% on an H200);
+--   spike_cooccurrence  share of a's spike seconds with a spike of b within ±1 s. A spike second
+--                       is an excursion above the series' own level: its 1 s power minus its
+--                       mean over the surrounding ±60 s (the local level, which follows the
+--                       day) exceeds that excursion's day median by more than 3 robust standard
+--                       deviations (3 × 1.4826 × MAD) and by at least 5 % of the series' TDP.
+--                       A fixed share of TDP would be crossed by a busy endpoint nearly every
+--                       second and say nothing;
+--   spike_chance        the co-occurrence chance gives: share of a's seconds with a spike of b
+--                       within ±1 s;
+--   spike_lift          spike_cooccurrence ÷ spike_chance (1 = independent, ≫ 1 = together);
 --   best_lag_s          the lag L in −10..10 s maximising corr(a(t), b(t + L)) (L > 0: b follows a);
 --                       endpoint pairs only (null for GPU pairs, see below).
 -- Both orders of a pair are listed, since the co-occurrence share is not symmetric.
-CREATE OR REPLACE TEMP TABLE _series AS
+CREATE OR REPLACE TEMP TABLE _level AS
 WITH g AS (
     SELECT
-        i.endpoint, p.host, p.gpu, epoch(p.ts)::BIGINT AS t, p.mean_w, p.max_w >= 0.75 * i.tdp_w AS spike
+        i.endpoint, p.host, p.gpu, epoch(p.ts)::BIGINT AS t, p.mean_w, i.tdp_w
     FROM power_1s AS p
     JOIN inventory_gpus AS i USING (host, gpu)
     WHERE p.date = getvariable('partition_date') AND i.role = 'inference' AND i.endpoint IS NOT NULL
 ),
-sizes AS (SELECT endpoint, count(DISTINCT (host, gpu)) AS gpus FROM g GROUP BY ALL)
-SELECT 'endpoint' AS kind, '' AS grp, endpoint AS e, t, sum(mean_w) AS v, bool_or(spike) AS spike
-FROM g JOIN sizes USING (endpoint)
-GROUP BY endpoint, t
-HAVING count(*) = any_value(gpus)  -- seconds where every GPU of the endpoint reports
-UNION ALL
-SELECT 'gpu', endpoint, host || '/' || gpu, t, mean_w, spike FROM g;
+sizes AS (SELECT endpoint, count(DISTINCT (host, gpu)) AS gpus FROM g GROUP BY ALL),
+tdp AS (SELECT endpoint, sum(tdp_w) AS tdp_w FROM (SELECT DISTINCT endpoint, host, gpu, tdp_w FROM g) GROUP BY ALL),
+s AS (
+    SELECT 'endpoint' AS kind, '' AS grp, endpoint AS e, t, sum(mean_w) AS v, any_value(tdp.tdp_w) AS tdp_w
+    FROM g JOIN sizes USING (endpoint) JOIN tdp USING (endpoint)
+    GROUP BY endpoint, t
+    HAVING count(*) = any_value(gpus)  -- seconds where every GPU of the endpoint reports
+    UNION ALL
+    SELECT 'gpu', endpoint, host || '/' || gpu, t, mean_w, tdp_w FROM g
+)
+SELECT *, v - avg(v) OVER (PARTITION BY kind, e ORDER BY t RANGE BETWEEN 60 PRECEDING AND 60 FOLLOWING) AS excursion_w
+FROM s;
+
+CREATE OR REPLACE TEMP TABLE _series AS
+WITH thresholds AS (
+    SELECT kind, e, median(excursion_w) AS mid_w, greatest(3 * 1.4826 * mad(excursion_w), 0.05 * any_value(tdp_w)) AS above_w
+    FROM _level GROUP BY ALL
+)
+SELECT l.kind, l.grp, l.e, l.t, l.v, l.excursion_w - h.mid_w > h.above_w AS spike
+FROM _level AS l JOIN thresholds AS h USING (kind, e);
 
 -- The lag search runs for endpoint pairs only: GPUs of one endpoint run tensor-parallel in
 -- lock-step, and 21 lags over every GPU pair would multiply the largest join by 21.
@@ -46,6 +66,16 @@ CROSS JOIN range(-1, 2) AS o(off)
 JOIN s AS b ON b.kind = a.kind AND b.grp = a.grp AND b.e <> a.e AND b.t = a.t + o.off
 GROUP BY ALL;
 
+-- What chance gives: the share of a's seconds that b's spikes cover within ±1 s, whatever a does.
+CREATE OR REPLACE TEMP TABLE _chance AS
+WITH covered AS (
+    SELECT DISTINCT kind, grp, e, t + o.off AS t FROM _series CROSS JOIN range(-1, 2) AS o(off) WHERE spike
+)
+SELECT a.kind, a.e AS a, c.e AS b, count(*) AS covered_seconds
+FROM _series AS a
+JOIN covered AS c ON c.kind = a.kind AND c.grp = a.grp AND c.e <> a.e AND c.t = a.t
+GROUP BY ALL;
+
 WITH pairs AS (
     SELECT kind, a, b,
         max(r) FILTER (lag = 0) AS pearson_1s,
@@ -56,20 +86,28 @@ WITH pairs AS (
     GROUP BY kind, a, b
 ),
 spiky AS (
-    SELECT kind, e AS a, count(*) FILTER (spike) AS spikes FROM _series GROUP BY ALL
+    SELECT kind, e AS a, count(*) FILTER (spike) AS spikes, count(*) AS own_seconds FROM _series GROUP BY ALL
+),
+shares AS (
+    SELECT p.*, s.spikes, coalesce(h.hits, 0) / nullif(s.spikes, 0) AS cooccurrence,
+        coalesce(c.covered_seconds, 0) / s.own_seconds AS chance
+    FROM pairs AS p
+    JOIN spiky AS s USING (kind, a)
+    LEFT JOIN _spikes AS h USING (kind, a, b)
+    LEFT JOIN _chance AS c USING (kind, a, b)
 )
 SELECT
     getvariable('partition_date') AS date,
-    p.a,
-    p.b,
-    p.pearson_1s::FLOAT AS pearson_1s,
-    (coalesce(h.hits, 0) / nullif(s.spikes, 0))::FLOAT AS spike_cooccurrence,
-    p.best_lag_s::INTEGER AS best_lag_s,
-    p.kind AS pair_kind,
-    p.best_lag_r::FLOAT AS best_lag_pearson,
-    s.spikes AS a_spikes,
-    p.seconds::INTEGER AS seconds
-FROM pairs AS p
-JOIN spiky AS s USING (kind, a)
-LEFT JOIN _spikes AS h USING (kind, a, b)
+    a,
+    b,
+    pearson_1s::FLOAT AS pearson_1s,
+    cooccurrence::FLOAT AS spike_cooccurrence,
+    best_lag_s::INTEGER AS best_lag_s,
+    kind AS pair_kind,
+    best_lag_r::FLOAT AS best_lag_pearson,
+    spikes AS a_spikes,
+    seconds::INTEGER AS seconds,
+    chance::FLOAT AS spike_chance,
+    (cooccurrence / nullif(chance, 0))::FLOAT AS spike_lift
+FROM shares
 ORDER BY pair_kind DESC, a, b
