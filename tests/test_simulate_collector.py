@@ -103,11 +103,22 @@ def test_wattline_run_computes_the_collector_shape(sim):
 
     outcome = run_day(sim, DAY.isoformat())
     assert outcome.success, outcome.error
-    # only warnings: 7 minutes of a day (gpu_coverage); power-only prefill detection may disagree with the
-    # request log on these calibrated, spiky traces as on the real capture (power_segmentation_agreement)
+    # only warnings: 7 minutes of a day (gpu_coverage); the requests still running when those 7 minutes
+    # (and their power) stop are partly covered (power_coverage); power-only prefill detection may
+    # disagree with the request log on these calibrated, spiky traces as on the real capture
+    # (power_segmentation_agreement)
     failed = {c.check: c.severity for c in outcome.failed_checks}
-    assert "gpu_coverage" in failed and set(failed) <= {"gpu_coverage", "power_segmentation_agreement"}, failed
+    assert "gpu_coverage" in failed and set(failed) <= {"gpu_coverage", "power_coverage", "power_segmentation_agreement"}, failed
     assert all(str(v).endswith("WARN") for v in failed.values()), failed
+    if "power_coverage" in failed:  # exactly the requests that end after the simulated window
+        from pipeline import warehouse
+
+        window_end = dt.datetime.combine(DAY, dt.time(0), tzinfo=dt.UTC) + dt.timedelta(hours=0.12)
+        with warehouse.compute_connection(sim, DAY.isoformat()) as con:
+            partly = con.execute("SELECT min(r.end_ts), count(*) FROM request_energy AS e JOIN requests AS r USING (request_id) "
+                                 "WHERE e.power_coverage < 1").fetchone()
+            after = con.execute("SELECT count(*) FROM requests WHERE end_ts > ?", [window_end]).fetchone()[0]
+        assert partly[1] == after and partly[0] > window_end, (partly, after)
 
 
 def test_cli_shape_flag(tmp_path):
