@@ -2,7 +2,9 @@
 
 What is read (dcgm-exporter's default counters): ``DCGM_FI_DEV_POWER_USAGE`` (gauge, W: the
 driver's power reading, a 1 s average on Ampere and newer) and, when present,
-``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (counter, mJ since driver load). Series are told apart by
+``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (counter, mJ since driver load), and when asked
+(``limit_metric``) the enforced power limit ``DCGM_FI_DEV_POWER_MGMT_LIMIT`` (gauge, W; dcgm-exporter
+exports it only where that field is enabled in its counters CSV, hence opt-in). Series are told apart by
 the labels ``Hostname`` (the host) and ``gpu`` (its index); ``UUID`` and ``modelName`` are kept
 when present. The host label's value becomes a path segment, so it must follow
 ``collectors.names``'s rule.
@@ -23,7 +25,9 @@ has a total deadline (a server trickling its answer cannot hold the import) and 
 redirects are refused (the error names where they point).
 
 Rows: ``power_avg_w`` = the gauge, ``power_w`` null, ``source = 'dcgm'``, ``energy_j`` = the
-counter in J (null where there is none). A drop of the counter is a reset (driver reload): it is
+counter in J (null where there is none), ``power_limit_w`` = the last limit value at or before
+the row's time within the range, per GPU (null before the GPU's first limit value, and without
+``limit_metric``). A drop of the counter is a reset (driver reload): it is
 counted, and the per-GPU energy in the summary adds the increases around it.
 """
 
@@ -58,6 +62,8 @@ from collectors.storage import DataRoot
 
 POWER_METRIC = "DCGM_FI_DEV_POWER_USAGE"
 ENERGY_METRIC = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+LIMIT_METRIC = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
+"""The enforced power limit (W): not in dcgm-exporter's default counters, so read only when asked."""
 SOURCE = "dcgm"
 MAX_POINTS = 11_000
 """Prometheus's limit on points per series in one range query."""
@@ -83,12 +89,15 @@ class Series:
     power_avg_w: list | np.ndarray = field(default_factory=list)
     energy_t_ms: list | np.ndarray = field(default_factory=list)
     energy_mj: list | np.ndarray = field(default_factory=list)
+    limit_t_ms: list | np.ndarray = field(default_factory=list)
+    limit_w: list | np.ndarray = field(default_factory=list)
 
     def finish(self) -> None:
         """Chunks joined; several series of one GPU (a pod label that changed) give one value per
         timestamp (the first seen)."""
         self.t_ms, self.power_avg_w = _joined(self.t_ms, self.power_avg_w)
         self.energy_t_ms, self.energy_mj = _joined(self.energy_t_ms, self.energy_mj)
+        self.limit_t_ms, self.limit_w = _joined(self.limit_t_ms, self.limit_w)
 
 
 @dataclass
@@ -102,6 +111,7 @@ class ImportResult:
     step_s: float = 1.0
     written: list = field(default_factory=list)
     note: str | None = None  # the asked range was cut to the pipeline's days
+    limit_metric: str | None = None  # the power-limit gauge asked for, if any
 
     def energy_j(self, key) -> float | None:
         """Energy of one GPU from its counter (increases only: a drop is a reset)."""
@@ -122,9 +132,21 @@ class ImportResult:
                 + (f"; energy counter on {len(with_energy)} GPU(s): {energy / 3.6e6:.4f} kWh"
                    + (f", {self.resets} counter reset(s) skipped" if self.resets else "") if with_energy else
                    "; no energy counter")
+                + self._limit_summary()
                 + (f"; dropped {skipped}" if skipped else "")
                 + (f"; scrape interval ≈ {self.scrape_interval_s:.3g} s" if self.scrape_interval_s else "")
                 + (f"; {self.note}" if self.note else ""))
+
+    def _limit_summary(self) -> str:
+        if not self.limit_metric:
+            return ""
+        with_limit = sorted({float(w) for s in self.gpus.values() for w in s.limit_w})
+        if not with_limit:
+            return (f"; no {self.limit_metric} values (power_limit_w left null: is the field enabled in "
+                    "dcgm-exporter's counters CSV?)")
+        n = sum(1 for s in self.gpus.values() if len(s.limit_w))
+        shown = ", ".join(f"{w:g}" for w in with_limit[:5]) + (", ..." if len(with_limit) > 5 else "")
+        return f"; power limit on {n} GPU(s): {shown} W"
 
     def coarse_warning(self) -> str | None:
         """Scrapes slower than the step repeat each value: say which answers that leaves out."""
@@ -352,12 +374,13 @@ def _query_range(start_s: float, end_s: float, step_s: float, allow_long_range: 
 def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric: str = POWER_METRIC,
           energy_metric: str | None = ENERGY_METRIC, host_label: str = "Hostname", gpu_label: str = "gpu",
           max_points: int = MAX_POINTS, progress: bool | None = None, timeout_s: float = 60.0,
-          allow_long_range: bool = False) -> ImportResult:
-    """Query every chunk of power (and energy) into memory; writes nothing."""
+          allow_long_range: bool = False, limit_metric: str | None = None) -> ImportResult:
+    """Query every chunk of power (and energy, and the power limit when asked) into memory; writes nothing."""
     lo, hi, note = _query_range(start_s, end_s, step_s, allow_long_range)
     client = Client(url, timeout_s)
-    res = ImportResult(note=note)
-    metrics = [(metric, "power")] + ([(energy_metric, "energy")] if energy_metric else [])
+    res = ImportResult(note=note, limit_metric=limit_metric)
+    metrics = ([(metric, "power")] + ([(energy_metric, "energy")] if energy_metric else [])
+               + ([(limit_metric, "limit")] if limit_metric else []))
     with _progress(chunk_count(lo, hi, step_s, max_points) * len(metrics), progress) as advance:
         for a, b in chunks(lo, hi, step_s, max_points):
             for name, kind in metrics:
@@ -370,8 +393,8 @@ def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric
                     key = _labels_key(labels, host_label, gpu_label, name)
                     s = res.gpus.get(key)
                     if s is None:
-                        if kind == "energy":  # energy for a GPU with no power series: nothing to attach to
-                            _drop(res, "energy series without a power series", 1)
+                        if kind != "power":  # energy or a limit for a GPU with no power series: nothing to attach to
+                            _drop(res, f"{kind} series without a power series", 1)
                             continue
                         s = res.gpus[key] = Series(*key)
                     s.uuid = s.uuid or _text(labels.get("UUID"))
@@ -385,6 +408,11 @@ def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric
                         _drop(res, f"power outside 0..{MAX_POWER_W:.0f} W", int((~ok).sum()))
                         s.t_ms.append(t_ms[ok])
                         s.power_avg_w.append(v[ok])
+                    elif kind == "limit":  # a limit of 0 W or above any board's power is no limit
+                        ok = np.isfinite(v) & (v > 0) & (v <= MAX_POWER_W)
+                        _drop(res, f"power limit outside 0..{MAX_POWER_W:.0f} W", int((~ok).sum()))
+                        s.limit_t_ms.append(t_ms[ok])
+                        s.limit_w.append(v[ok])
                     else:
                         ok = np.isfinite(v) & (v >= 0)
                         s.energy_t_ms.append(t_ms[ok])
@@ -448,6 +476,11 @@ def to_table(res: ImportResult) -> pa.Table:
             at = np.minimum(np.searchsorted(s.energy_t_ms, s.t_ms), len(s.energy_t_ms) - 1)
             has = s.energy_t_ms[at] == s.t_ms
             energy_j = s.energy_mj[at] / 1000.0
+        limit_w, has_limit = np.full(n, np.nan), np.zeros(n, dtype=bool)
+        if len(s.limit_t_ms):  # the last limit value at or before each row: carried forward, never back
+            at = np.searchsorted(s.limit_t_ms, s.t_ms, side="right") - 1
+            has_limit = at >= 0
+            limit_w = s.limit_w[np.maximum(at, 0)]
         types = {f.name: f.type for f in POWER}
         parts.append(pa.table({
             "ts": pa.array(s.t_ms * 1_000_000, pa.int64()).cast(TS),
@@ -457,8 +490,8 @@ def to_table(res: ImportResult) -> pa.Table:
             "power_w": pa.nulls(n, pa.float32()),
             "power_avg_w": pa.array(s.power_avg_w.astype(np.float32)),
             "energy_j": pa.array(energy_j, pa.float64(), mask=~has),
-            **{k: pa.nulls(n, types[k]) for k in ("sm_clock_mhz", "gpu_util_pct", "mem_used_mib", "temp_c",
-                                                  "power_limit_w")},
+            **{k: pa.nulls(n, types[k]) for k in ("sm_clock_mhz", "gpu_util_pct", "mem_used_mib", "temp_c")},
+            "power_limit_w": pa.array(limit_w, pa.float64(), mask=~has_limit).cast(types["power_limit_w"]),
             "source": pa.array([SOURCE] * n, pa.string()).dictionary_encode(),
         }))
     return pa.concat_tables(parts) if parts else POWER.empty_table()

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -106,10 +107,16 @@ class Exporter:
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """A real Prometheus on 127.0.0.1 that has scraped the whole recorded series; yields (url, base_s, exporter)."""
-    tmp = tmp_path_factory.mktemp("prom")
+    with running_prometheus(tmp_path_factory.mktemp("prom"), Exporter) as got:
+        yield got
+
+
+@contextmanager
+def running_prometheus(tmp: Path, exporter_class):
+    """Prometheus scraping ``exporter_class(base_ms)`` until it served the whole series; (url, base_s, exporter)."""
     now_s = int(time.time())
     base_s = now_s - COUNT - 30  # the series ends in the past, as a finished day does
-    exporter = Exporter(base_s * 1000)
+    exporter = exporter_class(base_s * 1000)
     exp_port, prom_port = free_port(), free_port()
     server = exporter.serve(exp_port)
     (tmp / "prometheus.yml").write_text(

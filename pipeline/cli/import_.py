@@ -80,6 +80,9 @@ def _seconds(value: str) -> float:
 @click.option("--metric", default="DCGM_FI_DEV_POWER_USAGE", show_default=True, help="Power gauge, in W.")
 @click.option("--energy-metric", default="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", show_default=True,
               help="Energy counter in mJ (energy_j); '' to skip. Absent series leave energy_j null.")
+@click.option("--limit-metric", default=None, metavar="METRIC",
+              help="Enforced power limit gauge in W (power_limit_w), e.g. DCGM_FI_DEV_POWER_MGMT_LIMIT; "
+                   "off unless given (dcgm-exporter exports it only when enabled in its counters CSV).")
 @click.option("--host-label", default="Hostname", show_default=True, help="Label that names the host.")
 @click.option("--gpu-label", default="gpu", show_default=True, help="Label that holds the GPU index.")
 @click.option("--print-inventory", is_flag=True, help="Print a stub inventory.yaml from the labels seen; import nothing.")
@@ -87,7 +90,7 @@ def _seconds(value: str) -> float:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               metavar="SECONDS", help="Longest wait for one whole answer of Prometheus (connect, headers and body).")
 @data_dir_option
-def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_label, print_inventory, allow_long_range,
+def prometheus(url, start, end, step, metric, energy_metric, limit_metric, host_label, gpu_label, print_inventory, allow_long_range,
                timeout_s, data_dir) -> None:
     """Import dcgm-exporter power (and energy) series from Prometheus as `power` rows (source dcgm)."""
     from collectors.prometheus import PrometheusError, import_prometheus, stub_inventory
@@ -101,7 +104,8 @@ def prometheus(url, start, end, step, metric, energy_metric, host_label, gpu_lab
             return
         res = import_prometheus(url, start_s, end_s, data_dir, step_s=step_s, metric=metric,
                                 energy_metric=energy_metric or None, host_label=host_label, gpu_label=gpu_label,
-                                timeout_s=timeout_s, allow_long_range=allow_long_range)
+                                timeout_s=timeout_s, allow_long_range=allow_long_range,
+                                limit_metric=limit_metric or None)
     except PrometheusError as exc:
         raise UserError(str(exc)) from None
     click.echo(printable(res.summary(), LINE_CHARS))
