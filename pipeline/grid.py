@@ -160,21 +160,36 @@ def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
 
 
 def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iterable[int], provisioned_w: float,
-               slide: bool = True) -> list[dict]:
+               slide: bool = True, carried: np.ndarray | None = None) -> list[dict]:
     """swing_stats' columns for one entity's series on the grid, one dict per window (none when no
-    bin is complete); max_swing_w None unless ``slide`` (a GPU's comes from its raw samples)."""
+    bin is complete); max_swing_w None unless ``slide`` (a GPU's comes from its raw samples).
+
+    ``carried``: per bin, how many bins back its oldest value was sampled (0: in the bin; the carry
+    rule of sparse sources). A window leaves out a bin whose value was sampled before the window
+    starts, so carrying never widens a window: a one-GPU host swings at most what its GPU's samples
+    do within the window."""
     if not ok.any():
         return []
     both = ok[1:] & ok[:-1]
     ramp = float(np.abs(np.diff(values))[both].max()) / (step_ms / 1000) if both.any() else None
+    aged = carried is not None and bool((carried[ok] > 0).any())
     rows = []
     for w in windows_s:
         n = w * 1000 // step_ms
-        sliding = sliding_max_swing(values, ok, n) if slide else None
-        blocks = ok.reshape(-1, n)
-        complete = blocks.all(axis=1)
-        used = values.reshape(-1, n)[complete]
-        ranges = used.max(axis=1) - used.min(axis=1) if len(used) else np.zeros(0)
+        if aged:
+            assert carried is not None
+            hi, lo, full = window_extremes(values, ok, carried, n)
+            swing = np.where(hi >= lo, hi - lo, 0.0)  # no value sampled inside: nothing seen to swing
+            sliding = (float(swing[full].max()) if full.any() else None) if slide else None
+            complete = full[::n]
+            ranges = swing[::n][complete]
+            blocks = ok.reshape(-1, n)
+        else:
+            sliding = sliding_max_swing(values, ok, n) if slide else None
+            blocks = ok.reshape(-1, n)
+            complete = np.asarray(blocks.all(axis=1))
+            used = values.reshape(-1, n)[complete]
+            ranges = used.max(axis=1) - used.min(axis=1) if len(used) else np.zeros(0)
         rows.append({
             "window_s": w,
             "max_swing_w": sliding,
@@ -187,6 +202,44 @@ def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iter
             "windows_incomplete": int((blocks.any(axis=1) & ~complete).sum()),
         })
     return rows
+
+
+def grid_max_swing(values: np.ndarray, ok: np.ndarray, n: int, carried: np.ndarray | None = None) -> float | None:
+    """The largest swing over every window of ``n`` consecutive ``ok`` bins (None when there is
+    none), leaving out of each window the values carried from before it (``carried``, as in
+    :func:`grid_stats`)."""
+    if carried is None or not bool((carried[ok] > 0).any()):
+        return sliding_max_swing(values, ok, n)
+    hi, lo, full = window_extremes(values, ok, carried, n)
+    return float(np.where(hi >= lo, hi - lo, 0.0)[full].max()) if full.any() else None
+
+
+def window_extremes(values: np.ndarray, ok: np.ndarray, carried: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every window of ``n`` bins starting at bin s (s = 0 … len − n): the max and min of the
+    values it uses (−inf/+inf when none) and whether all its bins are ``ok``. A window uses bin
+    s + d unless its value was carried from before s (``carried[s + d] > d``). Exact, one pass per
+    offset d below the largest carry (a few for 250 ms and 1 s sources); the rest of the window,
+    which no carry reaches back out of, by polars rolling max/min."""
+    bins = len(values)
+    starts = bins - n + 1
+    reach = int(min(n, carried[ok].max(initial=0)))
+    hi = np.full(starts, -np.inf)
+    lo = np.full(starts, np.inf)
+    for d in range(reach):  # the first bins of a window: used only when sampled at or after its start
+        use = ok[d: d + starts] & (carried[d: d + starts] <= d)
+        v = values[d: d + starts]
+        hi = np.where(use, np.maximum(hi, v), hi)
+        lo = np.where(use, np.minimum(lo, v), lo)
+    if reach < n:  # bins reach … n − 1 of every window: always used where ok
+        tail = pl.Series("v", np.where(ok, values, np.nan), nan_to_null=True)
+        m = n - reach  # the m bins ending at s + n − 1
+        t_hi = tail.rolling_max(window_size=m, min_samples=1).to_numpy()[n - 1:]
+        t_lo = tail.rolling_min(window_size=m, min_samples=1).to_numpy()[n - 1:]
+        hi = np.fmax(hi, np.nan_to_num(t_hi, nan=-np.inf))
+        lo = np.fmin(lo, np.nan_to_num(t_lo, nan=np.inf))
+    filled = np.r_[0, np.cumsum(ok, dtype=np.int64)]
+    count = filled[n:] - filled[:-n]
+    return hi, lo, count == n
 
 
 def sliding_max_swing(values: np.ndarray, ok: np.ndarray, n: int) -> float | None:

@@ -358,8 +358,9 @@ POWER_100MS = Table(
 FLEET_POWER_100MS = Table(
     "fleet_power_100ms",
     "Per 100 ms slot, summed power (W) of every host, cluster, role and fleet, the driver's 1 s "
-    "average summed likewise, GPUs reporting, and whether the slot is complete (every reporting "
-    "GPU has a value, carried at most one slot).",
+    "average summed likewise, GPUs reporting, whether the slot is complete in each series (every "
+    "reporting GPU has an instantaneous value / a 1 s average, own or carried) and how far the "
+    "oldest value was carried (ms).",
     "cluster-day",
     deps=["power_100ms", "fleet_power_1s"],
     rollup=True,  # role and fleet rows summed from the cluster-days' parts; complete when every part is

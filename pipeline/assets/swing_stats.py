@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
-from pipeline.grid import DAY_NS, carried_slots, grid_stats, sliding_max_swing, summed_series
+from pipeline.grid import DAY_NS, carried_slots, grid_max_swing, grid_stats, summed_series
 from pipeline.kernels import arrow_frame, best_samples, in_file_order, registered, series_swings
 from pipeline.tables import Table, table_assets
 
@@ -49,22 +49,25 @@ def _coarse_step_s(slot: np.ndarray, dcgm: np.ndarray) -> float | None:
 def _gpu_rows(host: str, gpu: int, provisioned_w: float, slot: np.ndarray, p: np.ndarray, pa: np.ndarray, dcgm: np.ndarray,
               native: dict, first_slot: int) -> list[dict]:
     """One GPU's swing_stats rows: grid statistics on its 100 ms slots (the carry rule filling empty
-    ones: grid.carried_slots), the max swing of its raw samples where it has them."""
+    ones: grid.carried_slots; a window leaves out values carried from before it), the max swing of
+    its raw samples where it has them."""
     bins = DAY_NS // 100_000_000
     extra, source = carried_slots(slot, first_slot + bins)
     at = np.r_[slot, extra] - first_slot
+    carried = np.zeros(bins, dtype=np.int64)
+    carried[extra - first_slot] = extra - slot[source]
     step_s = _coarse_step_s(slot, dcgm)
     out = []
     for series, v in (("instant", np.r_[p, p[source]]), ("avg1s", np.r_[pa, pa[source]])):
         values, ok = np.zeros(bins), np.zeros(bins, dtype=bool)
         values[at], ok[at] = np.nan_to_num(v), ~np.isnan(v)
-        for row in grid_stats(values, ok, DEFAULT_GRID_STEP_MS, WINDOWS_S, provisioned_w, slide=False):
+        for row in grid_stats(values, ok, DEFAULT_GRID_STEP_MS, WINDOWS_S, provisioned_w, slide=False, carried=carried):
             w = row["window_s"]
             if step_s is not None and w < 2 * step_s:
                 continue
             mx, interval_ms = native.get((series, w), (None, None))
             if mx is None:  # no raw samples of this series: the grid's own sliding windows
-                mx = sliding_max_swing(values, ok, w * 1000 // DEFAULT_GRID_STEP_MS)
+                mx = grid_max_swing(values, ok, w * 1000 // DEFAULT_GRID_STEP_MS, carried)
             out.append({"level": "gpu", "entity": f"{host}/{gpu}", "series": series, **row, "max_swing_w": mx,
                         "grid_step_ms": DEFAULT_GRID_STEP_MS, "sample_interval_ms": interval_ms})
     return out
@@ -184,13 +187,18 @@ def _stored_step(con, step: int) -> None:
 
 
 def _entity_rows(level: str, entity: str, provisioned_w: float, series: str, bin_: np.ndarray, value: np.ndarray, ok: np.ndarray,
-                 step: int) -> list[dict]:
-    """swing_stats' grid columns of one entity's series, on its dense day series (complete where ``ok``)."""
+                 step: int, carried_bins: np.ndarray | None = None) -> list[dict]:
+    """swing_stats' grid columns of one entity's series, on its dense day series (complete where
+    ``ok``; ``carried_bins``: how many bins back each bin's oldest value was sampled)."""
     bins = DAY_NS // (step * 1_000_000)
     values, complete = np.zeros(bins), np.zeros(bins, dtype=bool)
     values[bin_], complete[bin_] = np.where(ok, value, 0.0), ok
+    carried = None
+    if carried_bins is not None:
+        carried = np.zeros(bins, dtype=np.int64)
+        carried[bin_] = carried_bins
     return [{"level": level, "entity": entity, "series": series, **row, "grid_step_ms": step}
-            for row in grid_stats(values, complete, step, WINDOWS_S, provisioned_w)]
+            for row in grid_stats(values, complete, step, WINDOWS_S, provisioned_w, carried=carried)]
 
 
 def _filled(x) -> tuple[np.ndarray, np.ndarray]:
@@ -208,13 +216,16 @@ def grid_swings(con) -> None:
     levels on its own (tests/test_power_swings.py), at a fraction of its cost."""
     step = grid_step(con)
     out: list[dict] = []
-    for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, "power_w, power_avg_w, complete"):
+    columns = "power_w, power_avg_w, complete, complete_avg1s, carried_ms"
+    for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, columns):
         complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
+        complete_avg = np.ma.filled(np.ma.asarray(x["complete_avg1s"]), False).astype(bool)
+        carried = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // DEFAULT_GRID_STEP_MS
         avg, has_avg = _filled(x["power_avg_w"])
-        out += _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete & has_avg, DEFAULT_GRID_STEP_MS)
+        out += _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg, DEFAULT_GRID_STEP_MS, carried)
         if step == DEFAULT_GRID_STEP_MS:
             inst, has_inst = _filled(x["power_w"])
-            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step)
+            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)
     if step != DEFAULT_GRID_STEP_MS:
         _stored_step(con, step)
         for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_grid", step, "power_w, complete"):

@@ -3,7 +3,10 @@
 -- value there (its own or one carried under the rule in sql/views/power_series.sql; a GPU
 -- whose source is a 1 s average has none); incomplete
 -- slots keep the partial sum and are excluded from swing windows. power_avg_w sums the
--- driver's 1 s averages and is null unless every summed GPU carries one.
+-- driver's 1 s averages and is null unless every summed GPU carries one; complete_avg1s says
+-- every reporting GPU has one (the series of a GPU whose best source is a 1 s average).
+-- carried_ms: how far the oldest summed value was carried into the slot (0: every value was
+-- sampled in it), so a swing window can leave out values sampled before it starts.
 CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
 
 WITH gpus AS (
@@ -21,13 +24,15 @@ hosts AS (
         g.slot,
         sum(g.power_w) AS power_w,
         CASE WHEN count(g.power_avg_w) = count(*) THEN sum(g.power_avg_w) END AS power_avg_w,
-        count(g.power_w) AS gpus_reporting
+        count(g.power_w) AS gpus_reporting,
+        count(g.power_avg_w) AS gpus_avg1s,
+        max(g.slot - g.from_slot) AS carried_slots
     FROM gpu_grid_day('power_100ms', '_carried') AS g
     JOIN inventory_gpus AS i USING (host, gpu)  -- the small inventory table as build side
     GROUP BY g.host, g.slot
 ),
 host_rows AS (
-    SELECT h.*, i.cluster, i.role, i.fleet, h.gpus_reporting = e.n AS complete
+    SELECT h.*, i.cluster, i.role, i.fleet, h.gpus_reporting = e.n AS complete, h.gpus_avg1s = e.n AS complete_avg1s
     FROM hosts AS h
     JOIN (SELECT DISTINCT host, cluster, role, fleet FROM gpus) AS i USING (host)
     JOIN expected AS e ON e.level = 'host' AND e.entity = h.host
@@ -41,14 +46,18 @@ upper AS (
         CASE WHEN count(power_avg_w) = count(*) THEN sum(power_avg_w) END AS power_avg_w,
         sum(gpus_reporting) AS gpus_reporting,
         bool_and(complete) AS all_hosts_complete,
+        bool_and(complete_avg1s) AS all_hosts_complete_avg1s,
+        max(carried_slots) AS carried_slots,
         count(*) AS hosts
     FROM host_rows
     GROUP BY GROUPING SETS ((slot, cluster), (slot, role), (slot, fleet))
 ),
 entities AS (
-    SELECT 'host' AS level, host AS entity, slot, power_w, power_avg_w, gpus_reporting, complete FROM host_rows
+    SELECT 'host' AS level, host AS entity, slot, power_w, power_avg_w, gpus_reporting, complete, complete_avg1s, carried_slots
+    FROM host_rows
     UNION ALL
-    SELECT u.level, u.entity, u.slot, u.power_w, u.power_avg_w, u.gpus_reporting, u.all_hosts_complete AND u.hosts = e.n
+    SELECT u.level, u.entity, u.slot, u.power_w, u.power_avg_w, u.gpus_reporting, u.all_hosts_complete AND u.hosts = e.n,
+           u.all_hosts_complete_avg1s AND u.hosts = e.n, u.carried_slots
     FROM upper AS u JOIN expected AS e USING (level, entity)
 )
 SELECT
@@ -59,6 +68,8 @@ SELECT
     power_w::FLOAT AS power_w,
     power_avg_w::FLOAT AS power_avg_w,
     gpus_reporting::INTEGER AS gpus_reporting,
-    complete
+    complete,
+    complete_avg1s,
+    (100 * carried_slots)::INTEGER AS carried_ms
 FROM entities
 ORDER BY level, entity, ts

@@ -1,7 +1,8 @@
 -- fleet_power_100ms, fleet-day part: per 100 ms slot, the role and fleet rows summed from the
 -- cluster-days' parts (cluster_role parts for a role, cluster rows for the fleet). A slot is
--- complete when every part that reports this day is there and complete; power_avg_w is null
--- unless every part carries one. Reads no per-GPU data.
+-- complete when every part that reports this day is there and complete (complete_avg1s likewise);
+-- power_avg_w is null unless every part carries one; carried_ms the largest of the parts'.
+-- Reads no per-GPU data.
 WITH parts AS (
     FROM cluster_parts('fleet_power_100ms')
 ),
@@ -16,7 +17,9 @@ SELECT
     sum(p.power_w)::FLOAT AS power_w,
     (CASE WHEN count(p.power_avg_w) = count(*) THEN sum(p.power_avg_w) END)::FLOAT AS power_avg_w,
     sum(p.gpus_reporting)::INTEGER AS gpus_reporting,
-    bool_and(p.complete) AND count(*) = any_value(e.n) AS complete
+    bool_and(p.complete) AND count(*) = any_value(e.n) AS complete,
+    bool_and(p.complete_avg1s) AND count(*) = any_value(e.n) AS complete_avg1s,
+    max(p.carried_ms)::INTEGER AS carried_ms
 FROM parts AS p
 JOIN expected AS e USING (level, entity)
 GROUP BY p.level, p.entity, p.ts

@@ -3,7 +3,10 @@
 -- of provisioned, peak-to-average (max ÷ mean), energy (kWh, trapezoid-integrated samples via
 -- power_1s / fleet_power_1s), and the share of GPU-time above TDP and idle (below 20% of TDP:
 -- an H200 idles at 80–120 W of 700), over the entity's GPUs' slots. Entity quantiles use the
--- complete slots only (every reporting GPU present). hours_covered: seconds with power (power_1s).
+-- complete slots only (every reporting GPU present), of the instantaneous sum or, for an entity
+-- with a GPU whose best source is a 1 s average, of the sum of 1 s averages: series says which
+-- ('instant', 'avg1s'; a GPU: 'mixed' when its best source is a 1 s average in some minutes
+-- only). hours_covered: seconds with power (power_1s).
 -- gpu_slots: the GPU-slots the shares are over (what the fleet rollup weights them by).
 CREATE OR REPLACE TEMP TABLE _gpu_bins AS
 SELECT
@@ -15,19 +18,28 @@ SELECT
     sum(g.power_w) AS sum_w,
     max(g.power_w) AS max_w,
     count(*) FILTER (g.power_w > i.tdp_w) AS above_tdp,
-    count(*) FILTER (g.power_w < 0.2 * i.tdp_w) AS idle
+    count(*) FILTER (g.power_w < 0.2 * i.tdp_w) AS idle,
+    count(*) FILTER (g.is_average) AS averages
 FROM power_100ms AS g
 JOIN inventory_gpus AS i USING (host, gpu)
 WHERE g.date = getvariable('partition_date')
 GROUP BY g.host, g.gpu, bin;
 
+CREATE OR REPLACE TEMP TABLE _upper_slots AS FROM summary_series_slots('fleet_power_100ms');
+
 CREATE OR REPLACE TEMP TABLE _bins AS
 SELECT level, entity, bin, n, sum_w, max_w FROM _gpu_bins
 UNION ALL
 SELECT level, entity, round(power_w) AS bin, count(*) AS n, sum(power_w) AS sum_w, max(power_w) AS max_w
-FROM fleet_power_100ms
-WHERE date = getvariable('partition_date') AND complete
+FROM _upper_slots
 GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE _series AS
+SELECT level, entity,
+       CASE WHEN sum(averages) = 0 THEN 'instant' WHEN sum(averages) = sum(n) THEN 'avg1s' ELSE 'mixed' END AS series
+FROM _gpu_bins GROUP BY ALL
+UNION ALL
+SELECT DISTINCT level, entity, series FROM _upper_slots;
 
 CREATE OR REPLACE TEMP TABLE _gpu_time AS
 SELECT
@@ -47,4 +59,4 @@ UNION ALL
 SELECT level, entity, sum(energy_j), count(*)
 FROM fleet_power_1s WHERE date = getvariable('partition_date') GROUP BY ALL;
 
-FROM power_summary_rows('_bins', '_gpu_time', '_energy')
+FROM power_summary_rows('_bins', '_series', '_gpu_time', '_energy')

@@ -1,12 +1,17 @@
 -- power_summary, fleet-day part: the role and fleet rows. Mean, quantiles and max come from the
--- rolled-up 100 ms series (fleet_power_100ms role/fleet rows, complete slots), energy and hours
+-- rolled-up 100 ms series (fleet_power_100ms role/fleet rows, complete slots of the instantaneous
+-- sum or of the 1 s averages' sum, as in the cluster-day part), energy and hours
 -- from the rolled-up 1 s series, and the shares of GPU-time above TDP and idle from the
 -- cluster-days' parts weighted by their GPU slots. Reads no per-GPU data.
+CREATE OR REPLACE TEMP TABLE _upper_slots AS
+FROM summary_series_slots('fleet_power_100ms') WHERE level IN ('role', 'fleet');
+
 CREATE OR REPLACE TEMP TABLE _bins AS
 SELECT level, entity, round(power_w) AS bin, count(*) AS n, sum(power_w) AS sum_w, max(power_w) AS max_w
-FROM fleet_power_100ms
-WHERE date = getvariable('partition_date') AND complete AND level IN ('role', 'fleet')
+FROM _upper_slots
 GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE _series AS SELECT DISTINCT level, entity, series FROM _upper_slots;
 
 CREATE OR REPLACE TEMP TABLE _gpu_time AS
 SELECT
@@ -24,4 +29,4 @@ FROM fleet_power_1s
 WHERE date = getvariable('partition_date') AND level IN ('role', 'fleet')
 GROUP BY ALL;
 
-FROM power_summary_rows('_bins', '_gpu_time', '_energy')
+FROM power_summary_rows('_bins', '_series', '_gpu_time', '_energy')

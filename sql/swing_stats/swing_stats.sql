@@ -5,7 +5,11 @@
 -- runs alone: sliding slot by slot on the grid, exact), the p50/p99 of the swing over the day's aligned
 -- W-long windows, the largest ramp between consecutive slots (W/s) and how many aligned windows
 -- swing more than 10% / 25% of the entity's provisioned power. Windows with an incomplete slot are
--- excluded. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
+-- excluded. A window leaves out a slot whose value was carried from before the window starts
+-- (the carry rule of sparse sources, sql/views/power_series.sql), so carrying never widens a
+-- window: a one-GPU host swings no more than its GPU. The avg1s series of host and above is
+-- complete where every reporting GPU has a 1 s average (complete_avg1s), so a host of GPUs whose
+-- best source is a 1 s average has avg1s rows though its instant series has none. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
 -- below) for the GPU and avg1s rows and, at the default setting, for every row; the setting
 -- (fleet_power_grid) for the instant rows of host and above otherwise.
 --
@@ -50,17 +54,18 @@ WHERE gap IS NOT NULL
 GROUP BY ALL;
 
 -- Every series at every level, one row per slot, in double precision (differences of the stored
--- float32 watts are taken exactly); p / pa are null where the slot is incomplete
--- (p of host and above also at a grid step other than 100 ms). Each level only where the
--- kernels have not left its rows in _kernel_swings.
+-- float32 watts are taken exactly); p / pa are null where the slot is incomplete in that series
+-- (p of host and above also at a grid step other than 100 ms); age: how many slots back the
+-- oldest value was sampled. Each level only where the kernels have not left its rows in _kernel_swings.
 CREATE OR REPLACE TEMP VIEW _slots AS
-SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w::DOUBLE AS p, power_avg_w::DOUBLE AS pa, true AS ok
+SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w::DOUBLE AS p, power_avg_w::DOUBLE AS pa,
+       slot - from_slot AS age
 FROM gpu_grid_day('power_100ms', '_carried')
 WHERE gpu_swings_here()
 UNION ALL
 SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot,
        CASE WHEN complete AND coalesce(getvariable('grid_step_ms'), 100) = 100 THEN power_w::DOUBLE END,
-       CASE WHEN complete THEN power_avg_w::DOUBLE END, complete
+       CASE WHEN complete_avg1s THEN power_avg_w::DOUBLE END, carried_ms // 100
 FROM fleet_power_100ms
 WHERE date = getvariable('partition_date')
   -- a fleet-day rollup (SET VARIABLE scope = 'fleet') swings only the role and fleet series
@@ -133,8 +138,28 @@ SELECT
 FROM alls
 WINDOW x AS (PARTITION BY k, m ORDER BY w);
 
+-- Each aligned window's swing over the slots it uses: a slot whose value was carried from before
+-- the window starts is left out (none left: 0 W, nothing was seen to swing). mx and mn above take
+-- every slot: the pairs' ranges stay an upper bound of any window inside them.
+CREATE OR REPLACE TEMP TABLE _used AS
+SELECT k.k, m.m, s.slot // (10 * m.m) AS w,
+       max(s.v) FILTER (s.age <= s.slot % (10 * m.m)) - min(s.v) FILTER (s.age <= s.slot % (10 * m.m)) AS swing
+FROM (
+    SELECT level, entity, gpu, 'instant' AS series, slot, age, p AS v FROM _slots WHERE p IS NOT NULL
+    UNION ALL
+    SELECT level, entity, gpu, 'avg1s', slot, age, pa FROM _slots WHERE pa IS NOT NULL
+) AS s
+JOIN _keys AS k USING (level, entity, gpu, series)
+CROSS JOIN (VALUES (1), (2), (10), (60)) AS m(m)
+GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE _windows AS
+SELECT w.*, coalesce(u.swing, 0) AS swing
+FROM _windows AS w
+LEFT JOIN _used AS u USING (k, m, w);
+
 CREATE OR REPLACE TEMP TABLE _aligned AS
-SELECT k, m, max(mx - mn) FILTER (complete) AS best, max(edge_step) AS edge_step
+SELECT k, m, max(swing) FILTER (complete) AS best, max(edge_step) AS edge_step
 FROM _windows
 GROUP BY ALL;
 
@@ -148,18 +173,39 @@ JOIN _keys AS ky USING (k)
 CROSS JOIN range(120) AS i(i)
 WHERE w.pair_can_hold_window AND w.pair_range > coalesce(a.best, -1) AND i.i < 2 * w.m;
 
+-- A window starting at slot s uses the slots from the first whose value was sampled at or after
+-- s (first_used: a running min over the slots ordered by where their value was sampled) to its end.
 CREATE OR REPLACE TEMP TABLE _sliding AS
 WITH r AS (
-    SELECT c.k, c.m, c.w, s.slot, CASE c.series WHEN 'instant' THEN s.p ELSE s.pa END AS v
-    FROM _slots AS s
-    JOIN _candidates AS c ON s.level = c.level AND s.entity = c.entity AND s.gpu = c.gpu AND s.slot // 10 = c.block
-    WHERE s.ok
+    SELECT * FROM (
+        SELECT c.k, c.m, c.w, s.slot, CASE c.series WHEN 'instant' THEN s.p ELSE s.pa END AS v, s.slot - s.age AS from_slot
+        FROM _slots AS s
+        JOIN _candidates AS c ON s.level = c.level AND s.entity = c.entity AND s.gpu = c.gpu AND s.slot // 10 = c.block
+    ) WHERE v IS NOT NULL
+),
+firsts AS (
+    SELECT k, m, w, slot, first_used
+    FROM (
+        SELECT k, m, w, slot, is_start,
+               min(used_slot) OVER (PARTITION BY k, m, w ORDER BY key DESC, is_start ROWS UNBOUNDED PRECEDING) AS first_used
+        FROM (
+            SELECT k, m, w, from_slot AS key, false AS is_start, slot AS used_slot, slot FROM r
+            UNION ALL
+            SELECT k, m, w, slot, true, NULL, slot FROM r
+        )
+    )
+    WHERE is_start
+),
+x AS (
+    SELECT r.k, r.m, r.w, r.slot, r.v, least(coalesce(f.first_used - r.slot, 10 * r.m), 10 * r.m) AS skip
+    FROM r JOIN firsts AS f USING (k, m, w, slot)
 )
-SELECT k, m, max(swing) AS best
+SELECT k, m, max(coalesce(swing, 0)) AS best
 FROM (
-    SELECT k, m, w, slot, max(v) OVER g - min(v) OVER g AS swing, count(v) OVER g AS filled
-    FROM r
-    WINDOW g AS (PARTITION BY k, m, w ORDER BY slot RANGE BETWEEN CURRENT ROW AND 10 * m - 1 FOLLOWING)
+    SELECT k, m, w, slot, max(v) OVER u - min(v) OVER u AS swing, count(v) OVER g AS filled
+    FROM x
+    WINDOW g AS (PARTITION BY k, m, w ORDER BY slot RANGE BETWEEN CURRENT ROW AND 10 * m - 1 FOLLOWING),
+           u AS (PARTITION BY k, m, w ORDER BY slot RANGE BETWEEN skip FOLLOWING AND 10 * m - 1 FOLLOWING)
 )
 WHERE slot // (10 * m) = w AND filled = 10 * m
 GROUP BY ALL;
@@ -179,12 +225,12 @@ named AS (
 stats AS (
     SELECT
         w.k, w.m,
-        quantile_cont(w.mx - w.mn, 0.5) FILTER (w.complete) AS p50_swing_w,
-        quantile_cont(w.mx - w.mn, 0.99) FILTER (w.complete) AS p99_swing_w,
+        quantile_cont(w.swing, 0.5) FILTER (w.complete) AS p50_swing_w,
+        quantile_cont(w.swing, 0.99) FILTER (w.complete) AS p99_swing_w,
         count(*) FILTER (w.complete) AS windows_complete,
         count(*) FILTER (NOT w.complete) AS windows_incomplete,
-        count(*) FILTER (w.complete AND w.mx - w.mn > 0.10 * n.provisioned_w) AS windows_over_10pct,
-        count(*) FILTER (w.complete AND w.mx - w.mn > 0.25 * n.provisioned_w) AS windows_over_25pct
+        count(*) FILTER (w.complete AND w.swing > 0.10 * n.provisioned_w) AS windows_over_10pct,
+        count(*) FILTER (w.complete AND w.swing > 0.25 * n.provisioned_w) AS windows_over_25pct
     FROM _windows AS w
     JOIN named AS n USING (k)
     GROUP BY ALL

@@ -39,25 +39,28 @@ cadence AS (
 ),
 carried AS (
     SELECT e.host, e.gpu, e.slot + unnest(range(1, 1 + least(coalesce(e.next_slot - e.slot - 1, 1), coalesce(c.reach, 1)))) AS slot,
-           e.power_w, e.power_avg_w
+           e.power_w, e.power_avg_w, e.slot AS from_slot
     FROM ends AS e
     LEFT JOIN cadence AS c ON c.host = e.host AND c.gpu = e.gpu AND c.minute = e.slot // 600
     WHERE e.next_slot IS NULL OR e.next_slot > e.slot + 1
 )
-SELECT c.host, c.gpu, c.slot, c.power_w, c.power_avg_w
+SELECT c.host, c.gpu, c.slot, c.power_w, c.power_avg_w, c.from_slot
 FROM carried AS c
 SEMI JOIN gappy AS m ON c.host = m.host AND c.gpu = m.gpu AND c.slot // 600 = m.minute
 WHERE c.slot < slot_100ms(day_end());
 
 -- Each GPU's trace on the grid (slot = 100 ms index since the epoch) with empty slots filled
 -- from carried_table (the rows of gpu_grid_carried, usually kept in a temp table). power_w is
--- the instantaneous value only: null where the GPU's best source is a 1 s average.
+-- the instantaneous value only: null where the GPU's best source is a 1 s average. from_slot:
+-- the slot whose samples gave the value (the slot itself unless carried), so a window can leave
+-- out a value sampled before it starts (the swings do: a carried value must not widen a window).
 CREATE OR REPLACE MACRO gpu_grid_day(grid_table, carried_table) AS TABLE
-SELECT host, gpu, slot_100ms(ts) AS slot, CASE WHEN is_average THEN NULL ELSE power_w END AS power_w, power_avg_w, false AS carried
+SELECT host, gpu, slot_100ms(ts) AS slot, CASE WHEN is_average THEN NULL ELSE power_w END AS power_w, power_avg_w, false AS carried,
+       slot_100ms(ts) AS from_slot
 FROM query_table(grid_table)
 WHERE date = getvariable('partition_date')
 UNION ALL
-SELECT host, gpu, slot, power_w, power_avg_w, true AS carried
+SELECT host, gpu, slot, power_w, power_avg_w, true AS carried, from_slot
 FROM query_table(carried_table);
 
 -- The day's reporting GPUs with their place in the fleet (GPUs missing from the inventory are

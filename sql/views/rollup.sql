@@ -8,10 +8,29 @@ CREATE OR REPLACE MACRO part_role(entity) AS regexp_extract(entity, '[^/]+$');
 -- The cluster -> fleet map, for rolling cluster rows up to their fleet.
 CREATE OR REPLACE VIEW cluster_fleet AS SELECT DISTINCT cluster, fleet FROM inventory_gpus;
 
+-- The series power_summary describes each host-and-above entity of grid_table (fleet_power_100ms)
+-- on, and its complete slots' values: the instantaneous sum where it has at least as many complete
+-- slots as the sum of the driver's 1 s averages, else that sum ('avg1s': an entity with a GPU
+-- whose best source is a 1 s average has no instantaneous value).
+CREATE OR REPLACE MACRO summary_series_slots(grid_table) AS TABLE
+WITH g AS (
+    SELECT level, entity, power_w, power_avg_w, complete, complete_avg1s
+    FROM query_table(grid_table)
+    WHERE date = getvariable('partition_date')
+),
+s AS (
+    SELECT level, entity,
+           CASE WHEN count(*) FILTER (complete) >= count(*) FILTER (complete_avg1s) THEN 'instant' ELSE 'avg1s' END AS series
+    FROM g GROUP BY ALL
+)
+SELECT g.level, g.entity, s.series, CASE s.series WHEN 'instant' THEN g.power_w ELSE g.power_avg_w END AS power_w
+FROM g JOIN s USING (level, entity)
+WHERE CASE s.series WHEN 'instant' THEN g.complete ELSE g.complete_avg1s END;
+
 -- power_summary's rows from the tables named by bins (level, entity, bin, n, sum_w, max_w),
--- gpu_time (level, entity, above_tdp_share, idle_share, gpu_slots) and energy (level, entity,
--- energy_j, seconds).
-CREATE OR REPLACE MACRO power_summary_rows(bins, gpu_time, energy) AS TABLE
+-- series (level, entity, series), gpu_time (level, entity, above_tdp_share, idle_share,
+-- gpu_slots) and energy (level, entity, energy_j, seconds).
+CREATE OR REPLACE MACRO power_summary_rows(bins, series, gpu_time, energy) AS TABLE
 WITH basic AS (
     SELECT level, entity, sum(sum_w) / sum(n) AS mean_w, max(max_w) AS max_w, sum(n) AS slots
     FROM query_table(bins) GROUP BY ALL
@@ -22,6 +41,7 @@ SELECT
     getvariable('partition_date') AS date,
     b.level,
     b.entity,
+    sr.series,
     b.mean_w::FLOAT AS mean_w,
     p99.value::FLOAT AS p99_w,
     p999.value::FLOAT AS p999_w,
@@ -39,6 +59,7 @@ FROM basic AS b
 JOIN inventory_entities AS e USING (level, entity)
 LEFT JOIN p99 USING (level, entity)
 LEFT JOIN p999 USING (level, entity)
+LEFT JOIN query_table(series) AS sr USING (level, entity)
 LEFT JOIN query_table(gpu_time) AS t USING (level, entity)
 LEFT JOIN query_table(energy) AS en USING (level, entity)
 ORDER BY b.level, b.entity;
