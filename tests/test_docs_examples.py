@@ -113,11 +113,13 @@ def test_every_runnable_shell_command_in_the_docs_runs(tmp_path, demo_day):
         code = code.replace("/tmp/r ", f"{tmp_path}/r ")
         if marker:  # servers: each line must start and keep running; stopped here
             for command in [c for c in code.splitlines() if c.strip()]:
-                proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        start_new_session=True, env=dict(os.environ, WATTLINE_AUTOMATION="off"))
+                log = tmp_path / f"server-{ran}.log"
+                with open(log, "wb") as out:
+                    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True, env=dict(os.environ, WATTLINE_AUTOMATION="off"))
                 try:
                     proc.wait(SERVER_SETTLE_S)
-                    raise AssertionError(f"{doc}:{line}: {command!r} exited with {proc.returncode}: {proc.stdout.read()[-2000:]!r}")
+                    raise AssertionError(f"{doc}:{line}: {command!r} exited with {proc.returncode}: {log.read_text()[-2000:]}")
                 except subprocess.TimeoutExpired:
                     pass  # still serving
                 finally:
