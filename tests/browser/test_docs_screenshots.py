@@ -11,7 +11,9 @@ import pytest
 
 from tests.browser.test_ui import UiServer, visit
 
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+ROOT = Path(__file__).resolve().parents[2]
+IMG = ROOT / "docs" / "img"
+UI_PATH = re.compile(r"`(/(?:assets|asset-groups|locations|runs|jobs|automation|overview|deployment)[^`\s]*)`|http://127\.0\.0\.1:3000(/[^\s)`]*)?")
 VIEWPORT = {"width": 1440, "height": 900}
 
 pytestmark = pytest.mark.slow
@@ -20,6 +22,15 @@ pytestmark = pytest.mark.slow
 def report_path(output: str) -> Path:
     line = next(line for line in output.splitlines() if line.strip().startswith("1. the report:"))
     return Path(line.split(":", 1)[1].strip())
+
+
+def documented_ui_paths() -> list[str]:
+    """The web UI's pages README.md and docs/*.md send a reader to."""
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for a, b in UI_PATH.findall(doc.read_text()):
+            found.append(a or b or "/")
+    return sorted(set(found))
 
 
 def test_the_reports_first_screen(browser, demo_day):
@@ -52,6 +63,14 @@ def test_the_lineage_and_an_asset_page_with_its_columns(browser, demo_day, tmp_p
         assert "mean of the GPU's best-source samples in the second" in text, text[:3000]
         assert "warehouse view" in text and "docs/columns.md#power_1s" in text, text[:3000]
         page.screenshot(path=str(IMG / "ui-asset-power_1s.png"), full_page=False)
+        paths = documented_ui_paths()
+        assert "/asset-groups" in paths and "/" in paths, paths
+        for path in ["/no-such-page", *paths]:  # each documented page exists (an unknown route says "not found")
+            visit(page, server.url + path)
+            page.get_by_text("Lineage", exact=True).first.wait_for()
+            page.wait_for_timeout(1000)
+            body = page.locator("body").inner_text()
+            assert bool(re.search(r"not found|404", body, re.I)) == (path == "/no-such-page"), (path, body[:1500])
     finally:
         context.close()
         server.stop()
