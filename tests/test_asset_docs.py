@@ -66,3 +66,4 @@ def test_groups_depend_on_each_other_one_way():
 
 def test_docs_columns_md_is_generated_from_the_declarations_and_current():
     assert columns.REFERENCE.read_text() == reference(), "docs/columns.md is stale: run `.venv/bin/python -m pipeline.columns_doc`"
+

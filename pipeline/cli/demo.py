@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from collectors.days import run_day_problem
+from collectors.inventory import InventoryError
 from collectors.printable import printable
 from pipeline.cli.common import UserError, data_dir_option, parse_date
 from pipeline.constants import warehouse_path
@@ -139,7 +140,10 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, shape:
     day = parse_date(date) if date else (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
     if run_day_problem(day):
         raise UserError(run_day_problem(day))
-    gpus = sum(len(h.gpus) for _, _, h in resolve_fleet(fleet).iter_hosts())
+    try:
+        gpus = sum(len(h.gpus) for _, _, h in resolve_fleet(fleet).iter_hosts())
+    except InventoryError as exc:  # an unknown fleet name or a broken inventory file: one line
+        raise UserError(printable(" ".join(str(exc).split()))) from None
     click.echo(
         f"wattline demo: {day}, fleet {printable(fleet)} ({gpus} GPUs{f', {hours:g} h' if hours is not None else ''}): "
         f"simulate, build every table, write the report; roughly {_rough(estimate_s(gpus, hours, shape))} on 2 cores"
