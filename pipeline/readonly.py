@@ -11,6 +11,7 @@ or a view that points elsewhere is refused by DuckDB itself.
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -22,7 +23,7 @@ import pyarrow as pa
 from collectors.inventory import InventoryError
 from pipeline import warehouse
 from pipeline.constants import warehouse_path
-from pipeline.sqltext import glob_escape
+from pipeline.sqltext import glob_escape, literal
 
 ALLOWED_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
@@ -48,6 +49,24 @@ def check_statement(sql: str) -> str:
             name = next((k.name for k in kinds if k), "this")
             raise ReadOnlyError(f"read-only: EXPLAIN of a {name} statement is refused (only EXPLAIN [ANALYZE] SELECT ...)")
     return sql
+
+
+_DESCRIBE = re.compile(r"^\s*(?:DESCRIBE|DESC)\s+([A-Za-z_][A-Za-z0-9_]*)\s*;?\s*$", re.I)
+
+
+def with_meanings(sql: str) -> str:
+    """``DESCRIBE <table>`` with a ``meaning`` column: the comment the catalog holds for each
+    column (pipeline/columns.py); DuckDB's own DESCRIBE does not show comments. Anything else
+    is returned as it is."""
+    match = _DESCRIBE.match(sql)
+    if not match:
+        return sql
+    name = match.group(1)
+    return (
+        f"SELECT d.*, c.comment AS meaning FROM (DESCRIBE {name}) d LEFT JOIN (SELECT column_name, comment, column_index "
+        f"FROM duckdb_columns() WHERE lower(table_name) = {literal(name.lower())} AND database_name = current_database() "
+        "AND schema_name = current_schema()) c USING (column_name) ORDER BY c.column_index"
+    )
 
 
 def _kind(sql: str):
@@ -261,6 +280,7 @@ def run_query(data_dir: Path, sql: str, timeout_s: float | None = DEFAULT_TIMEOU
     files is typed and empty. ``notes`` collects why the catalog file was not used;
     ``execute_options`` go to :func:`execute` (``stop_signal``, ``on_start``)."""
     check_statement(sql)
+    sql = with_meanings(sql)
     con, problem = open_catalog(data_dir)
     if problem and notes is not None:
         notes.append(problem)

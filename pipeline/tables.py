@@ -50,6 +50,7 @@ from dagster import (
 )
 
 from pipeline import process_memory, sqlfiles
+from pipeline.asset_docs import asset_docs
 from pipeline.constants import SQL_DIR
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
@@ -330,6 +331,7 @@ def _asset(table: Table, rollup: bool) -> AssetsDefinition:
     )
     if rollup:
         kwargs["key_prefix"] = [ROLLUP_PREFIX]
+    kwargs.update(asset_docs(table.name, table.doc, ROLLUP_PREFIX if rollup else None))
     if table.config is not None and not rollup:
         config_type = table.config
 

@@ -37,7 +37,7 @@ from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS, DATASETS
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import load
-from pipeline import file_quarantine, remote, sqlfiles
+from pipeline import columns, file_quarantine, remote, sqlfiles
 from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
 from pipeline.datadir import cluster_members, linked_paths, load_inventory_if_any, raw_files
 from pipeline.entities import entity_rows
@@ -379,6 +379,21 @@ def create_views(
     con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)
+    if scope is None and kind == "VIEW":  # a reader's catalog: say what the columns mean
+        describe_columns(con)
+
+
+def describe_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """``COMMENT ON`` each view and column the declarations explain (pipeline/columns.py), so
+    ``describe`` in ``wattline sql`` and ``duckdb_columns()`` say what a column means."""
+    present: dict[str, list[str]] = {}
+    for table, column in con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE NOT internal AND schema_name = current_schema() "
+        "AND database_name = current_database()"
+    ).fetchall():
+        present.setdefault(table, []).append(column)
+    for statement in columns.comment_statements(present):
+        con.execute(statement)
 
 
 @contextlib.contextmanager
@@ -488,6 +503,8 @@ def _write_catalog(path: Path, data_dir: Path) -> None:
         con.execute("SET TimeZone = 'UTC'")
         create_views(con, data_dir)
         con.execute(f"CREATE TABLE {CATALOG_INFO} AS SELECT {literal(str(data_dir))} AS data_dir, now() AS built_at")
+        for statement in columns.comment_statements({CATALOG_INFO: ["data_dir", "built_at"]}):
+            con.execute(statement)
         con.execute("CHECKPOINT")
     finally:
         con.close()

@@ -23,6 +23,8 @@ def data_dir(tmp_path):
 
 
 # S3-compatible test server (moto, 127.0.0.1) and a fresh bucket per test: see tests/s3_server.py.
+# One small `wattline demo` day per session, for the tests of what a user sees (tests/demo_day.py).
+from tests.demo_day import demo_day  # noqa: E402,F401
 from tests.s3_server import s3, s3_server  # noqa: E402,F401
 
 # CI (env CI set, as .ci/run does) must run the browser tests: a run in which a collected

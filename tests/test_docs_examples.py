@@ -7,13 +7,16 @@ judged by `wattline check`: every file must be used as is.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
+import pytest
 
 from tests.cli_util import invoke
 
@@ -54,3 +57,82 @@ def test_the_examples_write_files_that_wattline_check_accepts(tmp_path):
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith(("ok", "casts", "quarantine"))]
     assert len(lines) == 3 and all(line.startswith("ok ") for line in lines), result.output
+
+
+# Every shell command of README.md and docs/*.md runs, against a small demo data dir (tests/demo_day.py),
+# unless the block is marked with what it needs: `<!-- needs: gpu|cluster|install -->` (a GPU host, a
+# fleet's services such as Prometheus, vLLM or object storage, or a fresh clone's install), or
+# `<!-- server: ... -->` (each line starts a server: it must start and keep running).
+ROOT = Path(__file__).resolve().parents[1]
+NEEDS = {"gpu", "cluster", "install"}
+SERVER_SETTLE_S = 20.0
+
+
+def shell_blocks() -> list[tuple[str, int, str | None, str]]:
+    """(file, line, marker, code) of each fenced sh/bash block; marker: the HTML comment before it."""
+    out = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        lines = doc.read_text().split("\n")
+        i = 0
+        while i < len(lines):
+            if re.fullmatch(r"```(sh|bash|shell|console)\s*", lines[i]):
+                end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+                before = lines[i - 1].strip() if i else ""
+                marker = before if before.startswith("<!--") else None
+                out.append((doc.relative_to(ROOT).as_posix(), i + 1, marker, "\n".join(lines[i + 1:end])))
+                i = end
+            i += 1
+    return out
+
+
+def test_every_shell_block_is_runnable_here_or_says_what_it_needs():
+    blocks = shell_blocks()
+    assert len(blocks) >= 8
+    for doc, line, marker, _ in blocks:
+        if marker and marker.startswith("<!-- needs:"):
+            reason = marker.removeprefix("<!-- needs:").split()[0]
+            assert reason in NEEDS, f"{doc}:{line}: needs {reason!r}: one of {sorted(NEEDS)}"
+        else:
+            assert marker is None or marker.startswith("<!-- server:"), f"{doc}:{line}: unknown marker {marker}"
+
+
+def _workspace(tmp_path: Path, demo_day) -> Path:
+    """A folder like a checkout after `make demo`: `.venv/bin/wattline` and `./data`."""
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    (tmp_path / "data").symlink_to(demo_day.data_dir)
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_every_runnable_shell_command_in_the_docs_runs(tmp_path, demo_day):
+    cwd = _workspace(tmp_path, demo_day)
+    ran = 0
+    for doc, line, marker, code in shell_blocks():
+        if marker and marker.startswith("<!-- needs:"):
+            continue
+        code = code.replace("/tmp/r ", f"{tmp_path}/r ")
+        if marker:  # servers: each line must start and keep running; stopped here
+            for command in [c for c in code.splitlines() if c.strip()]:
+                log = tmp_path / f"server-{ran}.log"
+                with open(log, "wb") as out:
+                    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True, env=dict(os.environ, WATTLINE_AUTOMATION="off"))
+                try:
+                    proc.wait(SERVER_SETTLE_S)
+                    raise AssertionError(f"{doc}:{line}: {command!r} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+                except subprocess.TimeoutExpired:
+                    pass  # still serving
+                finally:
+                    if proc.poll() is None:
+                        os.killpg(proc.pid, signal.SIGINT)
+                        try:
+                            proc.wait(30)
+                        except subprocess.TimeoutExpired:
+                            os.killpg(proc.pid, signal.SIGKILL)
+                            proc.wait()
+                ran += 1
+            continue
+        run = subprocess.run(["bash", "-e", "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, f"{doc}:{line}:\n{code}\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
+        ran += 1
+    assert ran >= 4

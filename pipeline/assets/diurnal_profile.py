@@ -33,6 +33,7 @@ DIURNAL_PROFILE = Table(
     # The day's hourly_activity, from every cluster and the fleet-day; the trailing days are read
     # as they are (a profile over fewer days is still a profile, so they do not block the day).
     deps=["hourly_activity", ["fleet", "hourly_activity"]],
+    group="fleet",  # it reads fleet/ rollups: in their group, so groups depend on each other one way
     config=DiurnalConfig,
     variables=lambda config: {"diurnal_tz": config.tz, "diurnal_days": config.trailing_days},
 )

@@ -48,6 +48,7 @@ POWER_CAP_WHATIF = Table(
     "(docs/serving.md).",
     "cluster-day",
     deps=["power_1s", "phase_intervals", "job_events"],
+    group="caps",  # after the phases it reads, so groups depend on each other one way
     config=CapConfig,
     variables=lambda config: {"cap_factors": config.cap_factors, "cap_alpha": config.alpha},
     before=_inputs,

@@ -9,5 +9,6 @@ TRAINING_VS_INFERENCE = Table(
     "average), the 2 s swing distribution, the worst host, and the published reference points.",
     "fleet-day",
     deps=["power_summary", "swing_stats", ["fleet", "power_summary"], ["fleet", "swing_stats"]],
+    group="fleet",  # it reads fleet/ rollups: in their group, so groups depend on each other one way
 )
 (training_vs_inference,) = table_assets(TRAINING_VS_INFERENCE)

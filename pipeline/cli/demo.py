@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
+import threading
 import time
+from pathlib import Path
 
 import click
 
 from collectors.days import run_day_problem
+from collectors.inventory import InventoryError
 from collectors.printable import printable
 from pipeline.cli.common import UserError, data_dir_option, parse_date
 from pipeline.constants import warehouse_path
@@ -19,6 +23,99 @@ EXAMPLE_QUERIES = (
     "select endpoint, count(*) as requests, round(median(prompt_tokens)) as median_prompt, "
     "round(median(output_tokens)) as median_output from requests group by all order by 1",
 )
+
+
+START_S = 60.0
+PER_GPU_DAY_S = 5.0
+"""The rough cost of a demo on a 2-core machine (docs/benchmarks.md: about 5 s of wall time per
+simulated GPU-day once the runs have started, about a minute of Dagster start-up and the fleet-day on a busy one);
+the collector shape costs about 2.7 times as much per GPU-day."""
+PROGRESS_EVERY_S = 15.0
+
+
+def wattline_command() -> str:
+    """How to call this wattline from the current folder: the venv's script by its path
+    (``.venv/bin/wattline``), which need not be on the PATH."""
+    script = Path(sys.executable).parent / "wattline"
+    if not script.exists():
+        return "wattline"
+    try:
+        relative = script.relative_to(Path.cwd())
+    except ValueError:
+        return str(script)
+    return str(relative)
+
+
+def _relative(data_dir) -> str:
+    """The data dir as the user can paste it here: relative to the current folder when inside it."""
+    if isinstance(data_dir, Path):
+        try:
+            return str(data_dir.relative_to(Path.cwd())) or "."
+        except ValueError:
+            pass
+    return str(data_dir)
+
+
+def estimate_s(gpus: int, hours: float | None, shape: str) -> float:
+    gpu_days = gpus * (hours if hours is not None else 24.0) / 24.0
+    return START_S + PER_GPU_DAY_S * gpu_days * (2.7 if shape == "collector" else 1.0)
+
+
+def _rough(seconds: float) -> str:
+    return f"~{seconds:.0f} s" if seconds < 90 else f"~{seconds / 60:.0f} min"
+
+
+class Progress:
+    """Says how far the pipeline is while ``run_day`` works (its runs are in worker processes):
+    a line when a cluster-day or the fleet-day has written all its tables, and at most every
+    ``PROGRESS_EVERY_S`` seconds how many table parts are written, from the parts on disk."""
+
+    def __init__(self, data_dir: Path, day: str, clusters: list[str], cluster_tables: int, fleet_tables: int, echo):
+        self.folder = data_dir / "derived"
+        self.day, self.clusters, self.echo = day, clusters, echo
+        self.expected = {**{c: cluster_tables for c in clusters}, "": fleet_tables}
+        self.total = sum(self.expected.values())
+        self.started = time.time()
+        self.done: set[str] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="demo-progress", daemon=True)
+
+    def written(self) -> dict[str, int]:
+        """Parts of the day written since the run started, by cluster ('' for the fleet-day)."""
+        counts: dict[str, int] = {}
+        for part in self.folder.glob(f"*/date={self.day}/**/part-0.parquet"):
+            try:
+                if part.stat().st_mtime < self.started - 1:
+                    continue
+            except OSError:
+                continue
+            cluster = part.parent.name.removeprefix("cluster=") if part.parent.name.startswith("cluster=") else ""
+            counts[cluster] = counts.get(cluster, 0) + 1
+        return counts
+
+    def _watch(self) -> None:
+        last_line = time.monotonic()
+        while not self.stop.wait(1.0):
+            counts = self.written()
+            for key, expected in self.expected.items():
+                if key not in self.done and counts.get(key, 0) >= expected:
+                    self.done.add(key)
+                    name = f"cluster-day {key}" if key else "fleet-day"
+                    n_clusters = len([k for k in self.done if k])
+                    where = f" ({n_clusters}/{len(self.clusters)} cluster-days)" if key else ""
+                    self.echo(f"  {time.time() - self.started:4.0f} s  {name}: {expected} tables written{where}")
+                    last_line = time.monotonic()
+            if time.monotonic() - last_line >= PROGRESS_EVERY_S:
+                self.echo(f"  {time.time() - self.started:4.0f} s  {sum(counts.values())}/{self.total} table parts written")
+                last_line = time.monotonic()
+
+    def __enter__(self) -> Progress:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 @click.command("demo")
@@ -33,30 +130,51 @@ EXAMPLE_QUERIES = (
 def command(date: str | None, seed: int, fleet: str, hours: float | None, shape: str, data_dir) -> None:
     """Simulate one day of a mixed GPU fleet, materialize every asset, write the report."""
     from collectors.simulate import simulate
-    from pipeline.runner import run_day
+    from collectors.simulate.fleets import resolve_fleet
+    from pipeline.definitions import defs
+    from pipeline.jobs import keys_partitioned_by
+    from pipeline.partitions import daily_partitions, day_cluster_partitions
+    from pipeline.runner import day_clusters, run_day
     from reports.daily import default_out_dir
 
     day = parse_date(date) if date else (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
     if run_day_problem(day):
         raise UserError(run_day_problem(day))
+    try:
+        gpus = sum(len(h.gpus) for _, _, h in resolve_fleet(fleet).iter_hosts())
+    except InventoryError as exc:  # an unknown fleet name or a broken inventory file: one line
+        raise UserError(printable(" ".join(str(exc).split()))) from None
+    click.echo(
+        f"wattline demo: {day}, fleet {printable(fleet)} ({gpus} GPUs{f', {hours:g} h' if hours is not None else ''}): "
+        f"simulate, build every table, write the report; roughly {_rough(estimate_s(gpus, hours, shape))} on 2 cores"
+    )
     t0 = time.monotonic()
     summary = simulate(data_dir, start=dt.date.fromisoformat(day), days=1, seed=seed, fleet=fleet, hours=hours, shape=shape)
-    click.echo(f"simulated {day}: {summary.line()} in {time.monotonic() - t0:.0f} s")
+    click.echo(f"1/3 {summary.line()} in {time.monotonic() - t0:.0f} s")
     t1 = time.monotonic()
-    outcome = run_day(data_dir, day)  # cluster-days in parallel worker processes, then the fleet-day
+    local = local_dir(data_dir)
+    assets = list(defs.assets or [])
+    clusters = day_clusters(local, day) if not str(data_dir).startswith("s3://") else []
+    cluster_tables = len(keys_partitioned_by(assets, day_cluster_partitions))  # type: ignore[arg-type]
+    fleet_tables = len([k for k in keys_partitioned_by(assets, daily_partitions) if k.path[-1] != "daily_report"])  # type: ignore[arg-type]
+    click.echo(f"2/3 building every table: {len(clusters) or 'each'} cluster-day(s) of {cluster_tables} tables, "
+               f"then the fleet-day's {fleet_tables} and the report")
+    with Progress(local, day, clusters, cluster_tables, fleet_tables, lambda line: click.echo(line)):
+        outcome = run_day(data_dir, day)  # cluster-days in parallel worker processes, then the fleet-day
     for check in outcome.failed_checks:
         click.echo(f"check {check.severity}: {check.asset}.{check.check}: {printable(check.description)}", err=True)
     if not outcome.success:
         raise UserError(f"pipeline run failed: {outcome.error}")
-    click.echo(
-        f"materialized {len(outcome.materialized)} assets in {time.monotonic() - t1:.0f} s "
-        f"({outcome.cluster_days} cluster-day runs, then the fleet-day; runs {outcome.run_id})"
-    )
+    click.echo(f"3/3 materialized {len(outcome.materialized)} assets in {time.monotonic() - t1:.0f} s; the report is one of them")
     report = default_out_dir() / f"{day}.html"
+    wattline = wattline_command()
+    where = f" --data-dir {printable(_relative(data_dir))}"
     click.echo("")
-    click.echo(f"report:    {printable(report) if report.exists() else '(not written: the report asset did not run)'}")
-    click.echo(f"warehouse: {printable(warehouse_path(local_dir(data_dir)))}")  # S3: in the local work dir
-    click.echo(f"web UI:    wattline ui --data-dir {printable(data_dir)}   (http://127.0.0.1:3000)")
-    click.echo("try:")
+    click.echo(f"done in {time.monotonic() - t0:.0f} s. Open:")
+    click.echo(f"  1. the report:  {printable(report) if report.exists() else '(not written: the report asset did not run)'}")
+    click.echo(f"  2. the web UI:  {wattline} ui{where}   then http://127.0.0.1:3000")
+    click.echo(f'  3. the tables:  {wattline} sql{where} "describe power_1s"   (every column\'s meaning: docs/columns.md)')
+    click.echo(f"warehouse (DuckDB): {printable(warehouse_path(local))}")  # S3: in the local work dir
+    click.echo("more queries:")
     for query in EXAMPLE_QUERIES:
-        click.echo(f'  wattline sql --data-dir {printable(data_dir)} "{query}"')
+        click.echo(f'  {wattline} sql{where} "{query}"')
