@@ -3,6 +3,7 @@ commands to paste with the venv's path, and the three things to open at the end.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ def test_demo_says_how_long_shows_progress_and_ends_with_three_things_to_open(de
     lines = out.splitlines()
     assert lines[0].startswith("wattline demo: 2026-11-30, fleet tiny (6 GPUs, 0.25 h)") and "roughly ~" in lines[0], out
     assert "simulated … simulated" not in out and out.count("simulated") == 1, out
-    assert any("cluster-day c0: 19 tables written (1/1 cluster-days)" in line for line in lines) or any(
+    assert any(re.search(r"cluster-day c0: \d+ tables written \(1/1 cluster-days\)", line) for line in lines) or any(
         "table parts written" in line for line in lines), out
     assert "runs " not in out  # no run ids
     wattline = wattline_command()  # the venv's script, relative to the current folder: `.venv/bin/wattline`
