@@ -319,3 +319,22 @@ def test_swing_events_known_answer_on_a_constructed_grid(tmp_path):
     assert top["t_ms"] == int(_ts(DATE, 11.9).timestamp() * 1000)
     assert (top["from_w"], top["to_w"]) == (pytest.approx(1000.0), pytest.approx(1190.0))
     assert len(events) == 1  # one event per entity and minute; the incomplete 7 kW slot is in no window
+
+
+def test_failed_checks_listed_first_passed_ones_folded_under_a_count(built, tmp_path):
+    from reports.daily import _block
+    from reports.sections.base import Collapsed, Table
+
+    data_dir = foundation_only(built[0], tmp_path / "data")
+    quality = _by_key(build_sections(data_dir, DATE))["quality"]
+    checks = quality.headline["checks"]
+    tables = [b for b in quality.blocks if isinstance(b, Table) and "check" in b.columns]
+    folded = [b for b in quality.blocks if isinstance(b, Collapsed)]
+    # Only failed checks are in the open table; the passed ones sit under one summary with their count.
+    assert len(tables) == 1 and {row[2] for row in tables[0].rows} == {"FAILED"}
+    assert len(tables[0].rows) == checks["failed"] >= 1
+    assert len(folded) == 1 and folded[0].summary.startswith(f"{checks['evaluated'] - checks['failed']} passed check")
+    assert quality.blocks.index(tables[0]) < quality.blocks.index(folded[0])
+    assert {row[2] for row in folded[0].blocks[0].rows} == {"passed"}
+    page = _block(folded[0])
+    assert page.startswith('<details class="collapsed"><summary>') and "<table>" in page and " open" not in page.split(">")[0]
