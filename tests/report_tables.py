@@ -142,6 +142,8 @@ SCHEMAS = {
         "prefill_time_share:f",
         "prefill_energy_share:f",
         "tdp_exceedances:i",
+        "requests:i",
+        "requests_with_power:i",
     ),
 }
 
@@ -342,9 +344,12 @@ def analytics_rows(
                 prefill_time_share=0.1,
                 prefill_energy_share=0.24,
                 tdp_exceedances=60,
+                requests=240,
+                requests_with_power=240,
             )
         )
-        for bucket, factor in (("1", 1.0), ("2-3", 0.7), ("4-7", 0.5), ("16+", 0.3), ("8-15", 0.4)):
+        # The last bucket says nothing about its batch size: one request cut off by the day's end, 0 J.
+        for bucket, factor, n in (("1", 1.0, 60), ("2-3", 0.7, 60), ("4-7", 0.5, 60), ("16+", 0.3, 20), ("8-15", 0.4, 40), ("32+", 0.0, 1)):
             rows["energy_per_token"].append(
                 dict(
                     date=d,
@@ -359,6 +364,8 @@ def analytics_rows(
                     prefill_time_share=0.1,
                     prefill_energy_share=0.24,
                     tdp_exceedances=1,
+                    requests=n,
+                    requests_with_power=n,
                 )
             )
     return rows

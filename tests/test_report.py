@@ -338,3 +338,71 @@ def test_failed_checks_listed_first_passed_ones_folded_under_a_count(built, tmp_
     assert {row[2] for row in folded[0].blocks[0].rows} == {"passed"}
     page = _block(folded[0])
     assert page.startswith('<details class="collapsed"><summary>') and "<table>" in page and " open" not in page.split(">")[0]
+
+
+def _axis_titles(spec, found):
+    """Every quantitative or temporal position encoding's axis title in a Vega-Lite spec."""
+    if isinstance(spec, dict):
+        enc = spec.get("encoding")
+        if isinstance(enc, dict):
+            for channel in ("x", "y"):
+                e = enc.get(channel)
+                if isinstance(e, dict) and e.get("type") in ("quantitative", "temporal") and "field" in e:
+                    title = e.get("title", (e.get("axis") or {}).get("title") if isinstance(e.get("axis"), dict) else None)
+                    found.append((channel, e["field"], title))
+        for key, value in spec.items():
+            if key not in ("datasets", "data"):
+                _axis_titles(value, found)
+    elif isinstance(spec, list):
+        for item in spec:
+            _axis_titles(item, found)
+    return found
+
+
+def test_every_chart_axis_names_its_unit(full):
+    import re
+
+    sections = build_sections(full, DATE)
+    titled, unitless = [], []
+    for s in sections:
+        for c in s.charts:
+            for channel, field, title in _axis_titles(c.chart.to_dict(), []):
+                if title is None:  # a layer sharing the first layer's axis
+                    continue
+                titled.append(c.name)
+                # A unit in parentheses ("power (kW, 1 min means)", "(0–1)", "(UTC)") or a percentage.
+                if not (re.search(r"\([^)]+\)", title) or "%" in title):
+                    unitless.append((c.name, channel, field, title))
+    assert unitless == []
+    assert {"fleet_power", "j_per_token_batch", "phase_shares", "swing_distribution", "coincidence"} <= set(titled)
+    fleet = next(c for s in sections for c in s.charts if c.name == "fleet_power")
+    assert any(re.fullmatch(r"power \(k?W, \d+ (min|s) means\)", t or "") for _, _, t in _axis_titles(fleet.chart.to_dict(), []))
+
+
+def test_batch_buckets_without_energy_or_with_few_requests_left_out_with_a_count(full):
+    inference = _by_key(build_sections(full, DATE))["inference"]
+    chart = next(c for c in inference.charts if c.name == "j_per_token_batch")
+    spec = chart.chart.to_dict()
+    values = [v for d in spec.get("datasets", {}).values() for v in d] or spec["data"]["values"]
+    buckets = {v["bucket"] for v in values}
+    # "32+" holds one request cut off by the day's end at 0 J: never plotted as 0 J per token.
+    assert "32+" not in buckets and {"1", "2-3", "4-7", "8-15", "16+"} <= buckets
+    assert all(v["j"] > 0 for v in values)
+    endpoints = {v["endpoint"] for v in values}
+    left_out = 2 * len(endpoints)  # prompt and output point of each endpoint's "32+" bucket
+    assert inference.headline["j_per_token_batch_points_left_out"] == left_out
+    assert f"{left_out} bucket point(s) left out" in chart.caption
+
+
+def test_batch_points_keep_only_buckets_with_energy_and_enough_requests():
+    from reports.sections.inference import MIN_BUCKET_REQUESTS, batch_points
+
+    rows = [
+        {"endpoint": "a", "bucket": "1", "j_per_prompt_token": 0.3, "j_per_output_token": 5.0, "requests_with_power": MIN_BUCKET_REQUESTS},
+        {"endpoint": "a", "bucket": "2-3", "j_per_prompt_token": 0.2, "j_per_output_token": 4.0, "requests_with_power": MIN_BUCKET_REQUESTS - 1},
+        {"endpoint": "a", "bucket": "4-7", "j_per_prompt_token": 0.0, "j_per_output_token": None, "requests_with_power": 50},
+        {"endpoint": "b", "bucket": "1", "j_per_prompt_token": 0.4, "j_per_output_token": 6.0, "requests_with_power": None},  # no count column
+    ]
+    points, left_out = batch_points(rows)
+    assert {(p["endpoint"], p["bucket"], p["token"]) for p in points} == {("a", "1", "prompt"), ("a", "1", "output"), ("b", "1", "prompt"), ("b", "1", "output")}
+    assert left_out == 4
