@@ -67,7 +67,26 @@ SCHEMAS = {
         "provisioned_w:f",
     ),
     "training_vs_inference": _schema("date:d", "role:s", "peak_pct:f", "mean_pct:f", "max_2s_swing_pct:f", "reference_2s_swing_pct:f"),
-    "endpoint_correlation": _schema("date:d", "a:s", "b:s", "pearson_1s:f", "spike_cooccurrence:f", "best_lag_s:f"),
+    "endpoint_correlation": _schema("date:d", "a:s", "b:s", "pearson_1s:f", "spike_cooccurrence:f", "spike_lift:f", "best_lag_s:f"),
+    "swing_projection": _schema(
+        "date:d",
+        "kind:s",
+        "entity:s",
+        "members:i",
+        "gpus:f",
+        "provisioned_w:f",
+        "method:s",
+        "max_2s_swing_pct:f",
+        "max_2s_swing_pct_low:f",
+        "max_2s_swing_pct_high:f",
+        "p99_2s_swing_pct:f",
+        "draws:i",
+        "members_observed:i",
+        "members_read:i",
+        "published_scale:b",
+        "published_gpus:i",
+        "published_2s_swing_pct:f",
+    ),
     "coincidence": _schema("date:d", "level:s", "entity:s", "coincidence_factor:f", "smoothing_ratio:f", "members:i"),
     "diurnal_profile": _schema(
         "role:s",
@@ -155,6 +174,7 @@ SECTION_OF = {
     "energy_per_token": {"inference", "serving"},
     "power_cap_whatif": {"serving"},
     "endpoint_correlation": {"correlation"},
+    "swing_projection": {"swings"},
     "coincidence": {"correlation"},
     "diurnal_profile": {"diurnal"},
 }
@@ -237,7 +257,25 @@ def analytics_rows(
         )
     for i, a in enumerate(endpoints):
         for b in endpoints[i + 1 :]:
-            rows["endpoint_correlation"].append(dict(date=d, a=a, b=b, pearson_1s=0.1, spike_cooccurrence=0.05, best_lag_s=0.0))
+            rows["endpoint_correlation"].append(dict(date=d, a=a, b=b, pearson_1s=0.1, spike_cooccurrence=0.05, spike_lift=1.02, best_lag_s=0.0))
+    # Swing at scale: each cluster's endpoints observed, then shifted copies up to the published 2,048 GPUs;
+    # the training job's hosts in step up to 1,024 GPUs. The swing smooths as 1/sqrt(k) for inference.
+    projected = [("inference", c, len(endpoints), 2.0, 2048, 9.0, "shifted", 40.0, 0.5) for c in clusters]
+    projected += [("training", "job-a", 2, 2.0, 1024, 37.5, "lock-step", 80.0, 0.0)]
+    for kind, entity, observed, gpus_each, pub_gpus, pub_pct, beyond, swing1, smoothing in projected:
+        k_pub = int(pub_gpus / gpus_each)
+        ks = sorted({*(2**i for i in range(k_pub.bit_length()) if 2**i <= k_pub), max(observed, 1), k_pub})
+        for k in ks:
+            pct = swing1 / k**smoothing
+            rows["swing_projection"].append(
+                dict(
+                    date=d, kind=kind, entity=entity, members=k, gpus=k * gpus_each, provisioned_w=k * gpus_each * 700.0,
+                    method="observed" if k <= observed else beyond, max_2s_swing_pct=pct, max_2s_swing_pct_low=pct * (0.9 if k > 1 else 1.0),
+                    max_2s_swing_pct_high=pct * (1.1 if k > 1 else 1.0), p99_2s_swing_pct=pct * 0.6, draws=8,
+                    members_observed=max(observed, 1), members_read=max(observed, 1), published_scale=k == k_pub,
+                    published_gpus=pub_gpus, published_2s_swing_pct=pub_pct if k == k_pub else None,
+                )
+            )
     for role, entity in [("training", "training"), ("inference", "inference")] + [("inference", e) for e in endpoints]:
         for hour in range(24):
             rows["diurnal_profile"].append(

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from pipeline.cli import main
 from reports import charts
 from reports.daily import build_report, build_sections, write_report
+from reports.sections.base import Note, Table
 from tests.report_fixtures import DATE, build_day, foundation_only, with_all_tables
 from tests.report_tables import SCHEMAS, SECTION_OF, write_analytics_tables
 
@@ -64,7 +65,7 @@ def test_every_section_complete_with_all_tables(full, tmp_path):
     assert {k: (s.missing, s.error) for k, s in sections.items() if s.missing or s.error} == {}
     names = set(report.points)
     assert {"headline_roles", "headline_headroom", "fleet_power", "swing_distribution", "inference_window", "phase_shares",
-            "j_per_token_batch", "correlation_heatmap", "coincidence", "diurnal", "coverage"} <= names
+            "j_per_token_batch", "correlation_heatmap", "coincidence", "diurnal", "coverage", "swing_projection"} <= names
     assert {p.name for p in report.pngs} == {f"{n}.png" for n in names}
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in report.pngs)
     summary = json.loads(report.json_path.read_text())
@@ -407,3 +408,23 @@ def test_batch_points_keep_only_buckets_with_energy_and_enough_requests():
     kept = {(p["endpoint"], p["bucket"], p["token"]) for p in points}
     assert kept == {("a", "1", "prompt"), ("a", "1", "output"), ("b", "1", "prompt"), ("b", "1", "output")}
     assert left_out == 4
+
+
+def test_spike_lift_and_swing_projection_reach_the_report(full):
+    sections = _by_key(build_sections(full, DATE))
+    corr = next(b for b in sections["correlation"].blocks if isinstance(b, Table) and any("lift" in c for c in b.columns))
+    lift = next(i for i, c in enumerate(corr.columns) if "lift" in c)
+    assert {row[lift] for row in corr.rows} == {1.02}
+    swings = sections["swings"]
+    table = next(b for b in swings.blocks if isinstance(b, Table) and "band (% prov.)" in b.columns)
+    pub = {(row[0], row[3]): row for row in table.rows if row[-1] is not None}
+    assert set(pub) == {("inference", 2048.0), ("training", 1024.0)}
+    assert pub[("inference", 2048.0)][-1] == 9.0 and pub[("training", 1024.0)][4] == 80.0  # training stays in step
+    # The headline's small-fleet note carries the projection's value at the published scale.
+    notes = " ".join(b.text for b in sections["headline"].blocks if isinstance(b, Note))
+    assert "Projected from this day's own series to 1,024 GPUs" in notes and "job-a 80.0%" in notes
+
+
+def test_swing_projection_missing_marks_the_swings_section_partial(built, tmp_path):
+    swings = _by_key(build_sections(foundation_only(built[0], tmp_path / "data"), DATE))["swings"]
+    assert any("swing_projection" in why for why in swings.missing)
