@@ -31,9 +31,11 @@ MEASURE = """() => {
     const section = chart.closest("section");
     const right = section.getBoundingClientRect().right - parseFloat(getComputedStyle(section).paddingRight);
     const svg = chart.querySelector("svg.marks");
-    if (svg && svg.getBoundingClientRect().right > right + 1) charts.push({chart: chart.dataset.chart, over_px: Math.round(svg.getBoundingClientRect().right - right)});
+    const over = svg ? svg.getBoundingClientRect().right - right : 0;
+    if (over > 1) charts.push({chart: chart.dataset.chart, over_px: Math.round(over)});
   }
-  return {main_px: document.querySelector("main").getBoundingClientRect().width, charts: charts, scroll_px: doc.scrollWidth, client_px: doc.clientWidth, body_px: document.body.scrollWidth, wide: wide,
+  return {main_px: document.querySelector("main").getBoundingClientRect().width, charts: charts,
+          scroll_px: doc.scrollWidth, client_px: doc.clientWidth, body_px: document.body.scrollWidth, wide: wide,
           tables: document.querySelectorAll("section table").length};
 }"""
 
