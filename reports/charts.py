@@ -90,19 +90,19 @@ def headroom_bars(rows: list[dict]) -> alt.LayerChart:
 
 
 def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucket_s: int, unit: str = "W") -> alt.LayerChart:
-    """area: t, role, w (bucket mean); envelope: t, w (max 2 s mean of the fleet in the bucket);
+    """``unit``: the power values' unit (W or kW). area: t, role, w (bucket mean); envelope: t, w (max 2 s mean of the fleet in the bucket);
     rules: label, w (provisioned lines)."""
-    unit = f"{bucket_s // 60} min" if bucket_s % 60 == 0 else f"{bucket_s} s"
-    title = f"Fleet power by role ({unit} means, stacked) with the fleet's 2 s max envelope"
+    bucket = f"{bucket_s // 60} min" if bucket_s % 60 == 0 else f"{bucket_s} s"
+    title = f"Fleet power by role ({bucket} means, stacked) with the fleet's 2 s max envelope"
     stack = (
         alt.Chart(alt.Data(values=area))
         .mark_area(opacity=0.8)
         .encode(
             x=_time_x(),
-            y=alt.Y("w:Q", stack="zero", title=f"power ({unit})"),
+            y=alt.Y("w:Q", stack="zero", title=f"power ({unit}, {bucket} means)"),
             color=alt.Color("role:N", scale=ROLE_COLORS, title="role"),
             order=alt.Order("role:N", sort="descending"),
-            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), "role:N", alt.Tooltip("w:Q", format=",.1f", title=unit)],
+            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), "role:N", alt.Tooltip("w:Q", format=",.1f", title=f"{bucket} mean ({unit})")],
         )
     )
     env = (
@@ -111,7 +111,7 @@ def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucke
         .encode(
             x=_time_x(),
             y=alt.Y("w:Q"),
-            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.1f", title=f"2 s max ({unit})")],
+            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.1f", title=f"2 s max in the {bucket} ({unit})")],
         )
     )
     rule = alt.Chart(alt.Data(values=rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y="w:Q", tooltip=["label:N"])
@@ -128,7 +128,7 @@ def swing_ecdf(curves: list[dict], marks: list[dict]) -> alt.LayerChart | alt.Fa
         .mark_line(interpolate="step-after")
         .encode(
             x=alt.X("pct:Q", title="swing within the window (% of provisioned)"),
-            y=alt.Y("q:Q", title="share of windows (ECDF)", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("q:Q", title="share of windows (ECDF, 0–1)", scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("role:N", scale=ROLE_COLORS),
             tooltip=["role:N", "window:N", alt.Tooltip("q:Q", format=".2f"), alt.Tooltip("pct:Q", format=".2f")],
         )
@@ -194,7 +194,7 @@ def phase_shares(rows: list[dict]) -> alt.Chart:
         .encode(
             y=alt.Y("endpoint:N", title=None),
             yOffset=alt.YOffset("share_of:N"),
-            x=alt.X("share:Q", title="prefill share", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            x=alt.X("share:Q", title="prefill share (%)", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("share_of:N", title="share of", scale=alt.Scale(range=["#fdae6b", "#e6550d"])),
             tooltip=["endpoint:N", "share_of:N", alt.Tooltip("share:Q", format=".1%")],
         )
@@ -210,7 +210,7 @@ def j_per_token(rows: list[dict]) -> alt.Chart:
         .mark_line(point=True)
         .encode(
             x=alt.X("bucket:O", sort=order, title="batch size (concurrent requests)"),
-            y=alt.Y("j:Q", title="J per token"),
+            y=alt.Y("j:Q", title="energy per token (J)"),
             color=alt.Color("endpoint:N"),
             tooltip=["endpoint:N", "bucket:O", "token:N", alt.Tooltip("j:Q", format=".3f")],
         )
@@ -243,7 +243,7 @@ def coincidence_bars(rows: list[dict]) -> alt.LayerChart:
         .mark_bar()
         .encode(
             y=alt.Y("entity:N", sort="-x", title=None),
-            x=alt.X("factor:Q", title="coincidence factor (max of sum ÷ sum of members' max)", scale=alt.Scale(domain=[0, 1])),
+            x=alt.X("factor:Q", title="coincidence factor (max of sum ÷ sum of members' max, 0–1)", scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("level:N", title="level"),
             tooltip=["level:N", "entity:N", alt.Tooltip("factor:Q", format=".3f")],
         )
@@ -282,7 +282,7 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
         charts.append(
             alt.Chart(alt.Data(values=requests), title="Request rate by hour of day, one line per day")
             .mark_line(point=alt.OverlayMarkDef(size=30))
-            .encode(x=x, y=alt.Y("rps:Q", title="requests per second"), color=day_color, tooltip=["day:N", "hour:Q", alt.Tooltip("rps:Q", format=".2f")])
+            .encode(x=x, y=alt.Y("rps:Q", title="request rate (requests/s)"), color=day_color, tooltip=["day:N", "hour:Q", alt.Tooltip("rps:Q", format=".2f")])
             .properties(width=WIDTH, height=HEIGHT - 80)
         )
     return alt.vconcat(*charts).resolve_scale(color="shared")

@@ -25,7 +25,7 @@ from pipeline.constants import REPORTS_DIR
 from reports import charts
 from reports.data import Reader, run_history
 from reports.sections import SECTIONS
-from reports.sections.base import Chart, Code, Ctx, Note, Section, Table
+from reports.sections.base import Chart, Code, Collapsed, Ctx, Note, Section, Table
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,9 @@ def _block(block) -> str:
         return f'{caption}<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
     if isinstance(block, Note):
         return f'<div class="note {block.kind}">{text_html(block.text)}</div>'
+    if isinstance(block, Collapsed):
+        inner = "".join(_block(b) for b in block.blocks)
+        return f'<details class="collapsed"><summary>{text_html(block.summary)}</summary>{inner}</details>'
     if isinstance(block, Code):
         return f"<details><summary>SQL: {html.escape(block.label)}</summary><pre>{html.escape(block.sql)}</pre></details>"
     raise TypeError(block)

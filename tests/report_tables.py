@@ -66,8 +66,32 @@ SCHEMAS = {
         "idle_share:f",
         "provisioned_w:f",
     ),
-    "training_vs_inference": _schema("date:d", "role:s", "peak_pct:f", "mean_pct:f", "max_2s_swing_pct:f", "reference_2s_swing_pct:f"),
-    "endpoint_correlation": _schema("date:d", "a:s", "b:s", "pearson_1s:f", "spike_cooccurrence:f", "best_lag_s:f"),
+    # Every documented column (docs/metrics.md): the report's widest table on a real day.
+    "training_vs_inference": _schema(
+        "date:d", "role:s", "peak_pct:f", "mean_pct:f", "peak_to_avg:f", "max_2s_swing_pct:f", "max_2s_swing_avg1s_pct:f",
+        "p50_2s_swing_pct:f", "p99_2s_swing_pct:f", "share_2s_windows_over_10pct:f", "share_2s_windows_over_25pct:f",
+        "host_max_2s_swing_pct:f", "reference_2s_swing_pct:f", "reference:s", "provisioned_w:f",
+    ),
+    "endpoint_correlation": _schema("date:d", "a:s", "b:s", "pearson_1s:f", "spike_cooccurrence:f", "spike_lift:f", "best_lag_s:f"),
+    "swing_projection": _schema(
+        "date:d",
+        "kind:s",
+        "entity:s",
+        "members:i",
+        "gpus:f",
+        "provisioned_w:f",
+        "method:s",
+        "max_2s_swing_pct:f",
+        "max_2s_swing_pct_low:f",
+        "max_2s_swing_pct_high:f",
+        "p99_2s_swing_pct:f",
+        "draws:i",
+        "members_observed:i",
+        "members_read:i",
+        "published_scale:b",
+        "published_gpus:i",
+        "published_2s_swing_pct:f",
+    ),
     "coincidence": _schema("date:d", "level:s", "entity:s", "coincidence_factor:f", "smoothing_ratio:f", "members:i"),
     "diurnal_profile": _schema(
         "role:s",
@@ -142,6 +166,8 @@ SCHEMAS = {
         "prefill_time_share:f",
         "prefill_energy_share:f",
         "tdp_exceedances:i",
+        "requests:i",
+        "requests_with_power:i",
     ),
 }
 
@@ -153,6 +179,7 @@ SECTION_OF = {
     "energy_per_token": {"inference", "serving"},
     "power_cap_whatif": {"serving"},
     "endpoint_correlation": {"correlation"},
+    "swing_projection": {"swings"},
     "coincidence": {"correlation"},
     "diurnal_profile": {"diurnal"},
 }
@@ -231,11 +258,39 @@ def analytics_rows(
                 mean_pct=40.0,
                 max_2s_swing_pct=80.0 if role == "training" else 3.6,
                 reference_2s_swing_pct=37.5 if role == "training" else 9.0,
+                peak_to_avg=2.25,
+                max_2s_swing_avg1s_pct=64.0 if role == "training" else 2.9,
+                p50_2s_swing_pct=40.0 if role == "training" else 1.8,
+                p99_2s_swing_pct=72.0 if role == "training" else 3.2,
+                share_2s_windows_over_10pct=0.25 if role == "training" else 0.0,
+                share_2s_windows_over_25pct=0.125 if role == "training" else 0.0,
+                host_max_2s_swing_pct=85.3333 if role == "training" else 4.1667,
+                reference="synchronous training swings up to 37.5% of provisioned power in 2 s (published)" if role == "training"
+                else "inference swings up to 9% of provisioned power in 2 s (published)",
+                provisioned_w=1500.0 if role == "training" else 1400.0,
             )
         )
     for i, a in enumerate(endpoints):
         for b in endpoints[i + 1 :]:
-            rows["endpoint_correlation"].append(dict(date=d, a=a, b=b, pearson_1s=0.1, spike_cooccurrence=0.05, best_lag_s=0.0))
+            rows["endpoint_correlation"].append(dict(date=d, a=a, b=b, pearson_1s=0.1, spike_cooccurrence=0.05, spike_lift=1.02, best_lag_s=0.0))
+    # Swing at scale: each cluster's endpoints observed, then shifted copies up to the published 2,048 GPUs;
+    # the training job's hosts in step up to 1,024 GPUs. The swing smooths as 1/sqrt(k) for inference.
+    projected = [("inference", c, len(endpoints), 2.0, 2048, 9.0, "shifted", 40.0, 0.5) for c in clusters]
+    projected += [("training", "job-a", 2, 2.0, 1024, 37.5, "lock-step", 80.0, 0.0)]
+    for kind, entity, observed, gpus_each, pub_gpus, pub_pct, beyond, swing1, smoothing in projected:
+        k_pub = int(pub_gpus / gpus_each)
+        ks = sorted({*(2**i for i in range(k_pub.bit_length()) if 2**i <= k_pub), max(observed, 1), k_pub})
+        for k in ks:
+            pct = swing1 / k**smoothing
+            rows["swing_projection"].append(
+                dict(
+                    date=d, kind=kind, entity=entity, members=k, gpus=k * gpus_each, provisioned_w=k * gpus_each * 700.0,
+                    method="observed" if k <= observed else beyond, max_2s_swing_pct=pct, max_2s_swing_pct_low=pct * (0.9 if k > 1 else 1.0),
+                    max_2s_swing_pct_high=pct * (1.1 if k > 1 else 1.0), p99_2s_swing_pct=pct * 0.6, draws=8,
+                    members_observed=max(observed, 1), members_read=max(observed, 1), published_scale=k == k_pub,
+                    published_gpus=pub_gpus, published_2s_swing_pct=pub_pct if k == k_pub else None,
+                )
+            )
     for role, entity in [("training", "training"), ("inference", "inference")] + [("inference", e) for e in endpoints]:
         for hour in range(24):
             rows["diurnal_profile"].append(
@@ -342,9 +397,12 @@ def analytics_rows(
                 prefill_time_share=0.1,
                 prefill_energy_share=0.24,
                 tdp_exceedances=60,
+                requests=240,
+                requests_with_power=240,
             )
         )
-        for bucket, factor in (("1", 1.0), ("2-3", 0.7), ("4-7", 0.5), ("16+", 0.3), ("8-15", 0.4)):
+        # The last bucket says nothing about its batch size: one request cut off by the day's end, 0 J.
+        for bucket, factor, n in (("1", 1.0, 60), ("2-3", 0.7, 60), ("4-7", 0.5, 60), ("16+", 0.3, 20), ("8-15", 0.4, 40), ("32+", 0.0, 1)):
             rows["energy_per_token"].append(
                 dict(
                     date=d,
@@ -359,6 +417,8 @@ def analytics_rows(
                     prefill_time_share=0.1,
                     prefill_energy_share=0.24,
                     tdp_exceedances=1,
+                    requests=n,
+                    requests_with_power=n,
                 )
             )
     return rows

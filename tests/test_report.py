@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from pipeline.cli import main
 from reports import charts
 from reports.daily import build_report, build_sections, write_report
+from reports.sections.base import Note, Table
 from tests.report_fixtures import DATE, build_day, foundation_only, with_all_tables
 from tests.report_tables import SCHEMAS, SECTION_OF, write_analytics_tables
 
@@ -64,7 +65,7 @@ def test_every_section_complete_with_all_tables(full, tmp_path):
     assert {k: (s.missing, s.error) for k, s in sections.items() if s.missing or s.error} == {}
     names = set(report.points)
     assert {"headline_roles", "headline_headroom", "fleet_power", "swing_distribution", "inference_window", "phase_shares",
-            "j_per_token_batch", "correlation_heatmap", "coincidence", "diurnal", "coverage"} <= names
+            "j_per_token_batch", "correlation_heatmap", "coincidence", "diurnal", "coverage", "swing_projection"} <= names
     assert {p.name for p in report.pngs} == {f"{n}.png" for n in names}
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in report.pngs)
     summary = json.loads(report.json_path.read_text())
@@ -319,3 +320,111 @@ def test_swing_events_known_answer_on_a_constructed_grid(tmp_path):
     assert top["t_ms"] == int(_ts(DATE, 11.9).timestamp() * 1000)
     assert (top["from_w"], top["to_w"]) == (pytest.approx(1000.0), pytest.approx(1190.0))
     assert len(events) == 1  # one event per entity and minute; the incomplete 7 kW slot is in no window
+
+
+def test_failed_checks_listed_first_passed_ones_folded_under_a_count(built, tmp_path):
+    from reports.daily import _block
+    from reports.sections.base import Collapsed, Table
+
+    data_dir = foundation_only(built[0], tmp_path / "data")
+    quality = _by_key(build_sections(data_dir, DATE))["quality"]
+    checks = quality.headline["checks"]
+    tables = [b for b in quality.blocks if isinstance(b, Table) and "check" in b.columns]
+    folded = [b for b in quality.blocks if isinstance(b, Collapsed)]
+    # Only failed checks are in the open table; the passed ones sit under one summary with their count.
+    assert len(tables) == 1 and {row[2] for row in tables[0].rows} == {"FAILED"}
+    assert len(tables[0].rows) == checks["failed"] >= 1
+    assert len(folded) == 1 and folded[0].summary.startswith(f"{checks['evaluated'] - checks['failed']} passed check")
+    assert quality.blocks.index(tables[0]) < quality.blocks.index(folded[0])
+    assert {row[2] for row in folded[0].blocks[0].rows} == {"passed"}
+    page = _block(folded[0])
+    assert page.startswith('<details class="collapsed"><summary>') and "<table>" in page and " open" not in page.split(">")[0]
+
+
+def _axis_titles(spec, found):
+    """Every quantitative or temporal position encoding's axis title in a Vega-Lite spec."""
+    if isinstance(spec, dict):
+        enc = spec.get("encoding")
+        if isinstance(enc, dict):
+            for channel in ("x", "y"):
+                e = enc.get(channel)
+                if isinstance(e, dict) and e.get("type") in ("quantitative", "temporal") and "field" in e:
+                    title = e.get("title", (e.get("axis") or {}).get("title") if isinstance(e.get("axis"), dict) else None)
+                    found.append((channel, e["field"], title))
+        for key, value in spec.items():
+            if key not in ("datasets", "data"):
+                _axis_titles(value, found)
+    elif isinstance(spec, list):
+        for item in spec:
+            _axis_titles(item, found)
+    return found
+
+
+def test_every_chart_axis_names_its_unit(full):
+    import re
+
+    sections = build_sections(full, DATE)
+    titled, unitless = [], []
+    for s in sections:
+        for c in s.charts:
+            for channel, field, title in _axis_titles(c.chart.to_dict(), []):
+                if title is None:  # a layer sharing the first layer's axis
+                    continue
+                titled.append(c.name)
+                # A unit in parentheses ("power (kW, 1 min means)", "(0–1)", "(UTC)") or a percentage.
+                if not (re.search(r"\([^)]+\)", title) or "%" in title):
+                    unitless.append((c.name, channel, field, title))
+    assert unitless == []
+    assert {"fleet_power", "j_per_token_batch", "phase_shares", "swing_distribution", "coincidence"} <= set(titled)
+    fleet = next(c for s in sections for c in s.charts if c.name == "fleet_power")
+    assert any(re.fullmatch(r"power \(k?W, \d+ (min|s) means\)", t or "") for _, _, t in _axis_titles(fleet.chart.to_dict(), []))
+
+
+def test_batch_buckets_without_energy_or_with_few_requests_left_out_with_a_count(full):
+    inference = _by_key(build_sections(full, DATE))["inference"]
+    chart = next(c for c in inference.charts if c.name == "j_per_token_batch")
+    spec = chart.chart.to_dict()
+    values = [v for d in spec.get("datasets", {}).values() for v in d] or spec["data"]["values"]
+    buckets = {v["bucket"] for v in values}
+    # "32+" holds one request cut off by the day's end at 0 J: never plotted as 0 J per token.
+    assert "32+" not in buckets and {"1", "2-3", "4-7", "8-15", "16+"} <= buckets
+    assert all(v["j"] > 0 for v in values)
+    endpoints = {v["endpoint"] for v in values}
+    left_out = 2 * len(endpoints)  # prompt and output point of each endpoint's "32+" bucket
+    assert inference.headline["j_per_token_batch_points_left_out"] == left_out
+    assert f"{left_out} bucket point(s) left out" in chart.caption
+
+
+def test_batch_points_keep_only_buckets_with_energy_and_enough_requests():
+    from reports.sections.inference import MIN_BUCKET_REQUESTS, batch_points
+
+    rows = [
+        {"endpoint": "a", "bucket": "1", "j_per_prompt_token": 0.3, "j_per_output_token": 5.0, "requests_with_power": MIN_BUCKET_REQUESTS},
+        {"endpoint": "a", "bucket": "2-3", "j_per_prompt_token": 0.2, "j_per_output_token": 4.0, "requests_with_power": MIN_BUCKET_REQUESTS - 1},
+        {"endpoint": "a", "bucket": "4-7", "j_per_prompt_token": 0.0, "j_per_output_token": None, "requests_with_power": 50},
+        {"endpoint": "b", "bucket": "1", "j_per_prompt_token": 0.4, "j_per_output_token": 6.0, "requests_with_power": None},  # no count column
+    ]
+    points, left_out = batch_points(rows)
+    kept = {(p["endpoint"], p["bucket"], p["token"]) for p in points}
+    assert kept == {("a", "1", "prompt"), ("a", "1", "output"), ("b", "1", "prompt"), ("b", "1", "output")}
+    assert left_out == 4
+
+
+def test_spike_lift_and_swing_projection_reach_the_report(full):
+    sections = _by_key(build_sections(full, DATE))
+    corr = next(b for b in sections["correlation"].blocks if isinstance(b, Table) and any("lift" in c for c in b.columns))
+    lift = next(i for i, c in enumerate(corr.columns) if "lift" in c)
+    assert {row[lift] for row in corr.rows} == {1.02}
+    swings = sections["swings"]
+    table = next(b for b in swings.blocks if isinstance(b, Table) and "band (% prov.)" in b.columns)
+    pub = {(row[0], row[3]): row for row in table.rows if row[-1] is not None}
+    assert set(pub) == {("inference", 2048.0), ("training", 1024.0)}
+    assert pub[("inference", 2048.0)][-1] == 9.0 and pub[("training", 1024.0)][4] == 80.0  # training stays in step
+    # The headline's small-fleet note carries the projection's value at the published scale.
+    notes = " ".join(b.text for b in sections["headline"].blocks if isinstance(b, Note))
+    assert "Projected from this day's own series to 1,024 GPUs" in notes and "job-a 80.0%" in notes
+
+
+def test_swing_projection_missing_marks_the_swings_section_partial(built, tmp_path):
+    swings = _by_key(build_sections(foundation_only(built[0], tmp_path / "data"), DATE))["swings"]
+    assert any("swing_projection" in why for why in swings.missing)

@@ -117,3 +117,21 @@ def test_headline_j_per_token_is_token_weighted(tmp_path):
     assert head["j_per_prompt_token"] == pytest.approx(0.3 / 6 ** 0.5, abs=1e-4)
     assert head["j_per_output_token"] == pytest.approx((5 / 6 ** 0.5) * (1 + 2 * 1.1) / 3, abs=1e-4)
     assert "serving" in json.loads(report.json_path.read_text())["sections"]
+
+
+def test_frontier_leaves_out_buckets_without_energy_or_with_few_requests(tmp_path):
+    data_dir = tmp_path / "data"
+    two_host_inventory(data_dir)
+    rows = ept_serving_rows(DATE, ENDPOINTS)
+    for row in rows:
+        row["requests_with_power"] = 40
+    cheap = [dict(r, bucket="32+", j_per_output_token=0.0) for r in rows if r["bucket"] == "16+"]  # cut off: 0 J
+    few = [dict(r, bucket="64+", j_per_output_token=0.01, requests_with_power=2) for r in rows if r["bucket"] == "16+"]
+    schema = EPT_SERVING_SCHEMA.append(pa.field("requests_with_power", pa.int64()))
+    write_table(data_dir, "energy_per_token", DATE, rows + cheap + few, schema)
+    warehouse.publish(data_dir)
+    s = _serving(data_dir)
+    chart = next(c for c in s.charts if c.name == "serving_frontier")
+    values = next(v for v in _data_values(chart.chart.to_dict()))
+    assert {p["bucket"] for p in values} == {"1", "2-3", "4-7", "8-15", "16+"}
+    assert "4 bucket(s) left out" in chart.caption

@@ -37,6 +37,15 @@ class Code:
 
 
 @dataclass
+class Collapsed:
+    """Blocks folded under a one-line summary (``<details>``): detail a reader opens only when
+    the summary says it matters, such as the checks that passed."""
+
+    summary: str
+    blocks: list = field(default_factory=list)
+
+
+@dataclass
 class Section:
     key: str
     title: str

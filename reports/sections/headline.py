@@ -89,7 +89,7 @@ def scale_notes(ctx: Ctx, gpus_of: dict, swing: list[dict], roles_of: dict[str, 
                                   for p in proj)
                 how = ("endpoints added with their bursts shifted, assumed independent" if role == "inference"
                        else "hosts added in step, as a synchronous job runs")
-                text += (f" Projected from this day's own series to {proj[0]['gpus']:,} GPUs ({how}; max 2 s swing on the 100 ms grid, "
+                text += (f" Projected from this day's own series to {round(proj[0]['gpus']):,} GPUs ({how}; max 2 s swing on the 100 ms grid, "
                          f"% of provisioned, median and band of the draws): {parts}; published: up to {pub_pct:g}%. See section 2.")
         notes.append(Note(text, "warn"))
     return notes

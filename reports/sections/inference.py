@@ -12,6 +12,7 @@ from reports.sections.base import Chart, Code, Ctx, Note, Section, Table, num
 
 TITLE = "Inference: phases and energy per token"
 WINDOW_S = 300
+MIN_BUCKET_REQUESTS = 5  # fewer requests with power than this: the bucket is left out of the chart
 SEGMENT_COLS = ("date", "endpoint", "host", "gpu", "start_ts", "end_ts", "phase", "source")
 EPT_COLS = ("endpoint", "bucket_kind", "bucket", "j_per_prompt_token", "j_per_output_token", "j_per_request",
             "prefill_mean_w", "decode_mean_w", "prefill_time_share", "prefill_energy_share", "tdp_exceedances")
@@ -21,6 +22,22 @@ SOURCE_RANK_SQL = """CASE WHEN source::VARCHAR = 'nvml-buffer' THEN 1 WHEN sourc
 
 def _ts(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def batch_points(batch: list[dict]) -> tuple[list[dict], int]:
+    """Chart points of J per prompt/output token per batch-size bucket, and how many were left out:
+    a bucket without energy (NULL or 0 J) or with fewer than ``MIN_BUCKET_REQUESTS`` requests with
+    power says nothing about that batch size (one request cut off at the day's end reads 0 J)."""
+    points, left_out = [], 0
+    for x in batch:
+        n = x.get("requests_with_power")
+        for token, col in (("prompt", "j_per_prompt_token"), ("output", "j_per_output_token")):
+            j = x[col]
+            if j is None or j <= 0 or (n is not None and n < MIN_BUCKET_REQUESTS):
+                left_out += 1
+                continue
+            points.append({"endpoint": x["endpoint"], "bucket": x["bucket"], "order": _bucket_order(x["bucket"]), "token": token, "j": num(j, 4)})
+    return points, left_out
 
 
 def pick_endpoint(ctx: Ctx) -> str | None:
@@ -193,17 +210,21 @@ def build(ctx: Ctx) -> Section:
         s.headline["energy_per_token"] = {
             x["endpoint"]: {"j_per_prompt_token": num(x["j_per_prompt_token"], 4), "j_per_output_token": num(x["j_per_output_token"], 4)} for x in overall
         }
+        counted = r.has("energy_per_token", ("requests_with_power",))
         batch = r.rows(
-            f"SELECT endpoint, bucket::VARCHAR AS bucket, j_per_prompt_token, j_per_output_token FROM {rel} WHERE bucket_kind = 'batch_size' ORDER BY endpoint"
+            f"SELECT endpoint, bucket::VARCHAR AS bucket, j_per_prompt_token, j_per_output_token, "
+            f"{'requests_with_power' if counted else 'NULL'} AS requests_with_power "
+            f"FROM {rel} WHERE bucket_kind = 'batch_size' ORDER BY endpoint"
         )
-        points = [
-            {"endpoint": x["endpoint"], "bucket": x["bucket"], "order": _bucket_order(x["bucket"]), "token": token, "j": num(x[col], 4)}
-            for x in batch
-            for token, col in (("prompt", "j_per_prompt_token"), ("output", "j_per_output_token"))
-            if x[col] is not None
-        ]
+        points, left_out = batch_points(batch)
+        why = (f" {left_out} bucket point(s) left out: no energy (missing or 0 J per token) or fewer than {MIN_BUCKET_REQUESTS} requests with power."
+               if left_out else "")
         if points:
-            s.add(Chart("j_per_token_batch", charts.j_per_token(points[: charts.MAX_POINTS]), "From `energy_per_token` (bucket_kind = 'batch_size')."))
+            s.add(Chart("j_per_token_batch", charts.j_per_token(points[: charts.MAX_POINTS]),
+                        f"From `energy_per_token` (bucket_kind = 'batch_size').{why}"))
+            s.headline["j_per_token_batch_points_left_out"] = left_out
+        elif batch:
+            s.add(Note(f"No batch-size bucket of `energy_per_token` to chart for this day:{why}", "info"))
         else:
             s.add(Note("`energy_per_token` has no batch-size buckets for this day.", "info"))
     else:

@@ -7,7 +7,7 @@ import statistics
 
 from reports import charts
 from reports.data import fmt_ts, quarantine
-from reports.sections.base import Chart, Code, Ctx, Note, Section, Table, num
+from reports.sections.base import Chart, Code, Collapsed, Ctx, Note, Section, Table, num
 
 TITLE = "Data quality"
 MAX_HOST_BARS = 400
@@ -84,13 +84,19 @@ def build(ctx: Ctx) -> Section:
         failed = [c for c in h.checks if not c.passed]
         s.headline["checks"] = {"evaluated": len(h.checks), "failed": len(failed), "failed_error": sum(1 for c in failed if c.severity == "ERROR")}
         if h.checks:
-            s.add(
-                Table(
-                    ["asset", "check", "result", "severity", "details", "evaluated"],
-                    [[c.asset, c.check, "passed" if c.passed else "FAILED", c.severity, c.description[:200], fmt_ts(c.timestamp)] for c in h.checks],
-                    f"Latest asset-check results for {ctx.date}: {len(failed)} of {len(h.checks)} failed.",
-                )
-            )
+            cols = ["asset", "check", "result", "severity", "details", "evaluated"]
+
+            def rows(checks):
+                return [[c.asset, c.check, "passed" if c.passed else "FAILED", c.severity, c.description[:200], fmt_ts(c.timestamp)] for c in checks]
+
+            passed = [c for c in h.checks if c.passed]
+            if failed:
+                s.add(Table(cols, rows(failed), f"Failed asset checks for {ctx.date}: {len(failed)} of {len(h.checks)} (ERROR first)."))
+            else:
+                s.add(Note(f"All {len(h.checks)} asset checks for {ctx.date} passed.", "info"))
+            if passed:
+                s.add(Collapsed(f"{len(passed)} passed check{'s' if len(passed) != 1 else ''} (open to list them)",
+                                [Table(cols, rows(passed), f"Latest asset-check results for {ctx.date} that passed.")]))
         else:
             s.add(Note(f"No asset-check results recorded for {ctx.date}{': ' + h.note if h.note else ''}.", "missing"))
         if h.materializations:

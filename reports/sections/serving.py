@@ -10,6 +10,7 @@ import altair as alt
 
 from reports import charts
 from reports.sections.base import Chart, Code, Ctx, Note, Section, Table, num
+from reports.sections.inference import MIN_BUCKET_REQUESTS
 
 TITLE = "Serving efficiency and power caps"
 EPT_COLS = ("endpoint", "bucket_kind", "bucket", "j_per_output_token")
@@ -94,14 +95,19 @@ def _frontier(ctx: Ctx, s: Section) -> None:
     meta = [c if c in cols else f"NULL AS {c}" for c in META_COLS]
     extra = [c for c in ("tpot_p90_ms", "tpot_p99_ms", "ttft_p90_ms", "ttft_p99_ms", "output_tokens_per_s_per_gpu") if c in cols]
     rel = r.day_relation("energy_per_token", ctx.date)
+    # A bucket without energy (0 J) or with too few requests with power would sit on the frontier by accident.
+    enough = f"j_per_output_token > 0 AND ({'requests_with_power' if 'requests_with_power' in cols else 'NULL'} >= {MIN_BUCKET_REQUESTS}) IS NOT false"
     rows = r.rows(
-        f"""SELECT endpoint, bucket::VARCHAR AS bucket, j_per_output_token, tpot_p50_ms, ttft_p50_ms, {', '.join(meta + extra)}
+        f"""SELECT endpoint, bucket::VARCHAR AS bucket, j_per_output_token, tpot_p50_ms, ttft_p50_ms, {', '.join(meta + extra)}, ({enough}) AS kept
             FROM {rel} WHERE bucket_kind = 'batch_size' AND j_per_output_token IS NOT NULL
               AND (tpot_p50_ms IS NOT NULL OR ttft_p50_ms IS NOT NULL)
             ORDER BY endpoint, bucket"""
     )
+    left_out = sum(1 for x in rows if not x["kept"])
+    rows = [x for x in rows if x["kept"]]
     if not rows:
-        s.add(Note("`energy_per_token` has no batch-size bucket with both J per output token and a latency this day.", "info"))
+        s.add(Note("`energy_per_token` has no batch-size bucket with both J per output token and a latency this day"
+                   + (f" ({left_out} left out: 0 J per output token or fewer than {MIN_BUCKET_REQUESTS} requests with power)." if left_out else "."), "info"))
         return
     points = []
     for x in rows:
@@ -119,7 +125,8 @@ def _frontier(ctx: Ctx, s: Section) -> None:
     s.add(Chart("serving_frontier", frontier_chart(points),
                 "From `energy_per_token` (bucket_kind = 'batch_size'): J per output token against the p50 time per output token "
                 "and time to first token of each batch bucket, per model, GPUs per replica and GPU model. An operating point on the "
-                "frontier (diamonds) is one no other bucket beats on both energy and latency."))
+                "frontier (diamonds) is one no other bucket beats on both energy and latency."
+                + (f" {left_out} bucket(s) left out: 0 J per output token or fewer than {MIN_BUCKET_REQUESTS} requests with power." if left_out else "")))
     head = ["series", "batch bucket", "J / output token", "TPOT p50 (ms)", "TTFT p50 (ms)"] + [c.replace("_", " ") for c in extra]
     s.add(Table(head, [[p["series"], p["bucket"], p["j"], p["tpot"], p["ttft"], *(p[c] for c in extra)]
                        for p in sorted(points, key=lambda p: (p["series"], p["order"]))][:200]))

@@ -259,7 +259,7 @@ def build(ctx: Ctx) -> Section:
         s.add(*_events_table(ctx, top_events(ctx, ("host",)), "Top 10 swing events of hosts (the same rule, among the 10 hosts with the largest 2 s swing)"))
     else:
         s.not_available("fleet_power_100ms is missing: swing events")
-    s.add(*projection_blocks(ctx))
+    s.add(*projection_blocks(ctx, s))
     return s
 
 
@@ -267,11 +267,13 @@ PROJECTION_COLS = ("kind", "entity", "members", "gpus", "method", "max_2s_swing_
                    "max_2s_swing_pct_high", "p99_2s_swing_pct", "published_scale", "published_2s_swing_pct", "members_observed")
 
 
-def projection_blocks(ctx: Ctx) -> list:
-    """The swing-at-scale chart and table (swing_projection)."""
+def projection_blocks(ctx: Ctx, s: Section) -> list:
+    """The swing-at-scale chart and table (swing_projection); without the table, the section says so
+    and counts as partial."""
     r = ctx.reader
     if not r.has("swing_projection", PROJECTION_COLS):
-        return [Note("Not available yet: " + r.missing("swing_projection", PROJECTION_COLS) + ": the swing-at-scale projection.", "missing")]
+        s.not_available(r.missing("swing_projection", PROJECTION_COLS) + ": the swing-at-scale projection")
+        return []
     rows = r.rows(f"SELECT * FROM {r.day_relation('swing_projection', ctx.date)} ORDER BY kind, entity, members")
     if not rows:
         return [Note("`swing_projection` has no rows for this day.", "info")]

@@ -69,7 +69,7 @@ def test_report_renders_offline_without_errors(page, reports, artifacts, which):
     if which == "scale":
         assert report.html_path.stat().st_size < 5 * 1024 * 1024
     elif which == "partial":
-        assert page.get_by_text("Not available yet: `swing_stats` not available yet").first.is_visible()
+        assert page.get_by_text("Not available yet: swing_stats not available yet").first.is_visible()
     else:
         assert page.locator(".note.missing").count() == 0
         assert page.locator("section#headline table").first.is_visible()
