@@ -92,5 +92,6 @@ SWING_PROJECTION = Table(
     "cluster-day",
     deps=["power_100ms"],
     before=projection,
+    group="swings",  # beside swing_stats: the power group's graph stays small enough to draw its names
 )
 (swing_projection,) = table_assets(SWING_PROJECTION)

@@ -121,9 +121,11 @@ def test_asset_graph_shows_assets_latest_materialization_and_checks(page, ui, ar
         page.get_by_text(group, exact=True).first.wait_for()
     page.screenshot(path=str(artifacts / "ui-global-lineage.png"))
     visit(page, f"{server.url}/locations/{LOCATION}/asset-groups/power")
-    for name in ("power_1s", "fleet_power_1s", "daily_report"):
-        page.get_by_text(name, exact=True).first.wait_for()
+    page.get_by_text("power_100ms", exact=True).first.wait_for()  # the graph is drawn (centred: not every node is in view)
     page.screenshot(path=str(artifacts / "ui-asset-graph.png"))
+    page.get_by_text("List", exact=True).first.click()  # the group's list names every asset of the group
+    for name in ("power_1s", "fleet_power_1s", "power_summary", "energy_curve"):
+        page.get_by_text(name, exact=True).first.wait_for()
     # A graph small enough to draw full nodes (however many assets the group has by then):
     # fleet_power_1s and its upstream power_1s, each with its latest materialization and checks.
     visit(page, f"{server.url}/assets/fleet_power_1s?view=lineage&lineageScope=upstream&lineageDepth=1")
