@@ -255,9 +255,15 @@ def test_built_in_fleets_round_trip(tmp_path, name):
     again = load_inventory(_write(tmp_path, inventory_yaml(inv)))
     assert again == inv
     rows = again.workload_rows("endpoint")
-    assert rows and all(r["tp"] == r["gpus"] and r["params_b"] == 8.0 for r in rows)  # one TP group per endpoint
+    gpus = {e: sum(r["gpus"] for r in rows if r["endpoint"] == e) for e in {r["endpoint"] for r in rows}}
+    # whole replicas of tp × pp GPUs on every endpoint, and a model size on each
+    assert rows and all(gpus[r["endpoint"]] % r["gpus_per_replica"] == 0 and r["params_b"] > 0 for r in rows)
+    if name in ("demo", "tiny"):  # the 8B engine calibrated on capture 4, one TP group per endpoint
+        assert all(r["tp"] == r["gpus"] and r["params_b"] == 8.0 for r in rows)
     jobs = again.workload_rows("job")
-    assert jobs and all(r["dp"] == sum(j["gpus"] for j in jobs if j["job"] == r["job"]) for r in jobs)
+    # a job's GPUs on all its hosts are exactly tp × pp × dp
+    assert jobs or name == "serving"  # the serving fleet has no training job
+    assert all(r["dp"] * r["tp"] * r["pp"] == sum(j["gpus"] for j in jobs if j["job"] == r["job"]) for r in jobs)
 
 
 @pytest.mark.parametrize("path", sorted(DATA.glob("*.yaml")), ids=lambda p: p.name)
