@@ -120,7 +120,11 @@ def test_damaged_file_met_by_a_kernel_write_is_quarantined_and_the_rest_written(
     damaged = next((d / "power" / f"date={DATE}" / "host=train-0").glob("train-0-0*.parquet"))
     inject.damage_data_pages(damaged)
     outcome = run_day(d, DATE, selection=["energy_curve", "power_100ms"])
-    assert outcome.success, outcome.error
+    # Both written; power_1s still holds the quarantined file's samples from before the damage, and
+    # the two ERROR checks that compare with it say so (blocking: the run reports the failure).
+    assert {"energy_curve", "power_100ms"} <= set(outcome.materialized), outcome.error
+    assert {(c.asset, c.check) for c in outcome.failed_checks} == {("energy_curve", "matches_power_1s"),
+                                                                  ("power_100ms", "samples_conserved")}, outcome.error
     assert not damaged.exists(), "moved to the quarantine"
     with compute_connection(d, DATE) as con:
         for table in ("energy_curve", "power_100ms"):
