@@ -8,8 +8,9 @@ child process that this one watches:
 
 - memory: the child's address space is limited (``RLIMIT_AS``: its size when the query starts
   plus the bound), so one giant allocation fails at once with DuckDB's out-of-memory error;
-  and the RSS of both processes is read every 20 ms, the child killed when their sum is past
-  the bound (growth by many small allocations, or into address space reserved before);
+  and the child's RSS plus this process's growth since the query was sent is read every 20 ms,
+  the child killed when their sum is past the bound (growth by many small allocations, or into
+  address space reserved before);
 - time: past ``--timeout`` the child gets SIGUSR1 (its handler calls ``con.interrupt()``, the
   Ctrl-C path of :func:`pipeline.readonly.execute`), and SIGKILL :data:`GRACE_S` later if it
   is still running: the command returns within a few seconds of its limit whatever the query;
@@ -93,7 +94,7 @@ def mib(n: int) -> str:
 
 def run(data_dir: Path, query: str, fmt: str, max_rows: int, timeout_s: float, bound_bytes: int,
         workdir: Path, duckdb_memory: str | None = None) -> Result:
-    """Run ``query`` in a child process, this one and the child under ``bound_bytes`` of RSS, and ``timeout_s`` seconds
+    """Run ``query`` in a child process, the child and this one's growth under ``bound_bytes`` of RSS, and ``timeout_s`` seconds
     (counted from when the query starts, after the catalog is open), its result formatted as
     ``fmt`` into a file under ``workdir``; DuckDB's memory_limit is ``duckdb_memory`` (None: the
     pipeline's). Raises :class:`QueryStopped`."""
@@ -107,12 +108,16 @@ def run(data_dir: Path, query: str, fmt: str, max_rows: int, timeout_s: float, b
     previous = signal.signal(signal.SIGINT, lambda *_: stop.append("interrupt")) if in_main else None
     started = kill_at = None
     peak = 0
+    # The bound is the command's: the child plus what this process grows by while it waits (its
+    # own start-up size is left out, so a host process that embeds the command, a test runner or a
+    # notebook, does not spend the bound on what it held before).
+    own_at_start = _rss(os.getpid())
     try:
         while proc.poll() is None:
             ready, _, _ = select.select([proc.stdout], [], [], POLL_S)
             if ready and proc.stdout is not None and proc.stdout.read1(64) and started is None:  # type: ignore[attr-defined]
                 started = time.monotonic()  # the child says: the query starts now
-            rss = _rss(proc.pid) + _rss(os.getpid())  # the bound is the command's: both processes
+            rss = _rss(proc.pid) + max(0, _rss(os.getpid()) - own_at_start)
             peak = max(peak, rss)
             if rss > bound_bytes:
                 stop.append("memory")
