@@ -46,7 +46,7 @@ def return_freed_memory() -> bool:
     the last large block freed (up to 32 MiB): the kernels' per-GPU arrays (1–30 MB) then come from
     the heap, and a freed one stays in the process while a later block holds the heap up. At 64
     GPU-days power_100ms alone peaked at 2.98 GB RSS with DuckDB held to 1 GB, and at 2.16 GB with
-    this (docs/benchmarks.md, round 3). Once per process; False where it is not glibc."""
+    this (docs/benchmarks.md). Once per process; False where it is not glibc."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

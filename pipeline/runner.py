@@ -107,7 +107,7 @@ def run_lock(data_dir: Path):
 WORKER_MIN_MEMORY_MB = 2048
 """The default memory bound gives each worker at least this: a 64-GPU cluster-day's phase_timeline
 (then SQL) ran Out of Memory with 1.1 GiB (two workers sharing 2.5 GiB); every asset measured at
-64 GPU-days completes with 2 GiB (docs/benchmarks.md, round 3)."""
+64 GPU-days completes with 2 GiB (docs/benchmarks.md)."""
 
 
 def default_workers(clusters: int) -> int:

@@ -77,7 +77,7 @@ def default_memory_mb() -> int:
     runner divides it among its worker processes). The process holds ~0.5 GB beside DuckDB (Python,
     Dagster, a kernel's arrays), and DuckDB fills its bound on a 64-GPU cluster-day: at 2.5 GiB
     phase_segments and fleet_power_100ms peaked at 3080 and 2952 MiB RSS, at 2 GiB (with freed
-    arrays returned, process_memory) the run's peak was 2793 MiB (docs/benchmarks.md, round 3)."""
+    arrays returned, process_memory) the run's peak was 2793 MiB (docs/benchmarks.md)."""
     cap_mb, share = 2048, 0.25
     try:
         ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20

@@ -1,1 +1,1 @@
-"""Support code of the phase assets (issue 8): their checks."""
+"""Support code of the phase assets: their checks."""

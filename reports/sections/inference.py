@@ -121,7 +121,7 @@ def segments(ctx: Ctx, endpoint: str, lo: int, hi: int) -> tuple[list[dict], str
     )
     where = f"{p['host']}/{p['gpu']}" if p["host"] is not None else "endpoint"
     # requests: boundaries at the logged events' own timestamps (phase_intervals, exact); power: the
-    # power-only detector on the GPU's own samples (issue 15)
+    # power-only detector on the GPU's own samples
     how = "exact, at the request events' own timestamps" if p["source"] == "requests" else "power-only, at the power samples' own instants"
     return rows, f"phases of {where} (source: {p['source']}; {how})"
 

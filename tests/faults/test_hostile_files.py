@@ -1,4 +1,4 @@
-"""Issue 28, hostile input II (files): symbolic links in the data dir, null required values, files
+"""Hostile input II (files): symbolic links in the data dir, null required values, files
 over the per-file row budget.
 
 Links: an exporter's folder linked in as ``power/date=D/host=ext`` (and one linked file) must come

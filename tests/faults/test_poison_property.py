@@ -1,4 +1,4 @@
-"""Issue 28, property: random poison records mixed into good batches, through each request
+"""Hostile input II, property: random poison records mixed into good batches, through each request
 importer: JSONL (`Ingestor`, bulk), vLLM bench results, OTLP JSON-lines files, and the OTLP
 receiver's mapping of one export body in protobuf and in JSON (`otlp.map_body`, then the commit
 the receiver's flush makes).

@@ -1,4 +1,4 @@
-"""Issue 28, hostile input II: one poison record is one quarantined record, in every request importer.
+"""Hostile input II: one poison record is one quarantined record, in every request importer.
 
 A record with a value out of every range (a latency of 1e12 s or 1e300 s, NaN, a span start past
 2⁶³ or past 2⁶⁴, a token count of 5,000 digits, an id that is not hex) among good ones, through

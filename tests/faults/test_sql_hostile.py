@@ -1,4 +1,4 @@
-"""Issue 28, hostile input II: `wattline sql` under a hard memory bound that holds for single huge
+"""Hostile input II: `wattline sql` under a hard memory bound that holds for single huge
 values, a timeout that holds for queries that ignore DuckDB's interrupt, every DuckDB type in
 every format, and table output that cannot forge lines."""
 
