@@ -1,4 +1,4 @@
-"""Power-only phase detection on a GPU's own samples : no request log, no grid.
+"""Power-only phase detection on a GPU's own samples: no request log, no grid.
 
 Per GPU (one day of its best source, sorted by time), every sample gets a label:
 - **prefill** when its power is at or above the *prefill threshold* = halfway between the GPU's
