@@ -235,22 +235,24 @@ def smoke_run(root: Path) -> dict[str, np.ndarray]:
 
 
 def published_points(seed: int = 0) -> dict[str, float]:
-    """The simulator at the published points' settings: J per output token over all the replica's GPUs.
+    """The simulator at the published points' settings: J per output token as those measurements count it,
+    all the replica's GPUs over the whole run (prefill and decode) per output token.
 
-    ML.ENERGY v3: Llama 3.1 8B on one H100 at batch 64 (64 requests at once, 512-token prompts and
-    outputs, continuous batching). From Words to Watts: LLaMA 65B sharded over 8 A100s (tp 8), 64
-    requests with 256-token prompts and 256-token outputs in one static batch (the paper ran Meta's
-    reference generation loop, which batches statically)."""
+    ML.ENERGY v3: Llama 3.1 8B on one H100 at batch 64 (here 64 requests at once with 512-token prompts
+    and outputs, continuous batching). From Words to Watts: LLaMA 65B sharded over 8 A100s (here tp 8, one
+    static batch of 64 requests with 128-token prompts and 256-token outputs: the paper ran Meta's
+    reference generation loop, which batches statically; the lengths are assumed)."""
     out = {}
-    h100 = physics.GpuPower.of("NVIDIA H100 80GB HBM3", None, None)
-    m = physics.serving_model({"params_b": 8.0, "tp": 1}, 1, h100, 512.0, 512.0)
     n = np.zeros(64)
-    res = replay(n, np.full(64, 512), np.full(64, 512), "continuous", m, 1, seed)
-    out["mlenergy_8b_h100_batch64_j_per_output_token"] = simulated_j_per_token(res, h100, seed)[1]
-    a100 = physics.GpuPower.of(*A100, None)
-    m = physics.serving_model({"params_b": 65.0, "tp": 8}, 8, a100, 256.0, 256.0)
-    res = replay(n, np.full(64, 256), np.full(64, 256), "static", m, 8, seed)
-    out["words_to_watts_65b_8xa100_j_per_output_token"] = simulated_j_per_token(res, a100, seed)[1]
+    for key, gpu, params, tp, prompt, output, batching in (
+        ("mlenergy_8b_h100_batch64", physics.GpuPower.of("NVIDIA H100 80GB HBM3", None, None), 8.0, 1, 512, 512, "continuous"),
+        ("words_to_watts_65b_8xa100", physics.GpuPower.of(*A100, None), 65.0, 8, 128, 256, "static"),
+    ):
+        m = physics.serving_model({"params_b": params, "tp": tp}, tp, gpu, float(prompt), float(output))
+        res = replay(n, np.full(64, prompt), np.full(64, output), batching, m, tp, seed)
+        jp, jo = simulated_j_per_token(res, gpu, seed)
+        out[f"{key}_j_per_output_token"] = (jp * res.prompt_tokens.sum() + jo * res.output_tokens.sum()) / res.output_tokens.sum()
+        out[f"{key}_decode_j_per_output_token"] = jo
     return out
 
 
