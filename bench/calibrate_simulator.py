@@ -10,14 +10,22 @@ waits and checkpoints) is turned into a phase timeline with the fitted levels an
 simulator's power model at the driver buffer's timestamps; its 8 padded prefill batches are timed by
 the fitted prefill model. Also an in-sample check: capture 4's arrivals replayed through the engine.
 
+Energy per token (docs/simulator.md, "Calibration against captures and published points"): J per
+prompt token and per output token, measured and simulated the same way (``calibration.joules_per_token``),
+for capture 4 (fit; continuous batching), capture 2 (validation; replayed through the engine's static
+batching, nothing refitted), and as a check the vLLM A100 smoke run (Qwen3-8B, 8.2B parameters, on one
+400 W A100; the run without prefix caching); then the simulator at two published points.
+
 Prints the fitted values (compare with ``collectors/simulate/calibration.py``, which holds them), the
-two-sample Kolmogorov–Smirnov statistic of each comparison, and writes the PNGs for docs/simulator.md.
+two-sample Kolmogorov–Smirnov statistic of each comparison, the energy-per-token table, and writes the
+PNGs for docs/simulator.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import datetime as dt
 import json
 import sys
 from pathlib import Path
@@ -27,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from collectors.simulate import calibration, phases, power  # noqa: E402
+from collectors.simulate import calibration, phases, physics, power  # noqa: E402
 from collectors.simulate.arrivals import Arrivals  # noqa: E402
 from collectors.simulate.serving_engine import run_engine  # noqa: E402
 
@@ -185,6 +193,88 @@ def engine_replay(cap: Capture, seed: int = 0):
     return res, t0
 
 
+def replay(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, batching: str = "continuous",
+           model: physics.ServingModel | None = None, n_gpus: int = 1, seed: int = 0):
+    """A measured run's arrivals and token counts through the engine (every request completes)."""
+    o = np.argsort(arrival_s, kind="stable")
+    t0 = float(arrival_s[o][0])
+    arr = Arrivals(np.asarray(arrival_s, float)[o] - t0, np.asarray(prompt)[o].astype(np.int32), np.asarray(output)[o].astype(np.int32))
+    return run_engine(np.random.default_rng(seed), arr, n_gpus, errors=False, model=model, batching=batching)
+
+
+def simulated_j_per_token(res, gpu: physics.GpuPower = physics.REFERENCE.gpu, seed: int = 0) -> tuple[float, float]:
+    """(J per prompt token, J per output token) of an engine result, its power sampled every 20 ms (the
+    driver buffer's spacing) and summed over the GPUs of a replica (one replica)."""
+    t = np.arange(float(res.prefill_start_s.min()) - 1.0, float(res.end_s.max()) + 1.0, 0.02)
+    _, w = power._instant_w(np.random.default_rng(seed), res.timeline, t, 1.0, calibration.POWER_QUANTUM_W, gpu)
+    jp, jo = calibration.joules_per_token(t, w, res.prefill_start_s, res.first_token_s, res.end_s,
+                                          res.prompt_tokens, res.output_tokens)
+    return jp * res.gpus_per_replica, jo * res.gpus_per_replica
+
+
+A100 = ("NVIDIA A100-SXM4-80GB", 400.0)
+QWEN3_8B_PARAMS_B = 8.2
+"""Qwen3-8B: 8.2 B parameters (its model card), bf16."""
+SMOKE_RUN = "vllm-a100-smoke/run-1784415083"
+"""The smoke run without prefix caching (the other one serves 3 of its 4 prompts mostly from cache)."""
+SMOKE_TZ = dt.timezone(dt.timedelta(hours=-7))
+"""The smoke runs' power.csv stamps local wall time of a UTC−7 zone (shared/data/README.md)."""
+
+
+def smoke_run(root: Path) -> dict[str, np.ndarray]:
+    """The A100 smoke run: nvidia-smi's instantaneous power (~250 ms) and the benchmark's requests."""
+    with open(root / "power.csv") as fh:
+        rows = list(csv.reader(fh))[1:]
+    t = np.array([dt.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=SMOKE_TZ).timestamp() for r in rows])
+    req = json.loads((root / "requests.json").read_text())
+    a, ttft, itl = (np.array(req[k], float) for k in ("request_timestamps", "ttfts", "itls"))
+    prompt, output = np.array(req["input_lens"]), np.array(req["output_lens"])
+    first = a + ttft
+    return {"t": t, "w": np.array([float(r[3]) for r in rows]), "arrival": a, "prefill_start": a, "first": first,
+            "end": first + itl * (output - 1), "prompt": prompt, "output": output}
+
+
+def published_points(seed: int = 0) -> dict[str, float]:
+    """The simulator at the published points' settings: J per output token as those measurements count it,
+    all the replica's GPUs over the whole run (prefill and decode) per output token.
+
+    ML.ENERGY v3: Llama 3.1 8B on one H100 at batch 64 (here 64 requests at once with 512-token prompts
+    and outputs, continuous batching). From Words to Watts: LLaMA 65B sharded over 8 A100s (here tp 8, one
+    static batch of 64 requests with 128-token prompts and 256-token outputs: the paper ran Meta's
+    reference generation loop, which batches statically; the lengths are assumed)."""
+    out = {}
+    n = np.zeros(64)
+    for key, gpu, params, tp, prompt, output, batching in (
+        ("mlenergy_8b_h100_batch64", physics.GpuPower.of("NVIDIA H100 80GB HBM3", None, None), 8.0, 1, 512, 512, "continuous"),
+        ("words_to_watts_65b_8xa100", physics.GpuPower.of(*A100, None), 65.0, 8, 128, 256, "static"),
+    ):
+        m = physics.serving_model({"params_b": params, "tp": tp}, tp, gpu, float(prompt), float(output))
+        res = replay(n, np.full(64, prompt), np.full(64, output), batching, m, tp, seed)
+        jp, jo = simulated_j_per_token(res, gpu, seed)
+        out[f"{key}_j_per_output_token"] = (jp * res.prompt_tokens.sum() + jo * res.output_tokens.sum()) / res.output_tokens.sum()
+        out[f"{key}_decode_j_per_output_token"] = jo
+    return out
+
+
+def energy_table(data: Path, fit_cap: Capture, val_cap: Capture, seed: int = 0) -> list[dict]:
+    """Measured vs simulated J per prompt and per output token: capture 4 (fit), capture 2 (validate,
+    static batching), the A100 smoke run (check)."""
+    rows = []
+    for cap, batching, role in ((fit_cap, "continuous", "fit"), (val_cap, "static", "validate")):
+        measured = calibration.joules_per_token(cap.bt / 1e9, cap.bw, cap.ps / 1e9, cap.ft / 1e9, cap.end / 1e9, cap.prompt, cap.output)
+        res = replay(cap.arrival / 1e9, cap.prompt, cap.output, batching, seed=seed)
+        rows.append({"run": cap.name, "role": role, "batching": batching, "measured": measured,
+                     "simulated": simulated_j_per_token(res, seed=seed)})
+    s = smoke_run(data / SMOKE_RUN)
+    measured = calibration.joules_per_token(s["t"], s["w"], s["prefill_start"], s["first"], s["end"], s["prompt"], s["output"])
+    gpu = physics.GpuPower.of(*A100, None)
+    model = physics.serving_model({"params_b": QWEN3_8B_PARAMS_B, "tp": 1}, 1, gpu, float(np.median(s["prompt"])), float(np.median(s["output"])))
+    res = replay(s["arrival"], s["prompt"], s["output"], "continuous", model, seed=seed)
+    rows.append({"run": SMOKE_RUN, "role": "check", "batching": "continuous", "measured": measured,
+                 "simulated": simulated_j_per_token(res, gpu, seed)})
+    return rows
+
+
 def _hist_png(path: Path, title: str, series: dict[str, np.ndarray], unit: str, bins: np.ndarray) -> None:
     import altair as alt
     import vl_convert as vlc
@@ -250,6 +340,13 @@ def main() -> None:
               {"capture 4 driver buffer": fit_cap.bw[sel], "engine replaying capture 4's arrivals": sim_w4[sel]},
               "W", np.arange(60, 960, 20))
     print(json.dumps({k: round(v, 3) for k, v in results.items()}, indent=1))
+
+    # 4. energy per token: measured vs simulated, then published points
+    print("run | role | batching | measured J/prompt token | simulated | gap | measured J/output token | simulated | gap")
+    for r in energy_table(args.data, fit_cap, val_cap):
+        (mp, mo), (sp, so) = r["measured"], r["simulated"]
+        print(f"{r['run']} | {r['role']} | {r['batching']} | {mp:.4f} | {sp:.4f} | {sp / mp - 1:+.0%} | {mo:.3f} | {so:.3f} | {so / mo - 1:+.0%}")
+    print(json.dumps({k: round(v, 3) for k, v in published_points().items()}, indent=1))
 
 
 if __name__ == "__main__":

@@ -65,6 +65,9 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "mxfp8", "mxf
 """Number formats of a model's weights (and activations) that later work turns into bytes per parameter;
 written in any case (``BF16`` reads as ``bf16``)."""
 TRAFFIC_PROFILES = ("conv", "code")
+BATCHING_POLICIES = ("continuous", "static")
+"""How an endpoint's engine batches requests: ``continuous`` admits each request between decode steps
+(vLLM, SGLang); ``static`` runs one padded batch to its end before forming the next."""
 """The simulator's traffic profiles (``collectors.simulate.traffic.PROFILES``; the core imports nothing of ours)."""
 KUBERNETES_LABELS = ("pod", "namespace", "container")
 """dcgm-exporter's Kubernetes labels (its pod-resources mapping): which pod holds a GPU."""
@@ -129,12 +132,23 @@ class Endpoint(_Workload):
     """Simulator: median prompt and output lengths (tokens)."""
     traffic: str | None = None
     """Simulator: whose Azure 2023 length distributions and burstiness the endpoint follows."""
+    batching: str | None = None
+    """Simulator: the engine's batching policy (``BATCHING_POLICIES``; default continuous)."""
+    max_batch: int | None = Field(default=None, ge=1, le=100_000)
+    """Simulator: the most requests in one static batch, or running at once under continuous batching."""
 
     @field_validator("traffic")
     @classmethod
     def _traffic_known(cls, value: str | None) -> str | None:
         if value is not None and value not in TRAFFIC_PROFILES:
             _one_of("traffic", value, TRAFFIC_PROFILES)
+        return value
+
+    @field_validator("batching")
+    @classmethod
+    def _batching_known(cls, value: str | None) -> str | None:
+        if value is not None and value not in BATCHING_POLICIES:
+            _one_of("batching", value, BATCHING_POLICIES)
         return value
 
 
@@ -152,7 +166,7 @@ class Job(_Workload):
 
 
 WORKLOAD_KEYS = ("model", "params_b", "active_params_b", "precision", "tp", "pp", "engine", "dp",
-                 "peak_rps", "prompt_median", "output_median", "traffic")
+                 "peak_rps", "prompt_median", "output_median", "traffic", "batching", "max_batch")
 """Keys of the endpoint or job as a whole: given on one of its hosts, they hold on all; given on several, they agree."""
 
 

@@ -77,6 +77,10 @@ DECODE_STEP_S = 0.0516
 DECODE_STEP_S_PER_SEQ = 0.000161
 """Decode step = 51.6 ms + 0.161 ms × running (per request: decode time minus the prefills inside it,
 over its output tokens, against its mean running count; capture 4 ran 30–38 requests most of the time)."""
+STATIC_BATCH_PADDED_TOKENS = 32_768
+"""Capture 2's static batcher: it took waiting requests in arrival order while batch size × longest
+prompt stayed ≤ 32,768 padded tokens (each of its 8 batches stops exactly where the next request
+would pass it: 30,679 of 33,468, 22,815 of 47,222, ...); no cap on the count showed (up to 13)."""
 STEP_W = (684.7, 729.1)
 """Training step level, per step uniform in the p25–p75 of capture 4's per-step medians (a ~3B model;
 capture 2's 1.5B: 741.5 W)."""
@@ -84,3 +88,32 @@ STALL_W = 126.9
 """Input-pipeline stall (``data_wait``) between steps: 126.9 W (capture 2's blocking wait: 122.8 W)."""
 CKPT_W = 125.6
 """Checkpoint write: 125.6 W (capture 2: 122.1 W)."""
+
+
+# --- energy per token, the same way on a capture and on the simulator ----------------------------
+
+def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Whether each ``t`` lies in the union of the intervals [start, end)."""
+    if len(start) == 0:
+        return np.zeros(len(t), bool)
+    order = np.argsort(start)
+    s, e = start[order], np.maximum.accumulate(end[order])
+    i = np.searchsorted(s, t, side="right") - 1
+    return (i >= 0) & (t < e[np.maximum(i, 0)])
+
+
+def joules_per_token(t_s: np.ndarray, power_w: np.ndarray, prefill_start_s: np.ndarray, first_token_s: np.ndarray,
+                     end_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                     grid_s: float = 0.001) -> tuple[float, float]:
+    """(J per prompt token, J per output token) of one GPU's power samples and the requests it served:
+    power interpolated piecewise-linearly on a 1 ms grid, integrated over the union of the prefill
+    intervals (over all prompt tokens) and over the decode intervals outside any prefill (over all
+    output tokens). Applied alike to a capture and to the simulator replaying it, so the two compare."""
+    t0, t1 = float(np.min(prefill_start_s)), float(np.max(end_s))
+    grid = np.arange(t0, t1, grid_s)
+    order = np.argsort(t_s)
+    p = np.interp(grid, np.asarray(t_s, float)[order], np.asarray(power_w, float)[order])
+    pre = _inside(grid, np.asarray(prefill_start_s, float), np.asarray(first_token_s, float))
+    dec = _inside(grid, np.asarray(first_token_s, float), np.asarray(end_s, float)) & ~pre
+    return (float(p[pre].sum() * grid_s / np.sum(prompt_tokens)),
+            float(p[dec].sum() * grid_s / np.sum(output_tokens)))

@@ -1,8 +1,11 @@
-"""Continuous-batching serving engines, one per replica of an endpoint, behind a router.
+"""Serving engines, one per replica of an endpoint, behind a router: continuous or static batching.
 
-Event-driven (one loop turn per arrival burst, prefill batch or completion, never per token):
-prefill runs one batch at a time and pauses decode, as in vLLM without chunked prefill; decode
-advances every running request one token per step. Step times and power levels come from the
+Event-driven (one loop turn per arrival burst, prefill batch or completion, never per token).
+Continuous batching (the default, vLLM without chunked prefill): prefill runs one batch at a time
+and pauses decode; decode advances every running request one token per step. Static batching (an
+endpoint's ``batching: static``; h200-capture-2's server): the requests waiting when the GPU frees
+form one batch, prefilled together padded to its longest prompt, then decoded with every slot
+stepping until its longest output is done; only then is the next batch formed. Step times and power levels come from the
 model, its sharding and the GPU (:mod:`collectors.simulate.physics`); an endpoint without model keys
 is the calibrated 8B decoder on its GPUs as one tensor-parallel group (capture 4).
 """
@@ -21,6 +24,11 @@ from collectors.simulate.arrivals import Arrivals
 
 PREFILL_BUDGET_TOKENS = 16_384
 MAX_RUNNING = 128
+"""Continuous batching: prompt tokens per prefill batch and requests running at once (``max_batch``)."""
+STATIC_BATCH_TOKENS = calibration.STATIC_BATCH_PADDED_TOKENS
+"""Static batching: a batch takes waiting requests in arrival order while batch size × its longest
+prompt stays within this (one request always goes in, however long)."""
+BATCHING = ("continuous", "static")
 PREFILL_OVERHEAD_S = calibration.PREFILL_OVERHEAD_S
 """The engine's fixed cost of a prefill batch (capture 4: 58.4 ms, while the board still reads the
 level before; ``calibration.PREFILL_ONSET_S``)."""
@@ -83,9 +91,15 @@ def route(arr: np.ndarray, prompt: np.ndarray, output: np.ndarray, model: physic
 
 
 def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors: bool = True,
-               model: physics.ServingModel | None = None) -> EngineResult:
+               model: physics.ServingModel | None = None, batching: str = "continuous",
+               max_batch: int | None = None) -> EngineResult:
     """``errors=False``: every request completes its output (replaying a measured run).
-    ``model``: the replica's physics (default: the calibrated 8B on ``n_gpus`` H200s as one group)."""
+    ``model``: the replica's physics (default: the calibrated 8B on ``n_gpus`` H200s as one group).
+    ``batching``: ``continuous`` or ``static``; ``max_batch``: the most requests running at once
+    (continuous) or in one batch (static), default ``MAX_RUNNING``."""
+    if batching not in BATCHING:
+        raise ValueError(f"batching must be one of {', '.join(BATCHING)} (got {batching!r})")
+    max_running = int(max_batch or MAX_RUNNING)
     if model is None:
         model = physics.ServingModel(physics.REFERENCE.gpu, tp=max(1, n_gpus))
     arr = np.asarray(arrivals.offset_s, dtype=np.float64)
@@ -104,14 +118,15 @@ def run_engine(rng: np.random.Generator, arrivals: Arrivals, n_gpus: int, errors
     timelines = []
     for k in range(replicas):
         idx = np.flatnonzero(which == k)
-        p, f, e, tl = _replica(rng, arr[idx], prompt[idx], output[idx], model)
+        p, f, e, tl = _replica(rng, arr[idx], prompt[idx], output[idx], model, batching == "static", max_running)
         pstart[idx], first[idx], end[idx] = p, f, e
         timelines.append(tl)
     return EngineResult(np.arange(n), arr, pstart, first, end, prompt.astype(np.int32), output, status, timelines, per_replica)
 
 
 def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, output: np.ndarray,
-             model: physics.ServingModel) -> tuple[np.ndarray, np.ndarray, np.ndarray, phases.Timeline]:
+             model: physics.ServingModel, static: bool = False,
+             max_running: int = MAX_RUNNING) -> tuple[np.ndarray, np.ndarray, np.ndarray, phases.Timeline]:
     gpu = model.gpu
     n = len(arr)
     pstart = [0.0] * n
@@ -150,13 +165,55 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
     nxt = 0
     batch_no = 0
     levels: list[float] = []
-    while nxt < n or waiting or heap:
+
+    def prefill(tokens: float, sq: float) -> float:
+        """Writes a prefill batch's segments from ``now``; its duration."""
+        level = float(plateau[batch_no % len(plateau)])
+        c = gpu.clock(level)
+        dur = PREFILL_OVERHEAD_S + model.prefill_compute_s(tokens, sq) / c
+        segment(now, phases.PREFILL, -1.0)  # the onset: power still at the level before
+        seg_t.append(now + min(calibration.PREFILL_ONSET_S, dur))
+        seg_k.append(phases.PREFILL)
+        seg_x.append(float(tokens))
+        levels.append(gpu.capped_w(level, c))
+        return dur
+
+    while static and nxt < n:
+        if arr_l[nxt] > now:
+            segment(now, phases.LOADED, 0.0)
+            now = arr_l[nxt]
+        batch, longest = [nxt], prompt_l[nxt]
+        nxt += 1
+        while nxt < n and arr_l[nxt] <= now and len(batch) < max_running:
+            if (len(batch) + 1) * max(longest, prompt_l[nxt]) > STATIC_BATCH_TOKENS:
+                break
+            longest = max(longest, prompt_l[nxt])
+            batch.append(nxt)
+            nxt += 1
+        size = len(batch)
+        dur = prefill(size * longest, size * longest * longest)  # padded: every row as long as the longest
+        batch_no += 1
+        for j in batch:
+            pstart[j] = now
+        now += dur
+        step_s = decode(size)[0]  # finished rows keep their slot: every step is a step of the whole batch
+        for j in batch:
+            first[j] = now
+            end[j] = now + (max(out_l[j], 1) - 1) * step_s
+        steps = max(out_l[j] for j in batch) - 1
+        if steps > 0:
+            segment(now, phases.DECODE, float(size))
+            now += steps * step_s
+    if static:
+        segment(now, phases.LOADED, 0.0)
+
+    while not static and (nxt < n or waiting or heap):
         while nxt < n and arr_l[nxt] <= now:
             waiting.append(nxt)
             nxt += 1
-        if waiting and len(heap) < MAX_RUNNING:
+        if waiting and len(heap) < max_running:
             batch, tokens, sq = [], 0, 0
-            while waiting and len(heap) + len(batch) < MAX_RUNNING:
+            while waiting and len(heap) + len(batch) < max_running:
                 j = waiting[0]
                 if batch and tokens + prompt_l[j] > PREFILL_BUDGET_TOKENS:
                     break
@@ -164,15 +221,8 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
                 batch.append(j)
                 tokens += prompt_l[j]
                 sq += prompt_l[j] * prompt_l[j]
-            level = float(plateau[batch_no % len(plateau)])
+            dur = prefill(tokens, sq)
             batch_no += 1
-            c = gpu.clock(level)
-            dur = PREFILL_OVERHEAD_S + model.prefill_compute_s(tokens, sq) / c
-            segment(now, phases.PREFILL, -1.0)  # the onset: power still at the level before
-            seg_t.append(now + min(calibration.PREFILL_ONSET_S, dur))
-            seg_k.append(phases.PREFILL)
-            seg_x.append(float(tokens))
-            levels.append(gpu.capped_w(level, c))
             for j in batch:
                 pstart[j] = now
             now += dur
@@ -189,7 +239,7 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
             segment(now, phases.DECODE, float(running))
             done_at = heap[0][0]
             t_done = now + (done_at - steps) * step_s
-            t_arr = arr_l[nxt] if nxt < n and running < MAX_RUNNING else math.inf
+            t_arr = arr_l[nxt] if nxt < n and running < max_running else math.inf
             if t_arr < t_done:
                 k = max(1, math.ceil((t_arr - now) / step_s))
                 steps += k

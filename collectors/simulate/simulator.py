@@ -125,7 +125,8 @@ def _engine(seed: int, ep: _Endpoint, windows: list[tuple[float, float]], replay
         arr = replay_within(replay, windows)
     else:
         arr, rng = endpoint_arrivals(seed, ep, windows)
-    return run_engine(rng, arr, max(1, ep.n_gpus), model=ep.model())
+    return run_engine(rng, arr, max(1, ep.n_gpus), model=ep.model(), batching=ep.spec.get("batching") or "continuous",
+                      max_batch=ep.spec.get("max_batch"))
 
 
 @dataclass
