@@ -255,7 +255,7 @@ def fit_vllm(s: dict[str, np.ndarray]) -> dict[str, float]:
     return {"vllm_step_s_measured": step_s, "vllm_context_tokens": context, "vllm_bytes_s": move,
             "vllm_step_overhead_s": step_s - move, "vllm_decode_w_measured": power_w,
             "vllm_bandwidth_utilisation": mem, "vllm_compute_utilisation": compute,
-            "decode_j_per_byte": j_per_byte}
+            "decode_pj_per_byte": j_per_byte * 1e12}
 
 
 def published_points(seed: int = 0) -> dict[str, float]:

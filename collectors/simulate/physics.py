@@ -231,12 +231,16 @@ class ServingModel:
         peak = self.gpu.spec.peak_flops(self.precision) or DEFAULT.bf16_flops
         return flops / (self.tp * peak * PREFILL_EFFICIENCY) + self._allreduce_s(tokens)
 
+    def decode_bytes(self, running: float) -> float:
+        """Bytes one decode step streams from HBM over the whole replica: the weights and the running
+        requests' KV cache."""
+        weights = self.params_b * 1e9 * BYTES_PER_PARAM[self.precision]
+        return weights + running * self.context_tokens * self.kv_bytes_per_token
+
     def decode_parts_s(self, running: float) -> tuple[float, float]:
         """(bytes-moving time, everything else) of one decode step with ``running`` requests."""
         bw = (self.gpu.spec.mem_bytes_s or DEFAULT.mem_bytes_s) * DECODE_EFFICIENCY
-        weights = self.params_b * 1e9 * BYTES_PER_PARAM[self.precision]
-        kv = running * self.context_tokens * self.kv_bytes_per_token
-        move = (weights + kv) / (self.tp * bw)
+        move = self.decode_bytes(running) / (self.tp * bw)
         e = self.engine
         fixed = e.decode_step_s + self.layers * (e.decode_layer_s + e.decode_seq_layer_s * running) + self._allreduce_s(running)
         return move, fixed
@@ -253,7 +257,6 @@ class ServingModel:
         ratio = (move / (move + fixed)) / (ref[0] / (ref[0] + ref[1]))
         return (DECODE_KERNEL_SHARE + (1 - DECODE_KERNEL_SHARE) * ratio) / self.pp
 
-
     def decode_flops(self, running: float) -> float:
         """FLOPs of one decode step: 2 × active parameters per token, plus attention over the context."""
         return running * (2.0 * self.active_b * 1e9 + 4.0 * self.layers * self.width * self.context_tokens)
@@ -262,11 +265,9 @@ class ServingModel:
         """(memory-bandwidth, tensor-core) utilisation of each GPU over a decode step of ``step_s``: its
         share of the bytes (1 / (tp × pp)) over the step × its peak bandwidth, and likewise for FLOPs."""
         s = self.gpu.spec
-        move, _ = self.decode_parts_s(running)
-        nbytes = move * self.tp * (s.mem_bytes_s or DEFAULT.mem_bytes_s) * DECODE_EFFICIENCY
         gpus = self.tp * self.pp
         peak = s.peak_flops(self.precision) or DEFAULT.bf16_flops
-        return (nbytes / (gpus * step_s * (s.mem_bytes_s or DEFAULT.mem_bytes_s)),
+        return (self.decode_bytes(running) / (gpus * step_s * (s.mem_bytes_s or DEFAULT.mem_bytes_s)),
                 self.decode_flops(running) / (gpus * step_s * peak))
 
     def decode_power_w(self, running: float, step_s: float | None = None) -> float:

@@ -30,8 +30,9 @@ STATIC_BATCH_TOKENS = calibration.STATIC_BATCH_PADDED_TOKENS
 prompt stays within this (one request always goes in, however long)."""
 BATCHING = ("continuous", "static")
 PREFILL_OVERHEAD_S = calibration.PREFILL_OVERHEAD_S
-"""The engine's fixed cost of a prefill batch (capture 4: 58.4 ms, while the board still reads the
-level before; ``calibration.PREFILL_ONSET_S``)."""
+"""The capture engine's fixed cost of a prefill batch (capture 4: 58.4 ms, while the board still reads
+the level before; ``calibration.PREFILL_ONSET_S``); a replica pays its own engine's
+(``physics.ServingModel.prefill_overhead_s``)."""
 ERROR_SHARE = 0.006
 CANCEL_SHARE = 0.015
 
