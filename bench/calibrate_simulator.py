@@ -13,8 +13,11 @@ the fitted prefill model. Also an in-sample check: capture 4's arrivals replayed
 Energy per token (docs/simulator.md, "Calibration against captures and published points"): J per
 prompt token and per output token, measured and simulated the same way (``calibration.joules_per_token``),
 for capture 4 (fit; continuous batching), capture 2 (validation; replayed through the engine's static
-batching, nothing refitted), and as a check the vLLM A100 smoke run (Qwen3-8B, 8.2B parameters, on one
-400 W A100; the run without prefix caching); then the simulator at two published points.
+batching, nothing refitted), and the vLLM A100 smoke run (Qwen3-8B, 8.2B parameters, on one 400 W A100;
+the run without prefix caching) through ``engine: vllm``, whose two parameters are fitted on it
+(``fit_vllm``: the fixed cost per step, decode's energy per byte), and through the capture's engine; then
+the simulator at two published points (ML.ENERGY's, on vLLM, validates the vLLM engine), and the vLLM
+engine against a longer H100 run it was not fitted on (``h100_check``).
 
 Prints the fitted values (compare with ``collectors/simulate/calibration.py``, which holds them), the
 two-sample Kolmogorov–Smirnov statistic of each comparison, the energy-per-token table, and writes the
