@@ -13,8 +13,11 @@ the fitted prefill model. Also an in-sample check: capture 4's arrivals replayed
 Energy per token (docs/simulator.md, "Calibration against captures and published points"): J per
 prompt token and per output token, measured and simulated the same way (``calibration.joules_per_token``),
 for capture 4 (fit; continuous batching), capture 2 (validation; replayed through the engine's static
-batching, nothing refitted), and as a check the vLLM A100 smoke run (Qwen3-8B, 8.2B parameters, on one
-400 W A100; the run without prefix caching); then the simulator at two published points.
+batching, nothing refitted), and the vLLM A100 smoke run (Qwen3-8B, 8.2B parameters, on one 400 W A100;
+the run without prefix caching) through ``engine: vllm``, whose two parameters are fitted on it
+(``fit_vllm``: the fixed cost per step, decode's energy per byte), and through the capture's engine; then
+the simulator at two published points (ML.ENERGY's, on vLLM, validates the vLLM engine), and the vLLM
+engine against a longer H100 run it was not fitted on (``h100_check``).
 
 Prints the fitted values (compare with ``collectors/simulate/calibration.py``, which holds them), the
 two-sample Kolmogorov–Smirnov statistic of each comparison, the energy-per-token table, and writes the
@@ -234,21 +237,48 @@ def smoke_run(root: Path) -> dict[str, np.ndarray]:
             "end": first + itl * (output - 1), "prompt": prompt, "output": output}
 
 
+def fit_vllm(s: dict[str, np.ndarray]) -> dict[str, float]:
+    """vLLM's two parameters from the A100 smoke run (one request decoding at a time): the fixed cost per
+    step (the measured time per output token less the bytes the step moves at the A100's bandwidth × the
+    shared decode efficiency) and decode's energy per byte moved (the median power outside prefills, less
+    loaded and the small compute term, over the bytes per second the steps move)."""
+    gpu = physics.GpuPower.of(*A100, None)
+    steps = s["output"] - 1
+    step_s = float(np.sum(s["end"] - s["first"]) / np.sum(steps))
+    context = float(np.sum((s["prompt"] + s["output"] / 2) * steps) / np.sum(steps))
+    model = physics.ServingModel(gpu, QWEN3_8B_PARAMS_B, QWEN3_8B_PARAMS_B, context_tokens=context, engine=physics.VLLM)
+    move, _ = model.decode_parts_s(1)
+    pre = calibration._inside(s["t"], s["prefill_start"], s["first"])
+    dec = calibration._inside(s["t"], s["first"], s["end"]) & ~pre
+    power_w = float(np.median(s["w"][dec]))
+    mem, compute = model.decode_utilisation(1, step_s)
+    spec = gpu.spec
+    j_per_byte = ((power_w - gpu.map_w(calibration.LOADED_W)
+                   - (spec.tdp_w - spec.idle_w) * physics.COMPUTE_W_PER_UTILISATION * compute) / (mem * spec.mem_bytes_s))
+    return {"vllm_step_s_measured": step_s, "vllm_context_tokens": context, "vllm_bytes_s": move,
+            "vllm_step_overhead_s": step_s - move, "vllm_decode_w_measured": power_w,
+            "vllm_bandwidth_utilisation": mem, "vllm_compute_utilisation": compute,
+            "decode_pj_per_byte": j_per_byte * 1e12}
+
+
 def published_points(seed: int = 0) -> dict[str, float]:
     """The simulator at the published points' settings: J per output token as those measurements count it,
     all the replica's GPUs over the whole run (prefill and decode) per output token.
 
     ML.ENERGY v3: Llama 3.1 8B on one H100 at batch 64 (here 64 requests at once with 512-token prompts
-    and outputs, continuous batching). From Words to Watts: LLaMA 65B sharded over 8 A100s (here tp 8, one
-    static batch of 64 requests with 128-token prompts and 256-token outputs: the paper ran Meta's
-    reference generation loop, which batches statically; the lengths are assumed)."""
+    and outputs, continuous batching, engine vllm; and through the capture's engine for contrast). From
+    Words to Watts: LLaMA 65B sharded over 8 A100s (here tp 8, one static batch of 64 requests with
+    128-token prompts and 256-token outputs: the paper ran Meta's reference generation loop, which
+    batches statically; the lengths are assumed)."""
     out = {}
     n = np.zeros(64)
-    for key, gpu, params, tp, prompt, output, batching in (
-        ("mlenergy_8b_h100_batch64", physics.GpuPower.of("NVIDIA H100 80GB HBM3", None, None), 8.0, 1, 512, 512, "continuous"),
-        ("words_to_watts_65b_8xa100", physics.GpuPower.of(*A100, None), 65.0, 8, 128, 256, "static"),
+    h100 = physics.GpuPower.of("NVIDIA H100 80GB HBM3", None, None)
+    for key, gpu, params, tp, prompt, output, batching, engine in (
+        ("mlenergy_8b_h100_batch64", h100, 8.0, 1, 512, 512, "continuous", "vllm"),
+        ("mlenergy_8b_h100_batch64_capture_engine", h100, 8.0, 1, 512, 512, "continuous", None),
+        ("words_to_watts_65b_8xa100", physics.GpuPower.of(*A100, None), 65.0, 8, 128, 256, "static", None),
     ):
-        m = physics.serving_model({"params_b": params, "tp": tp}, tp, gpu, float(prompt), float(output))
+        m = physics.serving_model({"params_b": params, "tp": tp, "engine": engine}, tp, gpu, float(prompt), float(output))
         res = replay(n, np.full(64, prompt), np.full(64, output), batching, m, tp, seed)
         jp, jo = simulated_j_per_token(res, gpu, seed)
         out[f"{key}_j_per_output_token"] = (jp * res.prompt_tokens.sum() + jo * res.output_tokens.sum()) / res.output_tokens.sum()
@@ -258,7 +288,8 @@ def published_points(seed: int = 0) -> dict[str, float]:
 
 def energy_table(data: Path, fit_cap: Capture, val_cap: Capture, seed: int = 0) -> list[dict]:
     """Measured vs simulated J per prompt and per output token: capture 4 (fit), capture 2 (validate,
-    static batching), the A100 smoke run (check)."""
+    static batching), the A100 smoke run (the vLLM engine's fit; and through the capture's engine, the
+    default, for contrast)."""
     rows = []
     for cap, batching, role in ((fit_cap, "continuous", "fit"), (val_cap, "static", "validate")):
         measured = calibration.joules_per_token(cap.bt / 1e9, cap.bw, cap.ps / 1e9, cap.ft / 1e9, cap.end / 1e9, cap.prompt, cap.output)
@@ -268,11 +299,68 @@ def energy_table(data: Path, fit_cap: Capture, val_cap: Capture, seed: int = 0) 
     s = smoke_run(data / SMOKE_RUN)
     measured = calibration.joules_per_token(s["t"], s["w"], s["prefill_start"], s["first"], s["end"], s["prompt"], s["output"])
     gpu = physics.GpuPower.of(*A100, None)
-    model = physics.serving_model({"params_b": QWEN3_8B_PARAMS_B, "tp": 1}, 1, gpu, float(np.median(s["prompt"])), float(np.median(s["output"])))
-    res = replay(s["arrival"], s["prompt"], s["output"], "continuous", model, seed=seed)
-    rows.append({"run": SMOKE_RUN, "role": "check", "batching": "continuous", "measured": measured,
-                 "simulated": simulated_j_per_token(res, gpu, seed)})
+    for engine, role in (("vllm", "fit (vllm)"), (None, "check (capture engine)")):
+        model = physics.serving_model({"params_b": QWEN3_8B_PARAMS_B, "tp": 1, "engine": engine}, 1, gpu,
+                                      float(np.median(s["prompt"])), float(np.median(s["output"])))
+        res = replay(s["arrival"], s["prompt"], s["output"], "continuous", model, seed=seed)
+        rows.append({"run": SMOKE_RUN, "role": role, "batching": "continuous", "measured": measured,
+                     "simulated": simulated_j_per_token(res, gpu, seed)})
     return rows
+
+
+H100_RUN = "vllm-h100-qwen3-8b"
+"""Qwen3-8B on one 700 W H100, vLLM 0.10.1 with chunked prefill, 200 ShareGPT requests at 4 req/s."""
+H100_RPS = 4.0
+"""The benchmark's request rate (manifest.json: ``--request-rate 4.0``, Poisson; 200 requests)."""
+
+
+def h100_check(root: Path, seed: int = 0) -> dict[str, float]:
+    """The vLLM engine against the H100 run, which no parameter was fitted on: measured engine steps per
+    second, output tokens per second, running requests and the 1 s average power while serving (engine.csv's
+    counters, power.csv), against the simulator at the run's mean running count and context, and
+    simulated runs of its 200 requests at its request rate (4 req/s) with its mean prompt and output
+    lengths (Poisson arrivals, the mean over five seeds: the run's per-request files are not kept). J per
+    output token: all the GPU's energy while requests run over the output tokens, on both sides."""
+    eng = _csv(root / "engine.csv")
+    t = eng["timestamp"].astype(float)
+    run = eng["num_requests_running"].astype(float)
+    gen = eng["generation_tokens_total"].astype(float)
+    steps = eng["iteration_tokens_total_count"].astype(float)
+    prompt_total = eng["prompt_tokens_total"].astype(float)
+    busy = np.flatnonzero(run > 0)
+    lo, hi = int(busy[0]), int(busy[-1]) + 1
+    span_s = t[hi] - t[lo]
+    with open(root / "power.csv") as fh:
+        rows = list(csv.reader(fh))[1:]
+    pt = np.array([dt.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=SMOKE_TZ).timestamp() for r in rows])
+    pw = np.array([float(r[3]) for r in rows])
+    serving = (pt >= t[lo]) & (pt < t[hi])
+    n_req = 200
+    mean_prompt = (prompt_total[hi] - prompt_total[lo]) / n_req
+    mean_output = (gen[hi] - gen[lo]) / n_req
+    mean_running = float(np.mean(run[lo:hi]))
+    measured = {"steps_per_s": (steps[hi] - steps[lo]) / span_s, "output_tokens_per_s": (gen[hi] - gen[lo]) / span_s,
+                "running": mean_running, "power_w": float(np.mean(pw[serving])),
+                "j_per_output_token": float(np.mean(pw[serving]) * span_s / (gen[hi] - gen[lo]))}
+    gpu = physics.GpuPower.of("NVIDIA H100 80GB HBM3", None, None)
+    model = physics.ServingModel(gpu, QWEN3_8B_PARAMS_B, QWEN3_8B_PARAMS_B, context_tokens=mean_prompt + mean_output / 2,
+                                 engine=physics.VLLM)
+    step = model.decode_step_s(mean_running)
+    steady = {"steps_per_s": 1.0 / step, "output_tokens_per_s": mean_running / step,
+              "power_w": model.decode_power_w(mean_running)}
+    m = physics.serving_model({"params_b": QWEN3_8B_PARAMS_B, "tp": 1, "engine": "vllm"}, 1, gpu, mean_prompt, mean_output)
+    runs = []
+    for k in range(5):
+        rng = np.random.default_rng(seed + k)
+        arrival = np.cumsum(rng.exponential(1 / H100_RPS, n_req))
+        res = replay(arrival, np.full(n_req, round(mean_prompt)), np.full(n_req, round(mean_output)), "continuous", m, 1, seed + k)
+        ts = np.arange(float(res.prefill_start_s.min()), float(res.end_s.max()), 0.02)
+        _, w = power._instant_w(np.random.default_rng(seed + k), res.timeline, ts, 1.0, calibration.POWER_QUANTUM_W, gpu)
+        out_tokens, run_s = float(res.output_tokens.sum()), float(ts[-1] - ts[0])
+        runs.append((out_tokens / run_s, float(np.mean(w)), float(np.mean(w)) * run_s / out_tokens))
+    simulated = dict(zip(("output_tokens_per_s", "power_w", "j_per_output_token"), np.mean(runs, axis=0).tolist(), strict=True))
+    return {"measured": measured, "simulated_steady": steady, "simulated_run": simulated,
+            "mean_prompt": mean_prompt, "mean_output": mean_output}
 
 
 def _hist_png(path: Path, title: str, series: dict[str, np.ndarray], unit: str, bins: np.ndarray) -> None:
@@ -346,7 +434,9 @@ def main() -> None:
     for r in energy_table(args.data, fit_cap, val_cap):
         (mp, mo), (sp, so) = r["measured"], r["simulated"]
         print(f"{r['run']} | {r['role']} | {r['batching']} | {mp:.4f} | {sp:.4f} | {sp / mp - 1:+.0%} | {mo:.3f} | {so:.3f} | {so / mo - 1:+.0%}")
-    print(json.dumps({k: round(v, 3) for k, v in published_points().items()}, indent=1))
+    print(json.dumps({k: round(v, 4) for k, v in published_points().items()}, indent=1))
+    print("vllm fit on", SMOKE_RUN, json.dumps({k: round(v, 6) for k, v in fit_vllm(smoke_run(args.data / SMOKE_RUN)).items()}, indent=1))
+    print(H100_RUN, "(check)", json.dumps(h100_check(args.data / H100_RUN), indent=1, default=float))
 
 
 if __name__ == "__main__":

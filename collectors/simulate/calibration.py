@@ -90,6 +90,23 @@ CKPT_W = 125.6
 """Checkpoint write: 125.6 W (capture 2: 122.1 W)."""
 
 
+# --- a tuned serving engine (fitted on vllm-a100-smoke run-1784415083 by bench/calibrate_simulator.py) -
+# Qwen3-8B (8.2B, bf16) served by vLLM on one 400 W A100, one request decoding at a time with 4.1–5.1 k
+# tokens of context: 12.67 ms per output token at a median 293 W outside prefills.
+
+VLLM_STEP_OVERHEAD_S = 0.0015
+"""vLLM's fixed cost per engine step (scheduling, sampling, a CUDA-graph launch): the smoke run's 12.67 ms
+per output token less the 11.15 ms its 17.1 GB of weights and KV cache (mean context 4,936 tokens) take at
+the A100's 2.04 TB/s × the decode efficiency every engine shares (physics.DECODE_EFFICIENCY, 0.75).
+Taken as its fixed cost per prefill batch too."""
+DECODE_J_PER_BYTE = 170e-12
+"""Decode power above loaded per byte per second moved from HBM (weights and KV cache; 170 pJ per byte,
+21 pJ per bit: the DRAM access and the on-chip movement to the SMs): the smoke run's 293 W on the A100
+(loaded 61 W) while its steps moved 1.35 TB/s, less its small compute term (tensor-core utilisation 0.005
+× physics.COMPUTE_W_PER_UTILISATION × the 340 W range). A cost per byte, not a share of TDP: a GPU's TDP
+is sized for its tensor cores, its memory traffic costs energy per byte whatever the TDP."""
+
+
 # --- energy per token, the same way on a capture and on the simulator ----------------------------
 
 def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

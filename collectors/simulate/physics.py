@@ -3,16 +3,20 @@
 A roofline with the capture's overheads: prefill is compute-bound (≈ 2 × active parameters × tokens,
 plus causal attention, over tp × the GPU's peak × ``PREFILL_EFFICIENCY``), decode is memory-bound
 (weights / tp + the running requests' KV cache over bandwidth × ``DECODE_EFFICIENCY``) plus the
-engine's fixed per-layer cost, plus tensor-parallel all-reduces. Both efficiencies and the fixed costs
-are fitted so that an 8B bf16 decoder on one H200 reproduces ``h200-capture-4`` (calibration.py), the
-configuration every endpoint without model keys keeps.
+engine's fixed costs, plus tensor-parallel all-reduces. Both efficiencies and the fixed costs of the
+default engine (``CAPTURE``: a plain PyTorch loop, a large fixed cost per layer) are fitted so that an 8B
+bf16 decoder on one H200 reproduces ``h200-capture-4`` (calibration.py), the configuration every endpoint
+without model keys keeps. An endpoint with ``engine: vllm`` (``VLLM``: CUDA graphs, fused kernels) pays
+only a small fixed cost per step, fitted on the vLLM A100 smoke run.
 
 Power is a level per phase from what the GPU is doing, placed in the GPU's own range (idle → TDP,
 :mod:`collectors.gpu_specs`): compute-bound prefill and training steps at the capture's share of it (a
 little above TDP), memory-bound decode in proportion to the share of the step the GPU spends moving
-bytes. Under an enforced limit below TDP the clocks fall until the phase's power fits the limit
-(dynamic power ∝ clock^``CLOCK_POWER_EXPONENT``): compute-bound phases take 1 / clock longer,
-memory-bound ones barely (1 / clock^``MEMORY_CLOCK_SENSITIVITY``).
+bytes (the capture's engine), or, for an engine fitted on its own power (vLLM), from the step's bytes
+per second (an energy per byte) and tensor-core utilisation (a share of the GPU's range). Under an
+enforced limit below TDP the clocks fall until the phase's power fits the limit (dynamic power ∝
+clock^``CLOCK_POWER_EXPONENT``): compute-bound phases take 1 / clock longer, memory-bound ones barely
+(1 / clock^``MEMORY_CLOCK_SENSITIVITY``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,62 @@ MEMORY_CLOCK_SENSITIVITY = 0.1
 """A memory-bound step's time ∝ 1 / clock^0.1: the HBM clock does not scale with the SM clock."""
 COMPUTE_MAX_W = 900.0
 """The highest prefill plateau a 700 W H200 holds at full clocks (capture 4: p90 862 W; phases.PREFILL_W)."""
+COMPUTE_W_PER_UTILISATION = (calibration.PREFILL_PLATEAU_W - calibration.LOADED_W) / (DEFAULT.tdp_w - calibration.IDLE_W) / PREFILL_EFFICIENCY
+"""Power above loaded per unit of tensor-core utilisation (achieved / peak FLOP/s), as a share of the GPU's
+TDP − idle range: capture 4's prefill plateau (788 W) at the prefill efficiency 0.79 (1.44)."""
+
+
+def decode_level_for_mean(mean_w: float, ceiling_w: float, log_sd: float = calibration.DECODE_LOG_SD) -> float:
+    """The decode level whose samples average ``mean_w``: the sampler (power.py) spreads decode samples
+    lognormally around the level (capture 4's sd of log power, mean 1.12 × the level) and clips them at
+    the GPU's ceiling, so a level meant as a mean power is written lower (bisection on the clipped mean)."""
+
+    def clipped_mean(level: float) -> float:
+        # E[min(level × e^(sd Z), ceiling)]
+        k = math.log(ceiling_w / level) / log_sd
+        phi = lambda x: 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))  # noqa: E731
+        return level * math.exp(log_sd ** 2 / 2) * phi(k - log_sd) + ceiling_w * (1.0 - phi(k))
+
+    if mean_w >= ceiling_w:
+        return ceiling_w
+    lo, hi = mean_w / math.exp(log_sd ** 2 / 2), mean_w
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if clipped_mean(mid) < mean_w else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A serving engine's fixed costs around the roofline, and where its decode power comes from."""
+
+    name: str
+    prefill_overhead_s: float
+    """Fixed cost of one prefill batch."""
+    decode_step_s: float
+    """Fixed cost of one decode step (scheduling, sampling, a CUDA-graph launch)."""
+    decode_layer_s: float
+    """Fixed cost per layer and step (kernel launches of an engine without CUDA graphs)."""
+    decode_seq_layer_s: float
+    """Cost per running request, layer and step beyond its KV-cache bytes."""
+    power_from_utilisation: bool
+    """Decode power from the step's bandwidth and compute utilisation (fitted on this engine's own
+    power), else capture 4's decode levels scaled by the share of the step spent moving bytes."""
+
+
+CAPTURE = Engine("capture", calibration.PREFILL_OVERHEAD_S, 0.0, DECODE_LAYER_S, DECODE_SEQ_LAYER_S, False)
+"""The default (no ``engine`` key, or one not calibrated): capture 4's plain PyTorch loop, 58.4 ms per
+prefill batch and 1.47 ms per layer and step of fixed cost."""
+VLLM = Engine("vllm", calibration.VLLM_STEP_OVERHEAD_S, calibration.VLLM_STEP_OVERHEAD_S, 0.0, 0.0, True)
+"""vLLM: CUDA graphs and fused kernels leave one small fixed cost per step, so decode runs close to the
+bandwidth bound (vllm-a100-smoke; calibration.VLLM_STEP_OVERHEAD_S). A running request costs its KV-cache
+bytes only."""
+ENGINES = {"vllm": VLLM}
+
+
+def engine_for(name: str | None) -> Engine:
+    """The engine an inventory's free-form ``engine`` names (any case); ``CAPTURE`` when absent or not calibrated."""
+    return ENGINES.get(str(name).strip().lower(), CAPTURE) if name else CAPTURE
 
 
 def layers_width(params_b: float) -> tuple[float, float]:
@@ -136,6 +196,7 @@ class ServingModel:
     tp: int = 1
     pp: int = 1
     context_tokens: float = REF_CONTEXT_TOKENS
+    engine: Engine = CAPTURE
 
     @property
     def layers(self) -> float:
@@ -160,19 +221,28 @@ class ServingModel:
         nbytes = tokens * self.width * 2.0 * 2.0 * (self.tp - 1) / self.tp
         return 2.0 * self.layers * (ALLREDUCE_LATENCY_S + nbytes / self._link())
 
+    @property
+    def prefill_overhead_s(self) -> float:
+        return self.engine.prefill_overhead_s
+
     def prefill_compute_s(self, tokens: float, sum_sq_tokens: float) -> float:
-        """The GPU part of a prefill batch (after the engine's fixed ``PREFILL_OVERHEAD_S``)."""
+        """The GPU part of a prefill batch (after the engine's fixed ``prefill_overhead_s``)."""
         flops = 2.0 * self.active_b * 1e9 * tokens + 2.0 * self.layers * self.width * sum_sq_tokens
         peak = self.gpu.spec.peak_flops(self.precision) or DEFAULT.bf16_flops
         return flops / (self.tp * peak * PREFILL_EFFICIENCY) + self._allreduce_s(tokens)
 
+    def decode_bytes(self, running: float) -> float:
+        """Bytes one decode step streams from HBM over the whole replica: the weights and the running
+        requests' KV cache."""
+        weights = self.params_b * 1e9 * BYTES_PER_PARAM[self.precision]
+        return weights + running * self.context_tokens * self.kv_bytes_per_token
+
     def decode_parts_s(self, running: float) -> tuple[float, float]:
         """(bytes-moving time, everything else) of one decode step with ``running`` requests."""
         bw = (self.gpu.spec.mem_bytes_s or DEFAULT.mem_bytes_s) * DECODE_EFFICIENCY
-        weights = self.params_b * 1e9 * BYTES_PER_PARAM[self.precision]
-        kv = running * self.context_tokens * self.kv_bytes_per_token
-        move = (weights + kv) / (self.tp * bw)
-        fixed = self.layers * (DECODE_LAYER_S + DECODE_SEQ_LAYER_S * running) + self._allreduce_s(running)
+        move = self.decode_bytes(running) / (self.tp * bw)
+        e = self.engine
+        fixed = e.decode_step_s + self.layers * (e.decode_layer_s + e.decode_seq_layer_s * running) + self._allreduce_s(running)
         return move, fixed
 
     def decode_step_s(self, running: float) -> float:
@@ -186,6 +256,30 @@ class ServingModel:
         ref = REFERENCE.decode_parts_s(running)
         ratio = (move / (move + fixed)) / (ref[0] / (ref[0] + ref[1]))
         return (DECODE_KERNEL_SHARE + (1 - DECODE_KERNEL_SHARE) * ratio) / self.pp
+
+    def decode_flops(self, running: float) -> float:
+        """FLOPs of one decode step: 2 × active parameters per token, plus attention over the context."""
+        return running * (2.0 * self.active_b * 1e9 + 4.0 * self.layers * self.width * self.context_tokens)
+
+    def decode_utilisation(self, running: float, step_s: float) -> tuple[float, float]:
+        """(memory-bandwidth, tensor-core) utilisation of each GPU over a decode step of ``step_s``: its
+        share of the bytes (1 / (tp × pp)) over the step × its peak bandwidth, and likewise for FLOPs."""
+        s = self.gpu.spec
+        gpus = self.tp * self.pp
+        peak = s.peak_flops(self.precision) or DEFAULT.bf16_flops
+        return (self.decode_bytes(running) / (gpus * step_s * (s.mem_bytes_s or DEFAULT.mem_bytes_s)),
+                self.decode_flops(running) / (gpus * step_s * peak))
+
+    def decode_power_w(self, running: float, step_s: float | None = None) -> float:
+        """Mean decode power of each GPU at full clocks from what the step does (engines with
+        ``power_from_utilisation``): loaded + bytes per second × ``calibration.DECODE_J_PER_BYTE`` +
+        (TDP − idle) × tensor-core utilisation × ``COMPUTE_W_PER_UTILISATION``."""
+        step = self.decode_step_s(running) if step_s is None else step_s
+        mem, compute = self.decode_utilisation(running, step)
+        s = self.gpu.spec
+        bytes_per_s = mem * (s.mem_bytes_s or DEFAULT.mem_bytes_s)
+        return (float(self.gpu.map_w(calibration.LOADED_W)) + calibration.DECODE_J_PER_BYTE * bytes_per_s
+                + (s.tdp_w - s.idle_w) * COMPUTE_W_PER_UTILISATION * compute)
 
 
 REFERENCE = ServingModel(GpuPower(DEFAULT, DEFAULT.tdp_w))
@@ -201,6 +295,7 @@ def serving_model(spec: dict, n_gpus: int, gpu: GpuPower, prompt_median: float, 
     if tp is None:
         tp = max(1, n_gpus // pp)
     precision = spec.get("precision") or DEFAULT_PRECISION
+    engine = engine_for(spec.get("engine"))
     # the mean running context scales with the medians (capture 4's: 1,463 prompt, 182 output tokens)
     context = REF_CONTEXT_TOKENS * (prompt_median + output_median / 2) / (1463.0 + 182.0 / 2)
-    return ServingModel(gpu, params, active, precision, int(tp), int(pp), context)
+    return ServingModel(gpu, params, active, precision, int(tp), int(pp), context, engine)

@@ -30,8 +30,9 @@ STATIC_BATCH_TOKENS = calibration.STATIC_BATCH_PADDED_TOKENS
 prompt stays within this (one request always goes in, however long)."""
 BATCHING = ("continuous", "static")
 PREFILL_OVERHEAD_S = calibration.PREFILL_OVERHEAD_S
-"""The engine's fixed cost of a prefill batch (capture 4: 58.4 ms, while the board still reads the
-level before; ``calibration.PREFILL_ONSET_S``)."""
+"""The capture engine's fixed cost of a prefill batch (capture 4: 58.4 ms, while the board still reads
+the level before; ``calibration.PREFILL_ONSET_S``); a replica pays its own engine's
+(``physics.ServingModel.prefill_overhead_s``)."""
 ERROR_SHARE = 0.006
 CANCEL_SHARE = 0.015
 
@@ -76,7 +77,7 @@ def route(arr: np.ndarray, prompt: np.ndarray, output: np.ndarray, model: physic
     if replicas <= 1:
         return np.zeros(len(arr), np.int32)
     step_s = model.decode_step_s(16)
-    work = PREFILL_OVERHEAD_S + model.prefill_compute_s(1.0, 0.0) * prompt + output * step_s
+    work = model.prefill_overhead_s + model.prefill_compute_s(1.0, 0.0) * prompt + output * step_s
     backlog = [0.0] * replicas
     last = 0.0
     out = np.empty(len(arr), np.int32)
@@ -150,11 +151,14 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
     def decode(running: int) -> tuple[float, float]:
         """(step time, level) at ``running``, slowed and held to the limit when capped."""
         if running not in decode_cache:
-            busy = model.decode_busy_ratio(running)
-            level = gpu.map_w(phases.LOADED_W + (float(phases.decode_w(running)) - phases.LOADED_W) * busy)
+            move, fixed = model.decode_parts_s(running)
+            if model.engine.power_from_utilisation:
+                level = physics.decode_level_for_mean(model.decode_power_w(running, move + fixed), gpu.ceiling_w)
+            else:
+                busy = model.decode_busy_ratio(running)
+                level = gpu.map_w(phases.LOADED_W + (float(phases.decode_w(running)) - phases.LOADED_W) * busy)
             level = min(level, gpu.map_w(calibration.PREFILL_PLATEAU_W))
             c = gpu.clock(level)
-            move, fixed = model.decode_parts_s(running)
             decode_cache[running] = (move / c ** physics.MEMORY_CLOCK_SENSITIVITY + fixed, gpu.capped_w(level, c))
         return decode_cache[running]
 
@@ -170,7 +174,7 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
         """Writes a prefill batch's segments from ``now``; its duration."""
         level = float(plateau[batch_no % len(plateau)])
         c = gpu.clock(level)
-        dur = PREFILL_OVERHEAD_S + model.prefill_compute_s(tokens, sq) / c
+        dur = model.prefill_overhead_s + model.prefill_compute_s(tokens, sq) / c
         segment(now, phases.PREFILL, -1.0)  # the onset: power still at the level before
         seg_t.append(now + min(calibration.PREFILL_ONSET_S, dur))
         seg_k.append(phases.PREFILL)
