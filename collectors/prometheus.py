@@ -29,6 +29,12 @@ counter in J (null where there is none), ``power_limit_w`` = the last limit valu
 the row's time within the range, per GPU (null before the GPU's first limit value, and without
 ``limit_metric``). A drop of the counter is a reset (driver reload): it is
 counted, and the per-GPU energy in the summary adds the increases around it.
+
+Several series of one GPU (dcgm-exporter's ``pod``/``namespace``/``container`` labels change as
+pods come and go) give each step to the series whose unbroken run of steps began last. Those labels
+(``workload_labels``) are kept per series, and :func:`assignment_rows` turns them, through the
+inventory's ``kubernetes:`` rules, into runs of who held each GPU when (the CLI checks them against
+the stored assignments and writes them with source ``prometheus``).
 """
 
 from __future__ import annotations
