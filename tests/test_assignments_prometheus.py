@@ -172,3 +172,32 @@ def test_without_kubernetes_rules_the_import_writes_no_assignments(prometheus, t
     out = _import(prometheus, d)
     assert out.exit_code == 0, out.output
     assert "pod labels" not in out.output and not (d / "assignments").exists()
+
+
+def test_each_step_goes_to_the_series_that_began_last_and_a_pod_may_come_back(tmp_path):
+    """A answers 0–9 s, B 5–14 s (A's lookback overlaps it), A again 16–20 s after a gap: ep-a
+    until B's first step, ep-b until its last step + 1 s, nobody for 1 s, then ep-a again."""
+    from collectors.inventory import load_inventory
+    from collectors.prometheus import ImportResult, Series, assignment_rows
+
+    _inventory(tmp_path, kubernetes=RULES)
+    inv = load_inventory(tmp_path / "inventory.yaml")
+    res = ImportResult(step_s=1.0)
+    s = res.gpus[("infer-0", 0)] = Series("infer-0", 0)
+    labels = ("pod", "namespace", "container")
+    for pod, lo, hi in ((POD_A, 0, 9), (POD_B, 5, 14), (POD_A, 16, 20)):
+        sid = res.series_id({"__name__": "DCGM_FI_DEV_POWER_USAGE", "pod": pod, "namespace": "serving"}, labels)
+        t = np.arange(lo, hi + 1, dtype=np.int64) * 1000
+        s.t_ms.append(t)
+        s.power_avg_w.append(np.full(len(t), 100.0 + sid))
+        s.power_sid.append(np.full(len(t), sid))
+        s.hold_t_ms.append(t)
+        s.hold_sid.append(np.full(len(t), sid))
+    s.finish(1.0)
+    rows, unmatched = assignment_rows(res, inv)
+    sec = lambda r: (r["name"], r["from_ts"].timestamp(), r["to_ts"].timestamp())  # noqa: E731
+    assert [sec(r) for r in rows] == [("ep-a", 0, 5), ("ep-b", 5, 15), ("ep-a", 16, 21)]
+    assert rows[0]["host"] == "infer-0" and rows[0]["gpu"] == 0 and rows[0]["gpu_uuid"] is None  # no UUID label
+    assert not unmatched
+    # the power rows follow the same rule: B's values from 5 s, A's again from 16 s
+    assert s.power_avg_w.tolist() == [100.0] * 5 + [101.0] * 10 + [100.0] * 5
