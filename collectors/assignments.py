@@ -225,22 +225,42 @@ def _names(inventory: Inventory, kind: str) -> set[str]:
     return {w.name for _, _, h in inventory.iter_hosts() for w in (h.endpoints if kind == "endpoint" else h.jobs)}
 
 
-def existing_rows(data_dir: Path | str) -> list[dict]:
-    """Every row of the data dir's assignments dataset (local data dirs)."""
+def existing_rows(data_dir: Path | str, leave_out: str | None = None) -> list[dict]:
+    """Every row of the data dir's assignments dataset (local data dirs), but the file named
+    ``leave_out`` (one that a re-import is about to replace)."""
     import pyarrow.parquet as pq
 
     folder = Path(data_dir) / ASSIGNMENTS_DIR
     rows: list[dict] = []
     for f in sorted(folder.glob("*.parquet")) if folder.is_dir() and not folder.is_symlink() else []:
-        if f.is_file() and not f.is_symlink():
+        if f.is_file() and not f.is_symlink() and f.name != leave_out:
             rows += pq.read_table(f).to_pylist()
     return rows
 
 
-def write_assignments(data_dir: Path | str, rows: list[dict], source: str) -> str | Path | None:
-    """Append ``rows`` (assignments dataset rows) as one new file ``assignments/<source>-*.parquet``."""
+def check_new_rows(data_dir: Path | str, inventory: Inventory, rows: list[dict],
+                   leave_out: str | None = None) -> tuple[list[dict], list[tuple[dict, str]]]:
+    """``rows`` to be written, split as :func:`check_rows` does; AssignmentConflict (naming both
+    sides) when a usable one gives a GPU to another workload than an explicit source already
+    stored does at that time (the stored file ``leave_out`` is left out: it is being replaced)."""
+    good, bad = check_rows(inventory, pa.Table.from_pylist(rows, schema=ASSIGNMENTS))
+    stored = [r for r in existing_rows(data_dir, leave_out) if r["source"] != "inventory"]
+    known, _ = check_rows(inventory, pa.Table.from_pylist(stored, schema=ASSIGNMENTS))
+    found = conflicts(rows_held(known + good))
+    if found:
+        raise AssignmentConflict(found[0] + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+    return good, bad
+
+
+def write_assignments(data_dir: Path | str, rows: list[dict], source: str, name: str | None = None) -> str | Path | None:
+    """Write ``rows`` (assignments dataset rows) as one file: a new ``assignments/<source>-*.parquet``,
+    or ``assignments/<name>`` (replaced, and removed when there are no rows)."""
+    root = DataRoot.open(data_dir)
+    key = f"{ASSIGNMENTS_DIR}/{name or f'{source}-{uuidlib.uuid4().hex[:12]}.parquet'}"
     if not rows:
+        if name:
+            root.delete(key)
         return None
     table = conform(pa.Table.from_pylist([dict(r, source=source) for r in rows], schema=ASSIGNMENTS), ASSIGNMENTS,
                     where=f"assignments from {source}")
-    return DataRoot.open(data_dir).write_parquet(f"{ASSIGNMENTS_DIR}/{source}-{uuidlib.uuid4().hex[:12]}.parquet", table)
+    return root.write_parquet(key, table)

@@ -29,6 +29,12 @@ counter in J (null where there is none), ``power_limit_w`` = the last limit valu
 the row's time within the range, per GPU (null before the GPU's first limit value, and without
 ``limit_metric``). A drop of the counter is a reset (driver reload): it is
 counted, and the per-GPU energy in the summary adds the increases around it.
+
+Several series of one GPU (dcgm-exporter's ``pod``/``namespace``/``container`` labels change as
+pods come and go) give each step to the series whose unbroken run of steps began last. Those labels
+(``workload_labels``) are kept per series, and :func:`assignment_rows` turns them, through the
+inventory's ``kubernetes:`` rules, into runs of who held each GPU when (the CLI checks them against
+the stored assignments and writes them with source ``prometheus``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 from collectors.contract import POWER, TS
 from collectors.days import writable_ns_bounds, writable_range
 from collectors.gpu_specs import KNOWN_TDP_W
+from collectors.inventory import Inventory
 from collectors.names import BadName, check_path_name
 from collectors.outbound import AnswerTooLarge, DeadlineExceeded, deadline_opener, http_url_problem, read_body
 from collectors.parquet_sink import write_dataset
@@ -91,11 +98,19 @@ class Series:
     energy_mj: list | np.ndarray = field(default_factory=list)
     limit_t_ms: list | np.ndarray = field(default_factory=list)
     limit_w: list | np.ndarray = field(default_factory=list)
+    power_sid: list | np.ndarray = field(default_factory=list)
+    """Per power point, which of the GPU's series (one per label set: a pod label that changed) gave it."""
+    hold_t_ms: list | np.ndarray = field(default_factory=list)
+    hold_sid: list | np.ndarray = field(default_factory=list)
+    """Every point of the GPU's power series (a dropped value too), for who held the GPU when."""
 
-    def finish(self) -> None:
+    def finish(self, step_s: float = 1.0) -> None:
         """Chunks joined; several series of one GPU (a pod label that changed) give one value per
-        timestamp (the first seen)."""
-        self.t_ms, self.power_avg_w = _joined(self.t_ms, self.power_avg_w)
+        timestamp: that of the series whose unbroken run of points began last (the old series of a
+        pod that went away may still answer for Prometheus's lookback after the new one began)."""
+        gap_ms = 1500.0 * step_s
+        self.t_ms, self.power_avg_w, self.power_sid = _newest(self.t_ms, self.power_avg_w, self.power_sid, gap_ms)
+        self.hold_t_ms, _, self.hold_sid = _newest(self.hold_t_ms, self.hold_sid, self.hold_sid, gap_ms)
         self.energy_t_ms, self.energy_mj = _joined(self.energy_t_ms, self.energy_mj)
         self.limit_t_ms, self.limit_w = _joined(self.limit_t_ms, self.limit_w)
 
@@ -112,6 +127,17 @@ class ImportResult:
     written: list = field(default_factory=list)
     note: str | None = None  # the asked range was cut to the pipeline's days
     limit_metric: str | None = None  # the power-limit gauge asked for, if any
+    series_labels: list = field(default_factory=list)  # series id -> its workload labels (non-empty values)
+    series_ids: dict = field(default_factory=dict)  # a series' full label set -> its id
+
+    def series_id(self, labels: dict, workload_labels: tuple[str, ...]) -> int:
+        """The id of the series with these labels (one GPU has several when its pod changes)."""
+        key = tuple(sorted(labels.items()))
+        sid = self.series_ids.get(key)
+        if sid is None:
+            sid = self.series_ids[key] = len(self.series_labels)
+            self.series_labels.append({k: labels[k] for k in workload_labels if labels.get(k)})
+        return sid
 
     def energy_j(self, key) -> float | None:
         """Energy of one GPU from its counter (increases only: a drop is a reset)."""
@@ -374,8 +400,10 @@ def _query_range(start_s: float, end_s: float, step_s: float, allow_long_range: 
 def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric: str = POWER_METRIC,
           energy_metric: str | None = ENERGY_METRIC, host_label: str = "Hostname", gpu_label: str = "gpu",
           max_points: int = MAX_POINTS, progress: bool | None = None, timeout_s: float = 60.0,
-          allow_long_range: bool = False, limit_metric: str | None = None) -> ImportResult:
-    """Query every chunk of power (and energy, and the power limit when asked) into memory; writes nothing."""
+          allow_long_range: bool = False, limit_metric: str | None = None,
+          workload_labels: tuple[str, ...] = ()) -> ImportResult:
+    """Query every chunk of power (and energy, and the power limit when asked) into memory; writes
+    nothing. ``workload_labels``: the labels (a pod's) kept per series, for :func:`assignment_rows`."""
     lo, hi, note = _query_range(start_s, end_s, step_s, allow_long_range)
     client = Client(url, timeout_s)
     res = ImportResult(note=note, limit_metric=limit_metric)
@@ -404,10 +432,14 @@ def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric
                         continue
                     t_ms, v = pts
                     if kind == "power":
+                        sid = res.series_id(labels, workload_labels)
                         ok = np.isfinite(v) & (v >= 0) & (v <= MAX_POWER_W)
                         _drop(res, f"power outside 0..{MAX_POWER_W:.0f} W", int((~ok).sum()))
                         s.t_ms.append(t_ms[ok])
                         s.power_avg_w.append(v[ok])
+                        s.power_sid.append(np.full(int(ok.sum()), sid, dtype=np.int64))
+                        s.hold_t_ms.append(t_ms)
+                        s.hold_sid.append(np.full(len(t_ms), sid, dtype=np.int64))
                     elif kind == "limit":  # a limit of 0 W or above any board's power is no limit
                         ok = np.isfinite(v) & (v > 0) & (v <= MAX_POWER_W)
                         _drop(res, f"power limit outside 0..{MAX_POWER_W:.0f} W", int((~ok).sum()))
@@ -425,7 +457,7 @@ def fetch(url: str, start_s: float, end_s: float, *, step_s: float = 1.0, metric
     res.step_s = step_s
     res.scrape_interval_s = _scrape_interval(client, metric, lo, hi)
     for s in res.gpus.values():
-        s.finish()
+        s.finish(step_s)
         res.resets += int((np.diff(s.energy_mj) < 0).sum())
     return res
 
@@ -456,6 +488,69 @@ def _joined(times: list, values: list) -> tuple[np.ndarray, np.ndarray]:
     t, v = np.concatenate(times), np.concatenate(values)
     first = np.unique(t, return_index=True)[1]  # sorted by time, first occurrence of each
     return t[first], v[first]
+
+
+def _newest(times: list, values: list, sids: list, gap_ms: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One point per timestamp: of several series' points there, the one of the series whose run of
+    points (no gap over ``gap_ms``) began last; ties go to the first seen."""
+    if not times:
+        return np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.int64)
+    t, v, sid = np.concatenate(times), np.concatenate(values), np.concatenate(sids)
+    n = len(t)
+    order = np.lexsort((t, sid))  # each series' points in time order
+    t_o, sid_o = t[order], sid[order]
+    begins = np.ones(n, dtype=bool)
+    begins[1:] = (sid_o[1:] != sid_o[:-1]) | (np.diff(t_o) > gap_ms)
+    run_start = np.empty(n, np.int64)
+    run_start[order] = t_o[np.maximum.accumulate(np.where(begins, np.arange(n), 0))]
+    pick = np.lexsort((np.arange(n), -run_start, t))  # by time, then the latest run, then first seen
+    first = np.ones(n, dtype=bool)
+    first[1:] = t[pick][1:] != t[pick][:-1]
+    chosen = pick[first]
+    return t[chosen], v[chosen], sid[chosen]
+
+
+def assignment_rows(res: ImportResult, inventory: Inventory) -> tuple[list[dict], Counter]:
+    """Who held each GPU when, from its series' pod labels and the inventory's ``kubernetes:``
+    rules: runs of steps whose series map to one endpoint or job, each [first step, last step +
+    step). A GPU is named by its UUID where the inventory knows it, else by its host and index
+    labels. Also the steps whose pod no rule maps, per ``namespace/pod``."""
+    rules = inventory.kubernetes
+    rows: list[dict] = []
+    unmatched: Counter = Counter()
+    if rules is None or not rules.rules:
+        return rows, unmatched
+    step_ms = int(round(res.step_s * 1000))
+    owner = [rules.workload_for(labels) for labels in res.series_labels]
+    pod, namespace = rules.labels.pod, rules.labels.namespace
+    for s in res.gpus.values():
+        by_uuid = s.uuid is not None and inventory.resolve_gpu(None, None, s.uuid) is not None
+        place = {"host": None, "gpu": None, "gpu_uuid": s.uuid} if by_uuid else {"host": s.host, "gpu": s.gpu, "gpu_uuid": None}
+        run: list = []  # [workload, from ms, last ms]
+        for t, sid in zip(s.hold_t_ms.tolist(), s.hold_sid.tolist(), strict=True):
+            who = owner[sid]
+            if who is None:
+                labels = res.series_labels[sid]
+                if labels.get(pod):
+                    unmatched[f"{labels.get(namespace, '')}/{labels[pod]}".lstrip("/")] += 1
+            if run and (who != run[0] or t - run[2] > 1.5 * step_ms):
+                rows.append(_held_row(place, run, step_ms))
+                run = []
+            if who is not None:
+                run = run or [who, t, t]
+                run[2] = t
+        if run:
+            rows.append(_held_row(place, run, step_ms))
+    return rows, unmatched
+
+
+def _held_row(place: dict, run: list, step_ms: int) -> dict:
+    (kind, name), lo, last = run
+    return dict(place, kind=kind, name=name, from_ts=_utc_ms(lo), to_ts=_utc_ms(last + step_ms))
+
+
+def _utc_ms(t_ms: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=t_ms)
 
 
 def _iso(seconds: float) -> str:
@@ -497,16 +592,25 @@ def to_table(res: ImportResult) -> pa.Table:
     return pa.concat_tables(parts) if parts else POWER.empty_table()
 
 
-def import_prometheus(url: str, start_s: float, end_s: float, data_dir, **kw) -> ImportResult:
-    """Fetch everything, then write one file per day and host (named from the query: a re-import replaces)."""
-    res = fetch(url, start_s, end_s, **kw)
+def query_name(url: str, start_s: float, end_s: float, step_s: float = 1.0, metric: str = POWER_METRIC) -> str:
+    """The name of what one query writes (``dcgm-<hash>``): importing the same range again replaces it."""
+    query = json.dumps([url, start_s, end_s, step_s, metric])
+    return f"dcgm-{hashlib.sha1(query.encode()).hexdigest()[:12]}"
+
+
+def store_power(res: ImportResult, data_dir, name: str) -> ImportResult:
+    """Write the fetched rows: one file per day and host, named ``name`` (a re-import replaces)."""
     table = to_table(res)
-    query = json.dumps([url, start_s, end_s, kw.get("step_s", 1.0), kw.get("metric", POWER_METRIC)])
-    prefix = f"dcgm-{hashlib.sha1(query.encode()).hexdigest()[:12]}"
-    res.written = write_dataset(table, DataRoot.open(data_dir), "power", prefix=prefix, sort_by=["gpu", "ts"],
+    res.written = write_dataset(table, DataRoot.open(data_dir), "power", prefix=name, sort_by=["gpu", "ts"],
                                 unique_names=False)
     res.rows = table.num_rows
     return res
+
+
+def import_prometheus(url: str, start_s: float, end_s: float, data_dir, **kw) -> ImportResult:
+    """Fetch everything, then write one file per day and host (named from the query: a re-import replaces)."""
+    res = fetch(url, start_s, end_s, **kw)
+    return store_power(res, data_dir, query_name(url, start_s, end_s, kw.get("step_s", 1.0), kw.get("metric", POWER_METRIC)))
 
 
 def stub_inventory(url: str, start_s: float, end_s: float, *, metric: str = POWER_METRIC,

@@ -3,6 +3,7 @@ assignment source (the inventory's timed assignments, a site's file, training jo
 Prometheus's dcgm-exporter pod labels), and each workload gets exactly its own energy."""
 
 import datetime as dt
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -171,3 +172,49 @@ def test_a_gpu_two_workloads_list_has_no_default_owner(tmp_path):
     with compute_connection(d, DAY.isoformat()) as con:
         assert con.execute("SELECT job FROM inventory_gpus WHERE gpu = 0").fetchall() == [(None,)]
         assert con.execute("SELECT count(*) FROM gpu_assignments WHERE gpu = 0").fetchall() == [(0,)]
+
+
+def _job_events(d, runs):
+    """Ten steps per (job, start ns, end ns) run on train-0."""
+    rows = []
+    for job, lo, hi in runs:
+        edges = np.linspace(lo, hi, 11).astype(np.int64)
+        for k in range(10):
+            rows.append((job, "train-0", k, "step", int(edges[k]), int(edges[k + 1]), 1000))
+    cols = list(zip(*rows, strict=True))
+    ts = lambda v: pa.array(v, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))  # noqa: E731
+    write_dataset(pa.table({"job": cols[0], "host": cols[1], "step": pa.array(cols[2], pa.int64()), "kind": cols[3],
+                            "start_ts": ts(cols[4]), "end_ts": ts(cols[5]), "tokens": pa.array(cols[6], pa.int64())},
+                           schema=JOB_EVENTS), d, "job_events")
+
+
+def test_power_on_a_gpu_nobody_holds_is_a_warn_naming_the_gpu_and_hours(tmp_path):
+    """job-b starts 5 min after job-a ends: the GPU draws power for 300 s that no job gets."""
+    d = tmp_path / "data"
+    _inventory(d, endpoints=False)
+    t, w = _power()
+    write_dataset(power_table("train-0", 0, t, w), d, "power")
+    _job_events(d, [("job-a", int(t[0]), NOON_NS), ("job-b", NOON_NS + 300 * 10**9, int(t[-1]) + 10**8)])
+    out = run_day(d, DAY.isoformat(), selection=["power_1s"], fleet_day=False)
+    assert out.success, out.error
+    failed = {c.check: c for c in out.failed_checks}
+    assert failed["gpus_held"].severity == "WARN"
+    assert "1 GPU(s) draw power while no endpoint or job holds them" in failed["gpus_held"].description
+    assert "train-0/0 in hour(s) 12 UTC" in failed["gpus_held"].description
+    from pipeline.warehouse import compute_connection
+
+    with compute_connection(d, DAY.isoformat()) as con:
+        sql = (Path(__file__).parents[1] / "sql" / "power_1s" / "checks" / "gpus_held.sql").read_text()
+        (row,) = con.execute(sql).fetchall()
+    assert row[1:4] == ("train-0", 0, 300)  # the 300 s between the two jobs, and nothing else
+    assert row[4] == pytest.approx(_energy(t, w, NOON_NS, NOON_NS + 300 * 10**9), rel=1e-3)
+
+
+def test_a_gpu_held_all_day_raises_no_warn(tmp_path):
+    d = tmp_path / "data"
+    _inventory(d)  # ep-a lists GPU 0 on infer-0 all day
+    t, w = _power()
+    write_dataset(power_table("infer-0", 0, t, w), d, "power")
+    out = run_day(d, DAY.isoformat(), selection=["power_1s"], fleet_day=False)
+    assert out.success, out.error
+    assert "gpus_held" not in {c.check for c in out.failed_checks}

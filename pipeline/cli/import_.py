@@ -92,26 +92,59 @@ def _seconds(value: str) -> float:
 @data_dir_option
 def prometheus(url, start, end, step, metric, energy_metric, limit_metric, host_label, gpu_label, print_inventory, allow_long_range,
                timeout_s, data_dir) -> None:
-    """Import dcgm-exporter power (and energy) series from Prometheus as `power` rows (source dcgm)."""
-    from collectors.prometheus import PrometheusError, import_prometheus, stub_inventory
+    """Import dcgm-exporter power (and energy) series from Prometheus as `power` rows (source dcgm), and with
+    the inventory's `kubernetes:` rules, who held each GPU when (from its pod labels) as `assignments`."""
+    from collectors import assignments as asg
+    from collectors.inventory import KUBERNETES_LABELS, InventoryError, load_inventory
+    from collectors.prometheus import PrometheusError, assignment_rows, fetch, query_name, store_power, stub_inventory
 
     start_s, end_s = _instant(start, "--start"), _instant(end, "--end")
     step_s = _seconds(step)
+    inventory, labels = None, ()
+    if not print_inventory and (Path(data_dir) / "inventory.yaml").is_file():
+        try:
+            inventory = load_inventory(Path(data_dir) / "inventory.yaml")
+        except InventoryError as exc:
+            raise UserError(str(exc)) from None
+        if inventory.kubernetes is not None and inventory.kubernetes.rules:
+            labels = tuple(getattr(inventory.kubernetes.labels, k) for k in KUBERNETES_LABELS)
     try:
         if print_inventory:
             click.echo(stub_inventory(url, start_s, end_s, metric=metric, host_label=host_label, gpu_label=gpu_label,
                                       timeout_s=timeout_s), nl=False)
             return
-        res = import_prometheus(url, start_s, end_s, data_dir, step_s=step_s, metric=metric,
-                                energy_metric=energy_metric or None, host_label=host_label, gpu_label=gpu_label,
-                                timeout_s=timeout_s, allow_long_range=allow_long_range,
-                                limit_metric=limit_metric or None)
+        res = fetch(url, start_s, end_s, step_s=step_s, metric=metric, energy_metric=energy_metric or None,
+                    host_label=host_label, gpu_label=gpu_label, timeout_s=timeout_s, allow_long_range=allow_long_range,
+                    limit_metric=limit_metric or None, workload_labels=labels)
     except PrometheusError as exc:
         raise UserError(str(exc)) from None
-    click.echo(printable(res.summary(), LINE_CHARS))
+    name = query_name(url, start_s, end_s, step_s, metric)
+    held, bad, unmatched = [], [], {}
+    if labels and inventory is not None:  # checked before anything is written
+        rows, unmatched = assignment_rows(res, inventory)
+        try:
+            held, bad = asg.check_new_rows(data_dir, inventory, [dict(r, source="prometheus") for r in rows],
+                                           leave_out=f"{name}.parquet")
+        except asg.AssignmentConflict as exc:
+            raise UserError(f"assignments disagree, nothing written: {printable(str(exc))}") from None
+    store_power(res, data_dir, name)
+    if labels:
+        asg.write_assignments(data_dir, held, "prometheus", name=f"{name}.parquet")
+        _quarantine_assignments(data_dir, name, bad)
+    click.echo(printable(res.summary() + (_held_summary(held, bad, unmatched) if labels else ""), LINE_CHARS))
     refresh_stale_catalog(data_dir)
     if res.coarse_warning():
         click.echo(f"warning: {printable(res.coarse_warning())}", err=True)
+
+
+def _held_summary(held: list[dict], bad: list, unmatched: dict) -> str:
+    """What the pod labels said: the runs stored, those set aside, the pods no rule maps."""
+    gpus = {(r["host"], r["gpu"]) for r in held}
+    pods = sorted(unmatched, key=lambda p: -unmatched[p])
+    return (f"; pod labels: {len(held)} assignment run(s) of {len(gpus)} GPU(s) stored"
+            + (f", {len(bad)} set aside in quarantine/assignments/" if bad else "")
+            + ("; pods no kubernetes rule maps (steps held by none): "
+               + ", ".join(f"{p} ({unmatched[p]})" for p in pods[:5]) + (", ..." if len(pods) > 5 else "") if pods else ""))
 
 
 def _assignment_rows(path: Path) -> list[dict]:
@@ -161,18 +194,28 @@ def _assignment_value(row: dict, key: str):
     return str(value)
 
 
+def _quarantine_assignments(data_dir: Path, stem: str, bad: list[tuple[dict, str]]) -> None:
+    """Set-aside assignment rows, each alone with its reason, in quarantine/assignments/."""
+    import json
+    import uuid
+
+    from collectors.contract import QUARANTINE_DIR
+
+    if not bad:
+        return
+    folder = Path(data_dir) / QUARANTINE_DIR / "assignments"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{stem}-{uuid.uuid4().hex[:12]}.jsonl", "w") as fh:
+        for row, why in bad:
+            fh.write(json.dumps({"row": {k: None if v is None else str(v) for k, v in row.items()}, "reason": why}) + "\n")
+
+
 @command.command("assignments")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @data_dir_option
 def assignments(file: Path, data_dir: Path) -> None:
     """Which endpoint or job held which GPU when (CSV or Parquet: host, gpu or gpu_uuid, kind, name, from_ts, to_ts) → `assignments`."""
-    import json
-    import uuid
-
-    import pyarrow as pa
-
     from collectors import assignments as asg
-    from collectors.contract import ASSIGNMENTS, QUARANTINE_DIR
     from collectors.inventory import InventoryError, load_inventory
 
     try:
@@ -190,21 +233,13 @@ def assignments(file: Path, data_dir: Path) -> None:
             bad.append(({k: None if v is None else str(v) for k, v in raw.items()}, "kind and name are required"))
             continue
         rows.append(dict(row, source="file"))
-    good, refused = asg.check_rows(inventory, pa.Table.from_pylist(rows, schema=ASSIGNMENTS))
+    try:
+        good, refused = asg.check_new_rows(data_dir, inventory, rows)
+    except asg.AssignmentConflict as exc:
+        raise UserError(f"assignments disagree, nothing written: {printable(str(exc))}") from None
     bad += refused
-    explicit = [r for r in asg.existing_rows(data_dir) if r["source"] != "inventory"]
-    known, _ = asg.check_rows(inventory, pa.Table.from_pylist(explicit, schema=ASSIGNMENTS))
-    found = asg.conflicts(asg.rows_held(known + good))
-    if found:
-        raise UserError(f"assignments disagree, nothing written: {printable(found[0])}"
-                        + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
     asg.write_assignments(data_dir, good, "file")
-    if bad:
-        folder = Path(data_dir) / QUARANTINE_DIR / "assignments"
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"{file.stem}-{uuid.uuid4().hex[:12]}.jsonl", "w") as fh:
-            for row, why in bad:
-                fh.write(json.dumps({"row": {k: None if v is None else str(v) for k, v in row.items()}, "reason": why}) + "\n")
+    _quarantine_assignments(data_dir, file.stem, bad)
     click.echo(printable(f"{file.name}: {len(good)} assignment(s) stored, {len(bad)} set aside in quarantine/assignments/ "
                          "(naive times read as UTC)", LINE_CHARS))
     refresh_stale_catalog(data_dir)
