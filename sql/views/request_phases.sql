@@ -15,7 +15,7 @@ WITH r AS (
         request_id, endpoint, date AS arrival_date, arrival_ts, prefill_start_ts,
         coalesce(first_token_ts, end_ts) AS first_token_ts, end_ts,
         coalesce(prompt_tokens, 0) AS prompt_tokens, coalesce(output_tokens, 0) AS output_tokens, status,
-        first_token_ts IS NOT NULL AS first_token_logged, max_tokens
+        first_token_ts IS NOT NULL AS first_token_logged, max_tokens, replica
     FROM requests
     WHERE date BETWEEN getvariable('partition_date')::DATE - 1 AND getvariable('partition_date')::DATE
       AND end_ts IS NOT NULL
