@@ -22,15 +22,9 @@
 -- power_limit_w in its power rows that minute (NVML collector, nvidia-smi, DCGM), carried forward
 -- (before the day's first such minute, that one); without any: the inventory's power_limit_w, else
 -- TDP (power_limit_source says which).
-CREATE OR REPLACE TEMP TABLE _limits AS
-WITH gpu_minute AS (
-    SELECT host, gpu, epoch_ns(ts) // 60000000000 * 60000000000 AS from_ns, median(power_limit_w) AS limit_w
-    FROM power
-    WHERE date = getvariable('partition_date') AND power_limit_w IS NOT NULL
-    GROUP BY ALL
-)
+CREATE OR REPLACE TEMP TABLE _limits AS  -- each GPU's reported limit per minute: gpu_limit_minutes (sql/views)
 SELECT a.name AS endpoint, m.from_ns, median(m.limit_w) AS limit_w
-FROM gpu_minute AS m JOIN gpu_assignments AS a  -- the GPUs the endpoint held during that minute
+FROM gpu_limit_minutes AS m JOIN gpu_assignments AS a  -- the GPUs the endpoint held during that minute
     ON a.host = m.host AND a.gpu = m.gpu AND a.kind = 'endpoint' AND a.from_ns < m.from_ns + 60000000000 AND a.to_ns > m.from_ns
 GROUP BY ALL;
 
