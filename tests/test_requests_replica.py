@@ -138,3 +138,27 @@ def test_a_row_stored_before_replica_is_a_duplicate_when_read_again(tmp_path):
     summary, _ = ingest(tmp_path, jl(line))
     assert (summary.ingested, summary.duplicates, summary.quarantined) == (0, 1, 0)
     assert sorted((data / "requests").rglob("*.parquet")) == [old]
+
+
+def test_otlp_instance_id_of_another_type_quarantines_only_its_spans(tmp_path):
+    """An integer ``service.instance.id`` is kept as its text; a double is drift: that resource's span
+    is quarantined with the reason, the spans of the other resources of the same line are stored."""
+    memory = InMemorySpanExporter()
+    for i in range(3):
+        provider = TracerProvider(resource=Resource({"service.name": "vllm-a", INSTANCE: f"pod-{i}"}))
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        emit(provider.get_tracer("vllm.llm_engine"), fake_request(i))
+    doc = json.loads(otlp_json(memory.get_finished_spans()))
+    assert len(doc["resourceSpans"]) == 3
+    for rs, value in zip(doc["resourceSpans"], ({"intValue": "7"}, {"doubleValue": 1.5}, None), strict=True):
+        for attr in rs["resource"]["attributes"]:
+            if attr["key"] == INSTANCE and value is not None:
+                attr["value"] = value
+    log = tmp_path / "traces.json"
+    log.write_text(json.dumps(doc) + "\n")
+    data = tmp_path / "data"
+    summary = Ingestor(data, "otlp", endpoint="vllm-a", progress=False).ingest([log])
+    assert (summary.ingested, summary.quarantined) == (2, 1)
+    assert by_id(data) == {fake_request(0).request_id: "7", fake_request(2).request_id: "pod-2"}
+    (reject,) = read_quarantine(data).to_pylist()
+    assert reject["reason"] == f"resource attribute {INSTANCE} must be a string (or an integer), got float"
