@@ -8,7 +8,9 @@ two GPUs whose requests overlap at irregular nanosecond times:
 - ``y``: the same traffic without replica ids: the estimate (concurrency ÷ 2), flagged;
 - ``z``: the same traffic, only some requests name their replica: the estimate, flagged;
 - ``w``: no tp in the inventory (replicas unknown), every request names one of two replicas: exact,
-  the intervals split over the two replica ids.
+  the intervals split over the two replica ids;
+- ``v``: as ``x`` without logged prefill starts: each is estimated from the previous prefill on the
+  request's own replica (replicas prefill in parallel), not on the whole endpoint.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ DATE = DAY.isoformat()
 SECONDS = 120
 S = 1_000_000_000
 POWER_W = 300.0
-GPUS = {"x": [0, 1], "y": [2, 3], "z": [4, 5], "w": [6, 7]}
+GPUS = {"x": [0, 1], "y": [2, 3], "z": [4, 5], "w": [6, 7], "v": [8, 9]}
 ASSETS = ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "phase_segments",
           "request_energy", "energy_per_token"]
 
@@ -47,10 +49,18 @@ def _traffic(endpoint: str) -> list[dict]:
             end = arrival + 1000 + prefill + int(rng.uniform(lo_s, hi_s) * S)
             rid = f"{endpoint}{replica}-{i}"
             named = {"y": None, "z": f"{endpoint}-{replica}" if i % 2 else None}.get(endpoint, f"{endpoint}-{replica}")
-            rows.append(dict(request_id=rid, endpoint=endpoint, arrival_ts=arrival, prefill_start_ts=arrival + 1000,
+            rows.append(dict(request_id=rid, endpoint=endpoint, arrival_ts=arrival,
+                             prefill_start_ts=None if endpoint == "v" else arrival + 1000,
                              first_token_ts=arrival + 1000 + prefill, end_ts=end, prompt_tokens=int(rng.integers(10, 900)),
                              output_tokens=int(rng.integers(2, 300)), status="ok", max_tokens=None,
                              replica=named, _on=replica))
+    if endpoint == "v":  # replica 1's requests arrive 5 ms after replica 0's first ones, with 1 s prefills:
+        for k, r in enumerate(r for r in rows if r["_on"] == 1):  # their prefills overlap across replicas
+            shift = rows[k]["arrival_ts"] + 5_000_000 - r["arrival_ts"]
+            for name in ("arrival_ts", "first_token_ts", "end_ts"):
+                r[name] += shift
+            r["first_token_ts"] += S
+            r["end_ts"] += S
     return rows
 
 
@@ -74,6 +84,18 @@ def day(tmp_path_factory):
     con = duckdb.connect()
     con.register("energy_per_token", read_day(d, "energy_per_token", DATE))
     return con, reqs
+
+
+def _estimated(rows: list[dict], per_replica: bool) -> list[dict]:
+    """The phase rule's prefill start where none is logged: the later of the arrival and the latest
+    earlier first token (on the request's replica, or on the whole endpoint), never after its own."""
+    out = []
+    for r in rows:
+        peers = [o for o in rows if o["_on"] == r["_on"]] if per_replica else rows
+        earlier = [o["first_token_ts"] for o in peers if o["first_token_ts"] < r["first_token_ts"]]
+        start = min(max(r["arrival_ts"], max(earlier, default=r["arrival_ts"])), r["first_token_ts"])
+        out.append({**r, "prefill_start_ts": start})
+    return out
 
 
 def _overlap(r: dict, o: dict) -> int:
@@ -125,6 +147,22 @@ def test_batch_per_replica_is_exact_where_the_log_names_the_replica(day, endpoin
         assert got_j[k] == pytest.approx(v, rel=1e-9), k
     assert {e for *_, e, _ in got} == {not exact}
     assert {n for *_, n in got} == {{"x": 2, "y": 0, "z": 2, "w": 2}[endpoint]}
+
+
+def test_prefill_starts_not_logged_are_estimated_on_the_requests_own_replica(day):
+    con, reqs = day
+    rows = _estimated(reqs["v"], per_replica=True)
+    endpoint_wide = _estimated(reqs["v"], per_replica=False)
+    assert _interval_energy(rows, True) != _interval_energy(endpoint_wide, True)  # the two rules differ here
+    got = con.execute("""SELECT bucket, requests, energy_j, batch_per_replica_estimated FROM energy_per_token
+                         WHERE endpoint = 'v' AND bucket_kind = 'batch_size'""").fetchall()
+    assert {b: n for b, n, *_ in got if n} == _request_buckets(rows, per_replica=True)
+    want_j = _interval_energy(rows, per_replica=True)
+    got_j = {b: j for b, _, j, _ in got if j is not None}
+    assert got_j.keys() == want_j.keys()
+    for k, v in want_j.items():
+        assert got_j[k] == pytest.approx(v, rel=1e-9), k
+    assert {e for *_, e in got} == {False}
 
 
 def test_the_exact_and_the_estimated_endpoints_differ_and_other_axes_do_not(day):
