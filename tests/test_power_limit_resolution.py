@@ -82,3 +82,43 @@ def test_hosts_that_fit_count_the_reported_limit(day):
         assert max_2s == pytest.approx(two_s.max())
         host_cap = factor * np.median(limits)  # the GPU's limit of the day: the median over its seconds
         assert extra == math.floor((PROVISIONED_W - two_s.max()) / host_cap)
+
+
+def test_alpha_fitted_from_limits_the_samples_report(tmp_path):
+    """Two jobs doing the same steps on H100s of 700 W TDP, the inventory naming no limit: one GPU pair
+    reports 700 W, the other 500 W (where the step draws 500 W and lasts 4 × (700/500)^0.3 s). The
+    fit sees the two reported limits and recovers α = 0.3 within 10 %."""
+    from pipeline.power_caps import fleet_alpha
+    from pipeline.readonly import connect_readonly
+
+    d = tmp_path / "data"
+    d.mkdir()
+    true_alpha = 0.3
+    hosts = [{"name": f"h{limit}", "role": "training",
+              "gpus": [{"index": i, "tdp_w": 700, "model": "H100 80GB HBM3"} for i in range(2)],
+              "jobs": [{"name": f"job-{limit}", "gpus": [0, 1], "model": "llama-8b"}]} for limit in (700, 500)]
+    dump_inventory(parse_inventory({"fleets": [{"name": "f", "clusters": [{"name": "c0", "hosts": hosts}]}]}), d / "inventory.yaml")
+    for limit in (700, 500):
+        name = f"h{limit}"
+        step_s = 4.0 * (700 / limit) ** true_alpha
+        starts = np.arange(40) * (step_s + 1.0)
+        t = np.arange(0, starts[-1] + step_s + 1.0, 0.02)
+        in_step = ((t[:, None] >= starts) & (t[:, None] < starts + step_s)).any(axis=1)
+        for gpu in range(2):
+            table = power_table(name, gpu, T0 + np.round(t * S).astype(np.int64), np.where(in_step, float(limit), 150.0))
+            table = table.set_column(table.schema.get_field_index("power_limit_w"), "power_limit_w",
+                                     pa.array(np.full(len(t), limit, np.float32)))
+            write_dataset(table, d, "power", prefix=f"{name}{gpu}")
+        ts = lambda x: pa.array(T0 + np.round(x * S).astype(np.int64), pa.int64()).cast(pa.timestamp("ns", tz="UTC"))  # noqa: E731
+        write_dataset(pa.table({
+            "job": [f"job-{limit}"] * 40, "host": [name] * 40, "step": pa.array(range(40), pa.int64()), "kind": ["step"] * 40,
+            "start_ts": ts(starts), "end_ts": ts(starts + step_s), "tokens": pa.array([4096] * 40, pa.int64()),
+        }), d, "job_events", prefix=name)
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms", "training_energy"])
+    assert outcome.success, outcome.error
+    con = connect_readonly(d)
+    try:
+        fitted = fleet_alpha(con, [DATE], workload="llama-8b")
+    finally:
+        con.close()
+    assert fitted["H100 80GB HBM3"] == pytest.approx(true_alpha, rel=0.10)
