@@ -94,6 +94,7 @@ def write_data(data_dir: Path, gpus: int, hours: float) -> int:
             **{f"{k}_ts": pa.array(rq[f"{k}_ts"].to_numpy()).cast(ts) for k in ("arrival", "prefill_start", "first_token", "end")},
             "prompt_tokens": rq["prompt_tokens"].cast(pl.Int32).to_arrow(), "output_tokens": rq["output_tokens"].cast(pl.Int32).to_arrow(),
             "status": pa.array(["ok"] * rq.height), "max_tokens": pa.nulls(rq.height, pa.int32()),
+            "replica": pa.nulls(rq.height, pa.string()),
         }).select(REQUESTS.names).cast(REQUESTS), data_dir, "requests", prefix=f"r{h}")
     return rows
 

@@ -70,12 +70,15 @@ REQUESTS = pa.schema(
         pa.field("output_tokens", pa.int32()),
         pa.field("status", pa.string()),
         pa.field("max_tokens", pa.int32()),
+        pa.field("replica", pa.string()),
     ]
 )
 """``max_tokens``: the output length the client asked for (the request's cap), null where the source
-does not say. Added after request files were first written: see :data:`ADDED_COLUMNS`."""
+does not say. ``replica``: the id of the replica (engine instance) of the endpoint that served the
+request, as the source names it (OTLP ``service.instance.id``), null where it does not. Both were
+added after request files were first written: see :data:`ADDED_COLUMNS`."""
 
-ADDED_COLUMNS = {"requests": ("max_tokens",)}
+ADDED_COLUMNS = {"requests": ("max_tokens", "replica")}
 """Nullable columns added to a dataset's contract after files were written without them: a file
 lacking one is as exact as it was (read with it NULL: the raw views read by name), never rewritten
 nor logged as converted."""

@@ -56,6 +56,13 @@ files in the data dir; what ``wattline ui`` uses unless this is set); unset: the
 pipeline runs (collectors/days.py)."""
 LOG_LEVEL_ENV = "WATTLINE_LOG_LEVEL"
 """Dagster's console log level in ``wattline run`` (default CRITICAL: the CLI prints its own summary)."""
+CAP_FACTORS_ENV = "WATTLINE_CAP_FACTORS"
+"""``power_cap_whatif``'s candidate caps, fractions of each GPU's enforced limit (``1.0,0.9,0.8``;
+default 1.0,0.9,0.8,0.7,0.6): what ``wattline run --cap-factors`` sets; a Dagster run config's
+``cap_factors`` takes precedence."""
+CAP_ALPHA_ENV = "WATTLINE_CAP_ALPHA"
+"""``power_cap_whatif``'s α per GPU model, overriding the built-in ones (``H100=0.3:0.2:0.45,A100=0.2``):
+what ``wattline run --cap-alpha`` sets; a Dagster run config's ``alpha`` takes precedence."""
 
 _OFF = ("off", "0", "false", "no")
 
@@ -77,6 +84,10 @@ class Settings:
     grid_step_ms: int = DEFAULT_GRID_STEP_MS
     first_day: str | None = None
     max_file_rows: int = DEFAULT_MAX_FILE_ROWS
+    cap_factors: str | None = None
+    """The text of WATTLINE_CAP_FACTORS, checked where it is used (pipeline.power_caps)."""
+    cap_alpha: str | None = None
+    """The text of WATTLINE_CAP_ALPHA, checked where it is used (pipeline.power_caps)."""
 
 
 def max_file_rows(value: str | int | None) -> int:
@@ -127,4 +138,6 @@ def load() -> Settings:
         grid_step_ms=grid_step_ms(env(GRID_STEP_MS_ENV)),
         max_file_rows=max_file_rows(env(MAX_FILE_ROWS_ENV)),
         first_day=(env(FIRST_DAY_ENV) or "").strip() or None,
+        cap_factors=(env(CAP_FACTORS_ENV) or "").strip() or None,
+        cap_alpha=(env(CAP_ALPHA_ENV) or "").strip() or None,
     )

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from collectors.settings import CAP_ALPHA_ENV, CAP_FACTORS_ENV, load
+
 DEFAULT_CAP_FACTORS = (1.0, 0.9, 0.8, 0.7, 0.6)
 
 
@@ -33,6 +35,20 @@ def parse_cap_factors(text: str) -> str:
     if not values:
         raise ValueError("cap_factors: no factor given (give e.g. 1.0,0.9,0.8)")
     return ",".join(repr(v) for v in values)
+
+
+def cap_variables(cap_factors: str = "", alpha: str = "") -> dict[str, str]:
+    """The SQL variables of ``power_cap_whatif``: the run's Dagster config where it gives a value,
+    else the settings (WATTLINE_CAP_FACTORS, WATTLINE_CAP_ALPHA: what ``wattline run --cap-factors /
+    --cap-alpha`` set), else the defaults; each checked (ValueError naming the setting)."""
+    settings = load()
+    factors = cap_factors or settings.cap_factors or ",".join(str(f) for f in DEFAULT_CAP_FACTORS)
+    try:
+        factors = parse_cap_factors(factors)
+        alpha = parse_alpha(alpha or settings.cap_alpha or "")
+    except ValueError as exc:
+        raise ValueError(f"{exc} ({CAP_FACTORS_ENV} / {CAP_ALPHA_ENV} or the run config)") from None
+    return {"cap_factors": factors, "cap_alpha": alpha}
 
 
 def parse_alpha(text: str) -> str:
@@ -93,11 +109,16 @@ def fit_alpha(observations: Iterable[LimitObservation]) -> float | None:
 
 
 JOB_OBSERVATIONS_SQL = """
-WITH limits AS (
-    SELECT job, coalesce(gpu_model, 'unknown') AS gpu_model, median(coalesce(power_limit_w, tdp_w)) AS limit_w
-    FROM inventory_gpus WHERE job IS NOT NULL GROUP BY ALL
+WITH reported AS (  -- the limit each job GPU's samples report that day (NVML collector, nvidia-smi, DCGM)
+    SELECT p.host, p.gpu, median(p.power_limit_w) AS limit_w
+    FROM power AS p SEMI JOIN inventory_gpus AS g ON g.host = p.host AND g.gpu = p.gpu AND g.job IS NOT NULL
+    WHERE p.date = $date AND p.power_limit_w IS NOT NULL GROUP BY ALL
 ),
-power AS (
+limits AS (  -- as power_cap_whatif resolves it: the reported limit, else the inventory's, else TDP
+    SELECT g.job, coalesce(g.gpu_model, 'unknown') AS gpu_model, median(coalesce(r.limit_w, g.power_limit_w, g.tdp_w)) AS limit_w
+    FROM inventory_gpus AS g LEFT JOIN reported AS r USING (host, gpu) WHERE g.job IS NOT NULL GROUP BY ALL
+),
+step_power AS (
     SELECT DISTINCT job, step_mean_w FROM training_energy WHERE date = $date AND source = 'job_events'
 ),
 work AS (  -- step time per unit of work: per token where the steps log tokens, else per step
@@ -106,7 +127,7 @@ work AS (  -- step time per unit of work: per token where the steps log tokens, 
     FROM job_events WHERE date = $date AND kind = 'step' AND end_ts > start_ts GROUP BY ALL
 )
 SELECT l.gpu_model, l.limit_w, p.step_mean_w, w.step_s / coalesce(w.tokens, w.steps) AS seconds_per_unit, w.steps
-FROM power AS p JOIN work AS w USING (job) JOIN limits AS l USING (job)
+FROM step_power AS p JOIN work AS w USING (job) JOIN limits AS l USING (job)
 WHERE p.step_mean_w > 0 AND w.step_s > 0
 """
 
@@ -115,7 +136,8 @@ def fleet_alpha(con: duckdb.DuckDBPyConnection, dates: Sequence[str], workload: 
     """α per GPU model fitted from the training jobs of ``dates`` in a warehouse connection
     (``wattline sql``'s, or the catalog opened read-only): each job's mean power per GPU during
     steps (training_energy) against its step time per token (job_events; per step where the steps
-    log no tokens), for models whose jobs ran under two or more limits.
+    log no tokens), for models whose jobs ran under two or more limits (each GPU's limit: the one its
+    samples report, else the inventory's, else TDP).
     The jobs must do the same work per step (one model and batch: pass ``workload`` to keep only
     the jobs whose inventory ``model`` is it). Models with a single limit are left out."""
     sql = JOB_OBSERVATIONS_SQL
@@ -124,7 +146,8 @@ def fleet_alpha(con: duckdb.DuckDBPyConnection, dates: Sequence[str], workload: 
         query = sql
         params: dict = {"date": date}
         if workload is not None:
-            query = sql.replace("FROM power AS p", "FROM power AS p SEMI JOIN inventory_jobs AS ij ON ij.job = p.job AND ij.model = $workload")
+            query = sql.replace("FROM step_power AS p",
+                                "FROM step_power AS p SEMI JOIN inventory_jobs AS ij ON ij.job = p.job AND ij.model = $workload")
             params["workload"] = workload
         for model, limit_w, mean_w, step_s, steps in con.execute(query, params).fetchall():
             by_model.setdefault(model, []).append(LimitObservation(float(limit_w), float(mean_w), float(step_s), float(steps or 1)))

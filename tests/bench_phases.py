@@ -59,6 +59,7 @@ def write_day(data_dir: Path, hours: float = 24, seed: int = 0) -> int:
             "prompt_tokens": pa.array(rng.lognormal(7, 1, n).astype(np.int32) + 1),
             "output_tokens": pa.array(rng.lognormal(5, 1, n).astype(np.int32) + 1),
             "status": ["ok"] * n, "max_tokens": pa.nulls(n, pa.int32()),
+            "replica": pa.nulls(n, pa.string()),
         }, schema=REQUESTS)
         write_dataset(req, data_dir, "requests", prefix=f"e{e}")
         total += n

@@ -54,6 +54,7 @@ def requests_table(rows: dict, endpoint: str = "ep-a", offset_s: float = 0.0) ->
         "output_tokens": pa.array(cols[5], pa.int32()),
         "status": ["ok"] * len(rows),
         "max_tokens": pa.nulls(len(rows), pa.int32()),
+        "replica": pa.nulls(len(rows), pa.string()),
     }, schema=REQUESTS)
 
 

@@ -43,6 +43,7 @@ def _requests(df: pl.DataFrame) -> pa.Table:
         "output_tokens": pa.array(df["output_tokens"].cast(pl.Int32).to_numpy()),
         "status": pa.array(["ok"] * df.height),
         "max_tokens": pa.nulls(df.height, pa.int32()),
+        "replica": pa.nulls(df.height, pa.string()),
     }).select(REQUESTS.names).cast(REQUESTS)
 
 

@@ -37,6 +37,7 @@ def _requests(rng) -> pa.Table:
         "output_tokens": pa.array(np.full(n, 100), pa.int32()),
         "status": ["ok"] * n,
         "max_tokens": pa.nulls(n, pa.int32()),
+        "replica": pa.nulls(n, pa.string()),
     }, schema=REQUESTS)
 
 

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collectors.contract import REQUESTS, inspect_file
+from collectors.contract import ADDED_COLUMNS, REQUESTS, inspect_file
 from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from pipeline.file_quarantine import usable_files
@@ -81,7 +81,7 @@ def test_vllm_bench_planned_output_tokens_become_max_tokens(tmp_path):
 
 def _old_schema_file(data: Path, day: str = "2026-12-02") -> Path:
     """A requests file as written before ``max_tokens`` existed (the contract less that column)."""
-    old = pa.schema([f for f in REQUESTS if f.name != "max_tokens"])
+    old = pa.schema([f for f in REQUESTS if f.name not in ADDED_COLUMNS["requests"]])
     ts = pa.array([1_796_216_700_000_000_000], pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
     table = pa.table({"request_id": ["old-0"], "endpoint": ["chat"], "arrival_ts": ts, "prefill_start_ts": ts,
                       "first_token_ts": ts, "end_ts": ts, "prompt_tokens": pa.array([5], pa.int32()),

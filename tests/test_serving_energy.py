@@ -57,7 +57,7 @@ def _requests(endpoint: str, n: int, seed: int, logged_prefill: bool) -> list[di
 
 def _table(rows: list[dict]) -> pa.Table:
     ts = pa.timestamp("ns", tz="UTC")
-    cols = {f.name: [r[f.name] for r in rows] for f in REQUESTS}
+    cols = {f.name: [r.get(f.name) for r in rows] for f in REQUESTS}
     return pa.table({k: pa.array(v, pa.int64()).cast(ts) if k.endswith("_ts") else v for k, v in cols.items()}).cast(REQUESTS)
 
 

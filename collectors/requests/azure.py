@@ -128,6 +128,7 @@ def _to_frame(good: pl.DataFrame, k: pl.Series, source: str, endpoint: str) -> p
         output_tokens=pl.col("o").cast(pl.Int32),
         status=pl.lit(None, pl.String),
         max_tokens=pl.lit(None, pl.Int32),
+        replica=pl.lit(None, pl.String),
         _src=pl.lit(source),
         _line=pl.col("_line"),
         _raw=pl.lit(None, pl.Binary),

@@ -25,6 +25,7 @@ from collectors.requests.records import (
     INT32_MAX,
     MAX_DURATION_S,
     MAX_TOKENS,
+    REPLICA,
     REQUIRED_TS,
     TS_FIELDS,
     BadRecord,
@@ -39,12 +40,14 @@ _TS_OK = (pl.String, pl.Int64, pl.Float64, pl.Null)
 _INT_OK = (pl.Int64, pl.Null)
 _STRING_ID = re.compile(rb'"request_id"\s*:\s*"')
 _STRING_ENDPOINT = re.compile(rb'"endpoint"\s*:\s*"')
+_REPLICA_KEY = re.compile(rb'"replica"\s*:')
+_STRING_REPLICA = re.compile(rb'"replica"\s*:\s*(?:"|null)')
 DEFAULT_MAX_DEPTH = 64
 """Deepest bracket nesting a line may have (``--max-depth``): a request record needs 2 or 3.
 Python's ``json`` recurses once per level and raises RecursionError near 1000; the limit turns
 such a line into a quarantined one instead of a crash."""
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-CONTRACT_FIELDS = ("request_id", "endpoint", *TS_FIELDS, "prompt_tokens", "output_tokens", "status", MAX_TOKENS)
+CONTRACT_FIELDS = ("request_id", "endpoint", *TS_FIELDS, "prompt_tokens", "output_tokens", "status", MAX_TOKENS, REPLICA)
 INFER_ROWS = 1000
 """polars infers column types from this many rows and fails (→ per-line path) on a later type change;
 inferring from every row would double the parse time."""
@@ -215,6 +218,7 @@ def _vectorised_checks(
         output_tokens=col("output_tokens", pl.Int64),
         status=col("status").fill_null(pl.lit(DEFAULT_STATUS)),
         max_tokens=col(MAX_TOKENS, pl.Int64),
+        replica=pl.when(col(REPLICA).str.len_bytes() > 0).then(col(REPLICA)),  # "" names nothing: null
         _given=pl.struct(*(col(n, pl.Null).is_not_null().alias(n) for n in TS_FIELDS)),
     )
     clean = (
@@ -236,18 +240,20 @@ def _vectorised_checks(
 
 
 def _ids_are_strings(data: bytes, n_lines: int) -> bool:
-    """Every line names ``request_id`` (and any ``endpoint``) literally, with a string value.
+    """Every line names ``request_id`` (and any ``endpoint``, ``replica``) literally, with a string value.
 
     polars would read ``"request_id": 7`` into a string column as ``"7"``; the contract (and the
     per-line path) rejects it, so such chunks must not take the fast path.
     """
     if data.count(b'"request_id"') != n_lines or len(_STRING_ID.findall(data)) != n_lines:
         return False
+    if b'"replica"' in data and len(_REPLICA_KEY.findall(data)) != len(_STRING_REPLICA.findall(data)):
+        return False  # a number or list as replica: polars would turn it into text, the per-line path checks it
     return data.count(b'"endpoint"') == len(_STRING_ENDPOINT.findall(data))
 
 
 def _types_ok(schema: pl.Schema) -> bool:
-    allowed = {"request_id": _TEXT_OK, "endpoint": _TEXT_OK, "status": _TEXT_OK}
+    allowed = {"request_id": _TEXT_OK, "endpoint": _TEXT_OK, "status": _TEXT_OK, REPLICA: _TEXT_OK}
     allowed.update({n: _TS_OK for n in TS_FIELDS})
     allowed.update({n: _INT_OK for n in ("prompt_tokens", "output_tokens", MAX_TOKENS)})
     return all(schema[name] in ok for name, ok in allowed.items() if name in schema)

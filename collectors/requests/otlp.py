@@ -15,6 +15,8 @@ attributes in seconds (``vllm/tracing.py: SpanAttributes``). The mapping:
 * ``end_ts`` = arrival + ``gen_ai.latency.e2e``, else the span's end;
 * ``prompt_tokens`` / ``output_tokens`` = ``gen_ai.usage.prompt_tokens`` / ``completion_tokens``;
 * ``max_tokens`` = ``gen_ai.request.max_tokens`` (the requested output length), null without it;
+* ``replica`` = the resource attribute ``service.instance.id`` (the engine instance that emitted the
+  span, so the replica that served the request), null without it;
 * ``status`` = ``error`` when the span status is ERROR, else ``ok``;
 * ``request_id`` = ``gen_ai.request.id``; ``endpoint`` = a fixed name, or a resource attribute.
 
@@ -50,6 +52,7 @@ from collectors.requests.records import (
     check_derived_times,
     dumps_exact,
     loads,
+    optional_replica,
     seconds_to_ns,
     shown,
 )
@@ -61,6 +64,7 @@ REQUEST_ID = "gen_ai.request.id"
 PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
 COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
 MAX_TOKENS = "gen_ai.request.max_tokens"
+SERVICE_INSTANCE_ID = "service.instance.id"
 TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
 TIME_IN_MODEL_PREFILL = "gen_ai.latency.time_in_model_prefill"
 TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
@@ -226,8 +230,9 @@ def _tokens(attrs: dict, name: str, required: bool = True) -> int | None:
     return value
 
 
-def span_row(span, endpoint: str) -> dict:
-    """One ``llm_request`` span → a contract row (timestamps in epoch ns), or :class:`BadRecord`."""
+def span_row(span, endpoint: str, resource: dict | None = None) -> dict:
+    """One ``llm_request`` span → a contract row (timestamps in epoch ns), or :class:`BadRecord`;
+    ``resource``: its resource's attributes (the replica's ``service.instance.id``)."""
     attrs = attributes(span.attributes)
     request_id = attrs.get(REQUEST_ID)
     if not isinstance(request_id, str) or not request_id:
@@ -266,6 +271,7 @@ def span_row(span, endpoint: str) -> dict:
         "output_tokens": _tokens(attrs, COMPLETION_TOKENS),
         "status": "error" if span.status.code == Status.STATUS_CODE_ERROR else "ok",
         "max_tokens": _tokens(attrs, MAX_TOKENS, required=False),
+        "replica": optional_replica((resource or {}).get(SERVICE_INSTANCE_ID), f"resource attribute {SERVICE_INSTANCE_ID}"),
     }
     check_derived_times(row)
     return row
@@ -314,7 +320,7 @@ def map_request(req: ExportTraceServiceRequest, source: str, line_no: int = 0, *
                             name = attributes(span.attributes).get(endpoint_from)
                         if not isinstance(name, str) or not name:
                             raise BadRecord(f"no resource attribute {endpoint_from} (--endpoint-from)")
-                    row = span_row(span, name)
+                    row = span_row(span, name, resource)
                 except BadRecord as exc:
                     rejects.append(Reject(source, line_no, str(exc), raw, len(raw), _reject_day(span)))
                     continue

@@ -21,6 +21,8 @@ REQUIRED_TS = ("arrival_ts", "end_ts")
 TOKEN_FIELDS = ("prompt_tokens", "output_tokens")
 MAX_TOKENS = "max_tokens"
 """Optional: the output length the client asked for (a cap on output_tokens), null when not logged."""
+REPLICA = "replica"
+"""Optional: the id of the endpoint's replica (engine instance) that served the request."""
 INT32_MAX = 2**31 - 1
 DEFAULT_STATUS = "ok"
 NS_MAX = 2**63 - 1
@@ -152,6 +154,18 @@ def optional_count(value, name: str) -> int | None:
     return None if value is None else int32_count(value, name)
 
 
+def optional_replica(value, name: str = REPLICA) -> str | None:
+    """An optional replica id: absent, null or empty stays None (it names nothing); a string is kept
+    as it is and an integer becomes its decimal text (exact); any other type is a bad record."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise BadRecord(f"{name} must be a string (or an integer), got {type(value).__name__}")
+
+
 def _tokens(obj: dict, name: str) -> int:
     value = obj.get(name)
     if value is None:
@@ -188,6 +202,7 @@ def validate(obj, default_endpoint: str | None = None) -> dict:
         raise BadRecord(f"status must be one of {', '.join(REQUEST_STATUSES)}, got {shown(status)}")
     row["status"] = status
     row[MAX_TOKENS] = optional_count(obj.get(MAX_TOKENS), MAX_TOKENS)
+    row[REPLICA] = optional_replica(obj.get(REPLICA))
     check_order(row)
     if row["end_ts"] - row["arrival_ts"] > MAX_DURATION_S * 1_000_000_000:
         raise BadRecord(f"request longer than {MAX_DURATION_S} s (7 days) from arrival_ts to end_ts")

@@ -29,8 +29,8 @@ COLUMNS = REQUESTS.names
 TS_COLUMNS = [f.name for f in REQUESTS if pa.types.is_timestamp(f.type)]
 VALUE_COLUMNS = [c for c in COLUMNS if c not in KEY]
 COMPARED_COLUMNS = [c for c in VALUE_COLUMNS if c not in ADDED_COLUMNS["requests"]]
-"""What makes a repeat of a stored row identical: a row stored before ``max_tokens`` existed (NULL
-there) and the same line read again now with it are one request, not a conflict."""
+"""What makes a repeat of a stored row identical: a row stored before ``max_tokens`` or ``replica``
+existed (NULL there) and the same line read again now with it are one request, not a conflict."""
 META = ["_src", "_line", "_raw"]
 """Where each row came from: source file, line number, raw bytes (null when not kept)."""
 
@@ -42,6 +42,7 @@ FRAME_SCHEMA = {
     "output_tokens": pl.Int32,
     "status": pl.String,
     "max_tokens": pl.Int32,
+    "replica": pl.String,
     "_src": pl.String,
     "_line": pl.Int64,
     "_raw": pl.Binary,

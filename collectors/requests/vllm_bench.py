@@ -84,6 +84,7 @@ def _record(doc: dict, start_key: str, i: int, endpoint: str) -> dict:
         "output_tokens": output,
         "status": "error" if error else "ok",
         "max_tokens": max_tokens,
+        "replica": None,  # a benchmark client does not see which replica served a request
     }
     check_derived_times(row)
     return row

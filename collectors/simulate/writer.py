@@ -110,6 +110,7 @@ def requests_table(epoch_ns: int, cols: dict[str, np.ndarray]) -> pa.Table:
             "output_tokens": pa.array(cols["output_tokens"], pa.int32()),
             "status": pa.array(cols["status"], pa.string()),
             "max_tokens": pa.nulls(len(cols["request_id"]), pa.int32()),
+            "replica": pa.nulls(len(cols["request_id"]), pa.string()),
         },
         schema=REQUESTS,
     )

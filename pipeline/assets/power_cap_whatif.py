@@ -5,7 +5,7 @@ duration under it by the α model (docs/serving.md)."""
 from dagster import Config
 from pydantic import field_validator
 
-from pipeline.power_caps import DEFAULT_CAP_FACTORS, parse_alpha, parse_cap_factors
+from pipeline.power_caps import cap_variables, parse_alpha, parse_cap_factors
 from pipeline.tables import Table, table_assets
 
 _EMPTY_INTERVALS = (
@@ -15,16 +15,18 @@ _EMPTY_INTERVALS = (
 
 
 class CapConfig(Config):
-    cap_factors: str = ",".join(str(f) for f in DEFAULT_CAP_FACTORS)
-    """Candidate caps as fractions of each GPU's enforced limit, comma-separated (1.0 is always added)."""
+    cap_factors: str = ""
+    """Candidate caps as fractions of each GPU's enforced limit, comma-separated (1.0 is always added);
+    empty: WATTLINE_CAP_FACTORS (``wattline run --cap-factors``), else 1.0,0.9,0.8,0.7,0.6."""
     alpha: str = ""
     """α per GPU model overriding the built-in ones: ``MODEL=alpha[:low:high]``, comma-separated
-    (e.g. ``H100=0.3:0.2:0.45``; MODEL is matched, ignoring case, inside the inventory's GPU model)."""
+    (e.g. ``H100=0.3:0.2:0.45``; MODEL is matched, ignoring case, inside the inventory's GPU model);
+    empty: WATTLINE_CAP_ALPHA (``wattline run --cap-alpha``), else the built-in ones."""
 
     @field_validator("cap_factors")
     @classmethod
     def _factors(cls, value: str) -> str:
-        return parse_cap_factors(value)
+        return parse_cap_factors(value) if value.strip() else ""
 
     @field_validator("alpha")
     @classmethod
@@ -50,7 +52,7 @@ POWER_CAP_WHATIF = Table(
     deps=["power_1s", "phase_intervals", "job_events"],
     group="caps",  # after the phases it reads, so groups depend on each other one way
     config=CapConfig,
-    variables=lambda config: {"cap_factors": config.cap_factors, "cap_alpha": config.alpha},
+    variables=lambda config: cap_variables(config.cap_factors, config.alpha),
     before=_inputs,
 )
 (power_cap_whatif,) = table_assets(POWER_CAP_WHATIF)

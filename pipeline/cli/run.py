@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
@@ -10,7 +11,7 @@ from collectors.contract import DATASETS
 from collectors.days import run_day_problem
 from collectors.inventory import InventoryError
 from collectors.printable import printable
-from collectors.settings import GRID_STEP_MS_ENV, load
+from collectors.settings import CAP_ALPHA_ENV, CAP_FACTORS_ENV, GRID_STEP_MS_ENV, load
 from pipeline import remote
 from pipeline.cli.common import UserError, data_dir_option, date_option
 from pipeline.datadir import link_reason, linked_paths, load_inventory_if_any
@@ -44,20 +45,33 @@ def require_day_data(data_dir, date: str) -> None:
     help="Cluster-days built at once, each in its own process (env WATTLINE_WORKERS; "
          "default: one per core, at most one per cluster and one per 2 GiB of the default memory bound).",
 )
+@click.option("--cap-factors", default=None, metavar="F[,F...]",
+              help="power_cap_whatif's candidate caps, fractions of each GPU's enforced limit in (0, 1] "
+                   "(env WATTLINE_CAP_FACTORS; default 1.0,0.9,0.8,0.7,0.6).")
+@click.option("--cap-alpha", default=None, metavar="MODEL=A[:LOW:HIGH],...",
+              help="power_cap_whatif's α per GPU model, overriding the built-in ones, e.g. H100=0.3:0.2:0.45 "
+                   "(env WATTLINE_CAP_ALPHA; MODEL matched, ignoring case, inside the inventory's GPU model).")
 @data_dir_option
-def command(date: str, select: str | None, timings: bool, workers: int | None, data_dir) -> None:
+def command(date: str, select: str | None, timings: bool, workers: int | None, cap_factors: str | None,
+            cap_alpha: str | None, data_dir) -> None:
     """Materialize the day: every cluster-day (in parallel worker processes), then the fleet-day
     rollups and the report (the same jobs the UI and schedule run). Host-and-above swings use the
     grid of WATTLINE_GRID_STEP_MS (ms, a divisor of 1000 from 10 to 1000; default 100)."""
+    from pipeline.power_caps import cap_variables
     from pipeline.runner import run_day
 
     problem = run_day_problem(date)
     if problem:
         raise UserError(problem)
+    # the flags become the settings the workers read (spawned processes inherit the environment)
+    for env, value in ((CAP_FACTORS_ENV, cap_factors), (CAP_ALPHA_ENV, cap_alpha)):
+        if value is not None:
+            os.environ[env] = value
     try:  # a bad setting is said here, not as a failed asset in a worker
         grid_step_ms = load().grid_step_ms
+        cap_variables()
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(printable(str(exc))) from None
     selection = _selection(select)
     require_day_data(data_dir, date)
     started = time.monotonic()

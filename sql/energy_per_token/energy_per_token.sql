@@ -5,11 +5,14 @@
 -- j_per_request) come from request_energy's requests that had power (requests_with_power of
 -- requests; NULL, never 0, where none had), each request in one bucket: its mean concurrency over
 -- its life (batch_size: requests in flight averaged over its exact intervals in phase_intervals,
--- divided by the endpoint's replicas), its lengths, its arrival hour, the limit in force at its
--- prefill start. Latency (ttft/queue/tpot/e2e p50/p90/p99, ms) over the bucket's requests with
+-- divided by the endpoint's replicas; where every request of the endpoint names its replica, the
+-- requests in flight on its own replica instead, exactly), its lengths, its arrival hour, the limit
+-- in force at its prefill start. Latency (ttft/queue/tpot/e2e p50/p90/p99, ms) over the bucket's requests with
 -- status ok, from request_energy's per-request figures. Power metrics come from the exact
 -- intervals of phase_intervals, each in its own bucket (batch_size = requests active in it ÷
--- replicas, rounded up; its hour; the limit in force at its start; intervals are cut at whole hours):
+-- replicas, rounded up, or where replicas are logged one piece per replica with requests active
+-- on it: its own count, 1/replicas of the interval's GPU time and energy, its share of the output
+-- tokens by requests in flight; its hour; the limit in force at its start; intervals are cut at whole hours):
 -- prefill_mean_w / decode_mean_w (per GPU), prefill_time_share and prefill_energy_share (of the
 -- busy = prefill + decode slots), idle_j, output_tokens_per_s_per_gpu (output tokens of the busy
 -- intervals ÷ their GPU-seconds), and tdp_exceedances = prefill segments whose peak exceeded TDP per
@@ -19,15 +22,9 @@
 -- power_limit_w in its power rows that minute (NVML collector, nvidia-smi, DCGM), carried forward
 -- (before the day's first such minute, that one); without any: the inventory's power_limit_w, else
 -- TDP (power_limit_source says which).
-CREATE OR REPLACE TEMP TABLE _limits AS
-WITH gpu_minute AS (
-    SELECT host, gpu, epoch_ns(ts) // 60000000000 * 60000000000 AS from_ns, median(power_limit_w) AS limit_w
-    FROM power
-    WHERE date = getvariable('partition_date') AND power_limit_w IS NOT NULL
-    GROUP BY ALL
-)
+CREATE OR REPLACE TEMP TABLE _limits AS  -- each GPU's reported limit per minute: gpu_limit_minutes (sql/views)
 SELECT a.name AS endpoint, m.from_ns, median(m.limit_w) AS limit_w
-FROM gpu_minute AS m JOIN gpu_assignments AS a  -- the GPUs the endpoint held during that minute
+FROM gpu_limit_minutes AS m JOIN gpu_assignments AS a  -- the GPUs the endpoint held during that minute
     ON a.host = m.host AND a.gpu = m.gpu AND a.kind = 'endpoint' AND a.from_ns < m.from_ns + 60000000000 AND a.to_ns > m.from_ns
 GROUP BY ALL;
 
@@ -53,11 +50,39 @@ SELECT g.*, e.* EXCLUDE (endpoint),
        (SELECT l.limit_w FROM _limits AS l WHERE l.endpoint = g.endpoint ORDER BY l.from_ns LIMIT 1) AS first_limit_w
 FROM g LEFT JOIN e USING (endpoint);
 
+CREATE OR REPLACE TEMP TABLE _rl AS  -- per logged endpoint: do its requests name their replica?
+SELECT endpoint, bool_and(replica IS NOT NULL) AS exact, count(DISTINCT replica) AS replicas_logged
+FROM request_phases GROUP BY ALL;
+
+-- per endpoint and logged replica: requests in flight (prefill start to end) from each event time t
+-- to the next (k), and their integral up to t (cum_n, request-ns), for the endpoints whose every
+-- request names its replica
+CREATE OR REPLACE TEMP TABLE _replica_busy AS
+WITH ev AS (
+    SELECT endpoint, replica, t, sum(d) AS d
+    FROM (SELECT endpoint, replica, epoch_ns(prefill_start_ts) AS t, 1 AS d FROM request_phases
+          UNION ALL
+          SELECT endpoint, replica, epoch_ns(end_ts), -1 FROM request_phases)
+    WHERE endpoint IN (SELECT endpoint FROM _rl WHERE exact)
+    GROUP BY ALL
+),
+run AS (
+    SELECT endpoint, replica, t,
+           sum(d) OVER (PARTITION BY endpoint, replica ORDER BY t ROWS UNBOUNDED PRECEDING) AS k,
+           lead(t) OVER (PARTITION BY endpoint, replica ORDER BY t) AS t_next
+    FROM ev
+)
+SELECT endpoint, replica, t, k,
+       coalesce(sum(k * (t_next - t)::HUGEINT) OVER (PARTITION BY endpoint, replica ORDER BY t
+                                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS cum_n
+FROM run;
+
 WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replica, limit and label, in 100 ms
                  -- GPU-slot units (n): logged endpoints from their exact intervals (phase_intervals: n =
                  -- duration / 100 ms × GPUs, sum_w = energy / 0.1 s, so sum_w / n is the mean per-GPU power), the
                  -- others from the power-only labels of the 100 ms grid
-    SELECT i.endpoint, 'requests' AS source, hour(i.start_ts) AS hour, ceil((i.n_prefill + i.n_decode) / ep.replicas) AS batch,
+    SELECT i.endpoint, 'requests' AS source, hour(i.start_ts) AS hour,
+           CASE WHEN NOT rl.exact THEN ceil((i.n_prefill + i.n_decode) / ep.replicas) END AS batch, FALSE AS batch_only,
            i.phase AS label, coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
@@ -65,11 +90,32 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            xsum(i.output_tokens) AS output_tokens
     FROM phase_intervals AS i
     JOIN _ep AS ep USING (endpoint)
+    JOIN _rl AS rl USING (endpoint)
     ASOF LEFT JOIN _limits AS l ON l.endpoint = i.endpoint AND i.start_ns >= l.from_ns
     WHERE i.date = getvariable('partition_date')
     GROUP BY ALL
+    UNION ALL  -- the batch_size pieces of the endpoints whose requests name their replica: per interval and
+               -- replica with requests in flight, its own count, 1/replicas of the interval (the power samples
+               -- do not say which GPUs a replica id ran on), its share of the output tokens by requests in flight
+    SELECT i.endpoint, 'requests' AS source, hour(i.start_ts) AS hour, b.k AS batch, TRUE AS batch_only, i.phase AS label,
+           coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
+           CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
+                WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
+           xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus / rn.n) AS n, xsum(i.energy_j * 10 / rn.n) AS sum_w,
+           coalesce(xsum(i.energy_j / rn.n), 0) AS energy_j,
+           xsum(i.output_tokens * b.k / nullif(i.n_prefill + i.n_decode, 0)) AS output_tokens
+    FROM phase_intervals AS i
+    JOIN _ep AS ep USING (endpoint)
+    JOIN (SELECT endpoint, replica FROM _replica_busy GROUP BY ALL) AS r USING (endpoint)
+    JOIN (SELECT r.endpoint, CASE WHEN e.gpus_per_replica IS NOT NULL THEN e.replicas ELSE r.replicas_logged END AS n
+          FROM _rl AS r JOIN _ep AS e USING (endpoint) WHERE r.exact) AS rn USING (endpoint)
+    ASOF JOIN _replica_busy AS b ON b.endpoint = i.endpoint AND b.replica = r.replica AND i.start_ns >= b.t
+    ASOF LEFT JOIN _limits AS l ON l.endpoint = i.endpoint AND i.start_ns >= l.from_ns
+    WHERE i.date = getvariable('partition_date') AND b.k > 0
+    GROUP BY ALL
     UNION ALL
-    SELECT t.endpoint, 'power' AS source, hour(t.ts) AS hour, t.n_prefill + t.n_decode AS batch, t.power_phase AS label,
+    SELECT t.endpoint, 'power' AS source, hour(t.ts) AS hour, t.n_prefill + t.n_decode AS batch, FALSE AS batch_only,
+           t.power_phase AS label,
            coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
@@ -88,7 +134,7 @@ slot_buckets AS (
                                ('gpu_model', ep.gpu_model), ('model', coalesce(ep.model, 'unknown')),
                                ('gpus_per_replica', coalesce(ep.gpus_per_replica::VARCHAR, 'unknown')),
                                ('power_limit', round(s.limit_w)::INTEGER || ' W')) AS b(kind, bucket)
-    WHERE b.bucket IS NOT NULL AND NOT (b.kind = 'batch_size' AND s.source = 'power')
+    WHERE b.bucket IS NOT NULL AND NOT (b.kind = 'batch_size' AND s.source = 'power') AND (b.kind = 'batch_size' OR NOT s.batch_only)
 ),
 power_metrics AS (
     SELECT endpoint, kind, bucket, any_value(source) AS source,
@@ -128,12 +174,16 @@ ep_busy AS (  -- the endpoint's requests in flight integrated over time (request
            sum((n_prefill + n_decode) * (end_ns - start_ns)::HUGEINT) OVER (PARTITION BY endpoint ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS cum_n
     FROM phase_intervals WHERE date = getvariable('partition_date')
 ),
-req AS (  -- mean batch = requests in flight averaged over the request's life (inside the endpoint's span)
+req AS (  -- mean batch = requests in flight averaged over the request's life (inside the endpoint's span);
+          -- replica_batch: on its own replica (the events of _replica_busy: exact, from the request log)
     SELECT e.*, r.a_ns,
-           ((coalesce(hi.cum_n, 0) - coalesce(lo.cum_n, 0)) / nullif(hi.end_ns - coalesce(lo.end_ns, s.lo), 0))::DOUBLE AS mean_batch
+           ((coalesce(hi.cum_n, 0) - coalesce(lo.cum_n, 0)) / nullif(hi.end_ns - coalesce(lo.end_ns, s.lo), 0))::DOUBLE AS mean_batch,
+           ((rb.cum_n - ra.cum_n) / nullif(r.b_ns - r.a_ns, 0))::DOUBLE AS replica_batch
     FROM request_energy AS e
-    JOIN (SELECT request_id, endpoint, epoch_ns(prefill_start_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
+    JOIN (SELECT request_id, endpoint, replica, epoch_ns(prefill_start_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
           FROM request_phases) AS r USING (request_id, endpoint)
+    LEFT JOIN _replica_busy AS ra ON ra.endpoint = r.endpoint AND ra.replica = r.replica AND ra.t = r.a_ns
+    LEFT JOIN _replica_busy AS rb ON rb.endpoint = r.endpoint AND rb.replica = r.replica AND rb.t = r.b_ns
     LEFT JOIN (SELECT endpoint, min(start_ns) AS lo FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL) AS s
         USING (endpoint)
     ASOF LEFT JOIN ep_busy AS hi ON hi.endpoint = r.endpoint AND r.b_ns >= hi.end_ns
@@ -141,17 +191,19 @@ req AS (  -- mean batch = requests in flight averaged over the request's life (i
     WHERE e.date = getvariable('partition_date')
 ),
 req_limited AS (  -- the limit in force at the request's prefill start
-    SELECT q.*, ep.replicas, ep.gpu_model AS ep_gpu_model, ep.model AS ep_model, ep.gpus_per_replica AS ep_gpus_per_replica,
+    SELECT q.*, ep.replicas, coalesce(rl.exact, FALSE) AS replica_exact, ep.gpu_model AS ep_gpu_model, ep.model AS ep_model, ep.gpus_per_replica AS ep_gpus_per_replica,
            coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source
     FROM req AS q JOIN _ep AS ep USING (endpoint)
+    LEFT JOIN _rl AS rl USING (endpoint)
     ASOF LEFT JOIN _limits AS l ON l.endpoint = q.endpoint AND q.a_ns >= l.from_ns
 ),
 req_buckets AS (
     SELECT q.*, b.kind, b.bucket
     FROM req_limited AS q
-    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(q.mean_batch / q.replicas), 1))),
+    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(CASE WHEN q.replica_exact THEN q.replica_batch
+                                                                                          ELSE q.mean_batch / q.replicas END), 1))),
                                ('prompt_len', prompt_len_bucket(q.prompt_tokens)), ('output_len', output_len_bucket(q.output_tokens)),
                                ('max_tokens', max_tokens_bucket(q.max_tokens)),
                                ('hour', lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')), ('gpu_model', q.ep_gpu_model),
@@ -173,8 +225,7 @@ request_metrics AS (
            quantile_cont(CASE WHEN status = 'ok' THEN tpot_ms END, [0.5, 0.9, 0.99]) AS tpot_q,
            quantile_cont(CASE WHEN status = 'ok' THEN e2e_ms END, [0.5, 0.9, 0.99]) AS e2e_q,
            count(CASE WHEN status = 'ok' THEN queue_ms END) AS requests_with_queue_time,
-           min(limit_w) AS limit_lo, max(limit_w) AS limit_hi, list(DISTINCT limit_source) AS limit_sources,
-           bool_or(replicas > 1) AS batch_estimated
+           min(limit_w) AS limit_lo, max(limit_w) AS limit_hi, list(DISTINCT limit_source) AS limit_sources
     FROM req_buckets GROUP BY ALL
 )
 SELECT
@@ -207,12 +258,16 @@ SELECT
     ep.pp,
     ep.gpus_per_replica,
     ep.replicas,
+    coalesce(rl.replicas_logged, 0) AS replicas_logged,
     ep.gpu_model,
     ep.engine,
     -- the one enforced limit behind the row's requests and intervals (NULL when more than one was in force)
     CASE WHEN least(p.limit_lo, r.limit_lo) = greatest(p.limit_hi, r.limit_hi) THEN least(p.limit_lo, r.limit_lo) END AS power_limit_w,
     array_to_string(list_sort(list_distinct(flatten([coalesce(p.limit_sources, []), coalesce(r.limit_sources, [])]))), '+') AS power_limit_source,
-    CASE WHEN kind = 'batch_size' THEN ep.replicas > 1 END AS batch_per_replica_estimated,
+    -- exact where every request of the endpoint names its replica; else an estimate on a multi-replica
+    -- endpoint (by the inventory, or by the replica ids that some of its requests name)
+    CASE WHEN kind = 'batch_size' THEN NOT coalesce(rl.exact, FALSE) AND (ep.replicas > 1 OR coalesce(rl.replicas_logged, 0) > 1) END
+        AS batch_per_replica_estimated,
     r.ttft_q[1] AS ttft_p50_ms, r.ttft_q[2] AS ttft_p90_ms, r.ttft_q[3] AS ttft_p99_ms,
     r.queue_q[1] AS queue_p50_ms, r.queue_q[2] AS queue_p90_ms, r.queue_q[3] AS queue_p99_ms,
     r.tpot_q[1] AS tpot_p50_ms, r.tpot_q[2] AS tpot_p90_ms, r.tpot_q[3] AS tpot_p99_ms,
@@ -223,4 +278,5 @@ FROM power_metrics AS p
 FULL JOIN request_metrics AS r USING (endpoint, kind, bucket)
 LEFT JOIN peak_buckets AS k USING (endpoint, kind, bucket)
 LEFT JOIN _ep AS ep USING (endpoint)
+LEFT JOIN _rl AS rl USING (endpoint)
 ORDER BY endpoint, CASE bucket_kind WHEN 'all' THEN 0 ELSE 1 END, bucket_kind, bucket

@@ -1,6 +1,7 @@
 -- power_cap_whatif: per endpoint, training job, host and cluster and day, for each candidate power
--- cap (getvariable('cap_factors') × each GPU's enforced limit: inventory power_limit_w, else its
--- TDP) and phase, what the day's 1 s means (power_1s) say about running under that cap.
+-- cap (getvariable('cap_factors') × each GPU's enforced limit in force: the limit its power samples
+-- report, resolved as for energy_per_token (gpu_limit_minutes in sql/views); without any report that
+-- day, the inventory's power_limit_w, else its TDP) and phase, what the day's 1 s means (power_1s) say about running under that cap.
 -- A GPU's power limit acts on averaged power, so everything here works on each GPU's 1 s means P̄.
 --
 -- Phase of a GPU-second: endpoints from the exact intervals of phase_intervals (a second split
@@ -54,13 +55,18 @@ FROM models AS m
 LEFT JOIN LATERAL (SELECT * FROM configured WHERE contains(upper(m.gpu_model), key) ORDER BY length(key) DESC LIMIT 1) AS c ON true
 LEFT JOIN LATERAL (SELECT * FROM published WHERE contains(upper(m.gpu_model), key) ORDER BY length(key) DESC LIMIT 1) AS p ON true;
 
--- each GPU-second of the day with its GPU's workload, model and enforced limit
+CREATE OR REPLACE TEMP TABLE _cap_gpu_limits AS SELECT * FROM gpu_limit_minutes;
+
+-- each GPU-second of the day with its GPU's workload, model and enforced limit (the one reported in
+-- force at the second's start, else the GPU's first report of the day, else inventory, else TDP)
 CREATE OR REPLACE TEMP TABLE _cap_s AS
 SELECT p.host, p.gpu, epoch_ns(p.ts) // 1000000000 AS sec, p.mean_w::DOUBLE AS w, p.energy_j AS e,
        i.cluster, i.endpoint, i.job, coalesce(i.gpu_model, 'unknown') AS gpu_model,
-       coalesce(i.power_limit_w, i.tdp_w)::DOUBLE AS limit_w
+       coalesce(l.limit_w, f.first_w, i.power_limit_w, i.tdp_w)::DOUBLE AS limit_w
 FROM power_1s AS p
 JOIN inventory_gpus AS i USING (host, gpu)
+LEFT JOIN (SELECT host, gpu, arg_min(limit_w, from_ns) AS first_w FROM _cap_gpu_limits GROUP BY ALL) AS f USING (host, gpu)
+ASOF LEFT JOIN _cap_gpu_limits AS l ON l.host = p.host AND l.gpu = p.gpu AND epoch_ns(p.ts) >= l.from_ns
 WHERE p.date = getvariable('partition_date') AND p.mean_w IS NOT NULL;
 
 -- phase weights of each second: an interval [a, b) gives second s the overlap of [s, s + 1 s)
@@ -170,7 +176,10 @@ FROM two_s GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE _cap_host_w AS  -- per cluster: its hosts' mean Σ caps
 SELECT i.cluster, f.cap_factor, avg(h.host_cap_w) AS host_cap_w
-FROM (SELECT cluster, host, sum(coalesce(power_limit_w, tdp_w)) AS host_limit_w FROM inventory_gpus GROUP BY ALL) AS i
+FROM (SELECT g.cluster, g.host, sum(coalesce(s.limit_w, g.power_limit_w, g.tdp_w)) AS host_limit_w
+      FROM inventory_gpus AS g  -- each GPU's limit of the day (the median over its seconds), else inventory, else TDP
+      LEFT JOIN (SELECT host, gpu, median(limit_w) AS limit_w FROM _cap_s GROUP BY ALL) AS s USING (host, gpu)
+      GROUP BY ALL) AS i
 CROSS JOIN _cap_factors AS f
 CROSS JOIN LATERAL (SELECT f.cap_factor * i.host_limit_w AS host_cap_w) AS h
 GROUP BY ALL;

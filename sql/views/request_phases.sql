@@ -6,7 +6,8 @@
 -- Requests that touch the partition day (arrived that day or the day before and still running).
 -- A request is in prefill from prefill_start_ts to first_token_ts and in decode from
 -- first_token_ts to end_ts. Without prefill_start_ts it starts at the later of its arrival and
--- the end of the previous prefill on its endpoint (the latest earlier first token); without
+-- the end of the previous prefill on its endpoint (the latest earlier first token; on its own
+-- replica where the request names one); without
 -- first_token_ts (failed before the first token) the whole request counts as prefill
 -- (first_token_logged says which).
 CREATE OR REPLACE VIEW request_phases AS
@@ -15,7 +16,7 @@ WITH r AS (
         request_id, endpoint, date AS arrival_date, arrival_ts, prefill_start_ts,
         coalesce(first_token_ts, end_ts) AS first_token_ts, end_ts,
         coalesce(prompt_tokens, 0) AS prompt_tokens, coalesce(output_tokens, 0) AS output_tokens, status,
-        first_token_ts IS NOT NULL AS first_token_logged, max_tokens
+        first_token_ts IS NOT NULL AS first_token_logged, max_tokens, replica
     FROM requests
     WHERE date BETWEEN getvariable('partition_date')::DATE - 1 AND getvariable('partition_date')::DATE
       AND end_ts IS NOT NULL
@@ -24,15 +25,23 @@ prev AS (
     SELECT endpoint, first_token_ts,
            lag(first_token_ts) OVER (PARTITION BY endpoint ORDER BY first_token_ts) AS prev_prefill_end
     FROM (SELECT DISTINCT endpoint, first_token_ts FROM r)
+),
+prev_on_replica AS (  -- the same on the request's own replica, where the log names it (replicas prefill in parallel)
+    SELECT endpoint, replica, first_token_ts,
+           lag(first_token_ts) OVER (PARTITION BY endpoint, replica ORDER BY first_token_ts) AS prev_prefill_end
+    FROM (SELECT DISTINCT endpoint, replica, first_token_ts FROM r WHERE replica IS NOT NULL)
 )
 SELECT
     r.* EXCLUDE (prefill_start_ts),
     least(
-        coalesce(r.prefill_start_ts, greatest(r.arrival_ts, coalesce(p.prev_prefill_end, r.arrival_ts))),
+        coalesce(r.prefill_start_ts,
+                 greatest(r.arrival_ts, coalesce(CASE WHEN r.replica IS NULL THEN p.prev_prefill_end ELSE pr.prev_prefill_end END,
+                                                 r.arrival_ts))),
         r.first_token_ts
     ) AS prefill_start_ts,
     r.prefill_start_ts IS NULL AS prefill_start_estimated
 FROM r JOIN prev AS p USING (endpoint, first_token_ts)
+LEFT JOIN prev_on_replica AS pr ON pr.endpoint = r.endpoint AND pr.replica = r.replica AND pr.first_token_ts = r.first_token_ts
 WHERE r.end_ts >= day_start() AND r.arrival_ts < day_end();
 
 -- One row per request and phase with a positive duration: the interval [a_ns, b_ns), its first
