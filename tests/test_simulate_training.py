@@ -80,3 +80,23 @@ def test_overlap_shrinks_a_small_jobs_swing_and_a_deep_pipeline_keeps_its_bubble
 
     piped = run_job(np.random.default_rng(5), [8] * 4, span + 30.0, microbatches=4, shape=JobShape(8.0, 8, 4, 1))
     assert mean_w(piped) < 0.8 * mean_w(runs[True][:4])
+
+
+def test_the_paper_job_is_a_3d_parallel_175b_with_the_stated_exposed_allreduce():
+    """The paper fleet's job as the simulator reads it: 175B, tp 8 × pp 16 × dp 8, 1.37 G parameters per GPU in
+    35 buckets, 196 ms reduced back to back, 166 ms exposed after the last micro-batch's 31 ms backward
+    (docs/simulator.md, "The 3D-parallel job"), and a 10.6 ms optimizer step."""
+    from collectors.inventory import parse_inventory
+    from collectors.simulate.fleets import paper_fleet
+    from collectors.simulate.simulator import workloads
+    from collectors.simulate.training import MICROBATCHES, STEP_S_MEDIAN
+
+    inv = parse_inventory(paper_fleet(1, 128), "paper")
+    name, members = next(iter(workloads(inv)[1].items()))
+    shape = job_shape(inv.workload_spec("job", name), sum(len(g) for _, g in members))
+    assert shape == JobShape(175.0, 8, 16, 8)
+    assert shape.buckets == 35
+    assert shape.allreduce_s == pytest.approx(0.196, abs=0.001)
+    backward = STEP_S_MEDIAN / (MICROBATCHES + 16 - 1) * 2 / 3
+    assert float(shape.exposed_comm_s(backward)) == pytest.approx(0.166, abs=0.001)
+    assert shape.optimizer_s == pytest.approx(0.0106, abs=0.0001)
