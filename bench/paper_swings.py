@@ -11,7 +11,11 @@ power, the largest max − min inside any 2 s window (sliding at 100 ms), as a s
 provisioned power (6,500 W per 8-GPU host). Nothing is tuned to the published figures. Also the
 inference swing of the first k endpoints for k = 1, 2, 4, … (same run), plotted against k.
 
-``--training-sweep`` explains the training cluster's swing instead of hitting a number: the 1,024-GPU job
+``--pipeline-sweep``: the paper job (tp 8 × pp 16 × dp 8 of a 175B model, 1F1B, gradients reduced in
+buckets overlapped with the last backward) with one parameter changed at a time: overlap, micro-batches,
+pipeline depth, model size, fabric bandwidth, the wait's power level, host jitter (``paper-pipeline-sweep.json``).
+
+``--training-sweep`` explains the training cluster's swing instead of hitting a number: the lock-step job
 (``--scale`` applies) run by the simulator's own job model and per-GPU sampler, with the hosts' compute-time
 jitter (``host_jitter_sd``) and a fixed per-host phase offset (``stage_offset_s``: pipeline stages or
 data-parallel groups out of step) swept, each measured the same way (``paper-training-sweep.json``).
@@ -25,6 +29,7 @@ import json
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,9 +40,11 @@ import pyarrow.parquet as pq  # noqa: E402
 import yaml  # noqa: E402
 
 from collectors.contract import epoch_ns  # noqa: E402
+from collectors.inventory import parse_inventory as resolve_inventory  # noqa: E402
 from collectors.simulate import phases, power, simulate  # noqa: E402
 from collectors.simulate.fleets import HOST_PROVISIONED_W, paper_fleet  # noqa: E402
-from collectors.simulate.training import HOST_JITTER_SD, MICROBATCHES, run_job  # noqa: E402
+from collectors.simulate.simulator import workloads  # noqa: E402
+from collectors.simulate.training import HOST_JITTER_SD, MICROBATCHES, STEP_S_MEDIAN, JobShape, job_shape, run_job  # noqa: E402
 
 PUBLISHED = {"training": 37.5, "inference": 9.0}
 WINDOW_SLOTS = 20
@@ -60,11 +67,11 @@ def host_slots(path: Path, epoch: int, n_slots: int) -> np.ndarray:
 
 
 def training_swing(n_hosts: int, hours: float, host_jitter_sd: float, stage_offset_s: float, seed: int = 0,
-                   pp: int = 1, microbatches: int = MICROBATCHES) -> dict:
+                   pp: int = 1, microbatches: int = MICROBATCHES, shape: JobShape | None = None) -> dict:
     """The training cluster's largest 2 s swing for one setting of the job model, from per-GPU samples."""
     span_s = hours * 3600.0
-    events = run_job(np.random.default_rng([seed, 1]), [8] * n_hosts, span_s,
-                     host_jitter_sd=host_jitter_sd, stage_offset_s=stage_offset_s, pp=pp, microbatches=microbatches)
+    events = run_job(np.random.default_rng([seed, 1]), [8] * n_hosts, span_s + 30.0,
+                     host_jitter_sd=host_jitter_sd, stage_offset_s=stage_offset_s, pp=pp, microbatches=microbatches, shape=shape)
     total = np.zeros(int(round(span_s * 10)))
     for h, ev in enumerate(events):
         for g in range(8):
@@ -75,18 +82,59 @@ def training_swing(n_hosts: int, hours: float, host_jitter_sd: float, stage_offs
     total = total[WINDOW_SLOTS:-WINDOW_SLOTS]
     prov = HOST_PROVISIONED_W * n_hosts
     sw = max_swing_w(total)
-    return {"gpus": 8 * n_hosts, "host_jitter_sd": host_jitter_sd, "stage_offset_s": stage_offset_s, "pp": pp, "microbatches": microbatches,
-            "mean_w": round(float(total.mean())), "min_w": round(float(total.min())), "max_w": round(float(total.max())),
-            "max_2s_swing_w": round(sw), "max_2s_swing_pct": round(100 * sw / prov, 1)}
+    row = {"gpus": 8 * n_hosts, "host_jitter_sd": host_jitter_sd, "stage_offset_s": stage_offset_s,
+           "pp": shape.pp if shape else pp, "microbatches": microbatches}
+    if shape is not None:
+        slot_s = STEP_S_MEDIAN / (microbatches + shape.pp - 1)
+        row |= {"params_b": shape.params_b, "tp": shape.tp, "dp": shape.dp, "overlap": shape.overlap,
+                "link_gb_s": shape.link_bytes_s / 1e9, "allreduce_ms": round(1e3 * shape.allreduce_s, 1),
+                "exposed_comm_ms": round(1e3 * float(shape.exposed_comm_s(slot_s * 2 / 3)), 1),
+                "optimizer_ms": round(1e3 * shape.optimizer_s, 1), "bubble_pct": round(100 * (shape.pp - 1) / (microbatches + shape.pp - 1), 1)}
+    return row | {"mean_w": round(float(total.mean())), "min_w": round(float(total.min())), "max_w": round(float(total.max())),
+                  "max_2s_swing_w": round(sw), "max_2s_swing_pct": round(100 * sw / prov, 1)}
+
+
+def paper_shape(n_hosts: int) -> JobShape:
+    """The paper fleet's training job as the simulator builds it."""
+    fleet = resolve_inventory(paper_fleet(1, n_hosts))
+    name, members = next(iter(workloads(fleet)[1].items()))
+    shape = job_shape(fleet.workload_spec("job", name), sum(len(g) for _, g in members))
+    assert shape is not None
+    return shape
 
 
 def pipeline_sweep(n_hosts: int, hours: float, out: Path) -> None:
-    """The 3D-parallel job's swing by pipeline depth and micro-batches (1F1B), hosts in lock-step otherwise."""
+    """The 3D-parallel job's swing, one parameter changed at a time from the paper job."""
+    base = paper_shape(n_hosts)
+    settings: list[tuple[str, JobShape, int, dict]] = [
+        ("the paper job", base, MICROBATCHES, {}),
+        ("gradients reduced after the backward (no overlap)", replace(base, overlap=False), MICROBATCHES, {}),
+        ("32 micro-batches", base, 32, {}),
+        ("64 micro-batches", base, 64, {}),
+        ("128 micro-batches", base, 128, {}),
+        ("pp 8, dp 16", replace(base, pp=8, dp=base.dp * 2), MICROBATCHES, {}),
+        ("pp 4, dp 32", replace(base, pp=4, dp=base.dp * 4), MICROBATCHES, {}),
+        ("70B model", replace(base, params_b=70.0), MICROBATCHES, {}),
+        ("405B model", replace(base, params_b=405.0), MICROBATCHES, {}),
+        ("200 GB/s per GPU", replace(base, link_bytes_s=200e9), MICROBATCHES, {}),
+        ("128 micro-batches and 200 GB/s", replace(base, link_bytes_s=200e9), 128, {}),
+        ("wait level 300-360 W (assumed NCCL spin)", base, MICROBATCHES, {"COMM_W": (300.0, 360.0)}),
+        ("wait level 420-480 W", base, MICROBATCHES, {"COMM_W": (420.0, 480.0)}),
+        ("host jitter 5 %", base, MICROBATCHES, {"jitter": 0.05}),
+    ]
     t0 = time.process_time()
-    rows = [training_swing(n_hosts, hours, HOST_JITTER_SD, 0.0, pp=pp, microbatches=m)
-            for pp, m in ((1, MICROBATCHES), (4, MICROBATCHES), (8, MICROBATCHES), (16, MICROBATCHES), (16, 4), (16, 8), (16, 32), (16, 64))]
+    rows = []
+    for label, shape, m, extra in settings:
+        saved = phases.COMM_W
+        phases.COMM_W = extra.get("COMM_W", saved)
+        try:
+            row = training_swing(n_hosts, hours, extra.get("jitter", HOST_JITTER_SD), 0.0, microbatches=m, shape=shape)
+        finally:
+            phases.COMM_W = saved
+        rows.append({"setting": label, "wait_w": list(extra.get("COMM_W", saved))} | row)
+        print(f"{label:<50} {row['max_2s_swing_pct']:>5.1f} %  mean {row['mean_w'] / 1e3:>6.0f} kW  exposed "
+              f"{row['exposed_comm_ms']:>6.1f} ms  optimizer {row['optimizer_ms']:>5.1f} ms", flush=True)
     result = {"hours": hours, "published_pct": PUBLISHED["training"], "cpu_s": round(time.process_time() - t0, 1), "sweep": rows}
-    print(json.dumps(result, indent=1))
     out.mkdir(parents=True, exist_ok=True)
     (out / "paper-pipeline-sweep.json").write_text(json.dumps(result, indent=1) + "\n")
 

@@ -28,7 +28,7 @@ from bench.throughput import DATE, pipeline_assets, power_rows  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
-def one_shape(shape: str, n_gpus: int, hours: float, work: Path) -> dict:
+def one_shape(shape: str, n_gpus: int, hours: float, work: Path, pipeline: bool = True) -> dict:
     data_dir = work / f"gpus-{n_gpus}-{shape}-{hours}h"
     shutil.rmtree(data_dir, ignore_errors=True)
     fleet = write_fleet(n_gpus, work / f"fleet-{n_gpus}.yaml")
@@ -37,6 +37,10 @@ def one_shape(shape: str, n_gpus: int, hours: float, work: Path) -> dict:
     assert sim.returncode == 0, "simulation failed"
     rows = power_rows(data_dir)
     size = sum(p.stat().st_size for p in (data_dir / "power").rglob("*.parquet"))
+    if not pipeline:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        return {"shape": shape, "gpus": n_gpus, "hours": hours, "power_rows": rows, "power_bytes": size,
+                "simulate": vars(sim) | {"stdout": None}, "pipeline": None}
     run = run_measured(f"pipeline-{shape}", [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir),
                                              "--select", ",".join(pipeline_assets())])
     assert run.returncode == 0, "pipeline failed"
@@ -50,26 +54,32 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8, help="GPUs (a multiple of 8)")
     ap.add_argument("--hours", default="1,3", help="simulated hours of the day, comma-separated")
     ap.add_argument("--work", type=Path, default=REPO / "bench" / "work" / "shapes")
+    ap.add_argument("--simulate-only", action="store_true", help="time only `wattline simulate` (no pipeline run)")
+    ap.add_argument("--shapes", default="simple,collector", help="which shapes, comma-separated")
+    ap.add_argument("--name", default="shapes", help="results file name under bench/results/")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     hours = [float(h) for h in args.hours.split(",")]
     results = []
-    for shape in ("simple", "collector"):
+    shapes = args.shapes.split(",")
+    pipeline = not args.simulate_only
+    for shape in shapes:
         for h in hours:
-            r = one_shape(shape, args.gpus, h, args.work.resolve())
+            r = one_shape(shape, args.gpus, h, args.work.resolve(), pipeline)
             results.append(r)
+            run = (f"  run CPU {r['pipeline']['cpu_s']:>6.1f} s wall {r['pipeline']['wall_s']:>6.1f} s "
+                   f"RSS {r['pipeline']['peak_rss_mb']:>5.0f} MB") if pipeline else ""
             print(f"{shape:<10} {h:>4} h {r['power_rows']:>12,} rows {r['power_bytes'] / 1e6:>7.1f} MB  simulate CPU "
-                  f"{r['simulate']['cpu_s']:>6.1f} s  run CPU {r['pipeline']['cpu_s']:>6.1f} s wall {r['pipeline']['wall_s']:>6.1f} s "
-                  f"RSS {r['pipeline']['peak_rss_mb']:>5.0f} MB", flush=True)
-            save("shapes", {"results": results})
+                  f"{r['simulate']['cpu_s']:>6.1f} s{run}", flush=True)
+            save(args.name, {"results": results})
     if len(hours) >= 2:
-        for shape in ("simple", "collector"):
+        for shape in shapes:
             a, b = (next(r for r in results if r["shape"] == shape and r["hours"] == h) for h in (hours[0], hours[-1]))
             gpu_h = args.gpus * (b["hours"] - a["hours"])
-            print(f"{shape:<10} marginal CPU s per GPU-day: simulate {24 * (b['simulate']['cpu_s'] - a['simulate']['cpu_s']) / gpu_h:.1f}, "
-                  f"wattline run {24 * (b['pipeline']['cpu_s'] - a['pipeline']['cpu_s']) / gpu_h:.1f}; "
-                  f"rows per GPU-day {24 * (b['power_rows'] - a['power_rows']) / gpu_h / 1e6:.2f} M")
-    print(f"written {save('shapes', {'results': results})}")
+            run = (f", wattline run {24 * (b['pipeline']['cpu_s'] - a['pipeline']['cpu_s']) / gpu_h:.1f}" if pipeline else "")
+            print(f"{shape:<10} marginal CPU s per GPU-day: simulate {24 * (b['simulate']['cpu_s'] - a['simulate']['cpu_s']) / gpu_h:.1f}"
+                  f"{run}; rows per GPU-day {24 * (b['power_rows'] - a['power_rows']) / gpu_h / 1e6:.2f} M")
+    print(f"written {save(args.name, {'results': results})}")
 
 
 if __name__ == "__main__":

@@ -140,6 +140,10 @@ PAPER_TZ_H = (-8, -7, -6, -5)
 PAPER_PP = 16
 """The paper job's pipeline stages (tp 8 within a host, 16 stages over 16 hosts, dp 8 at 128 hosts):
 a 3D-parallel layout of the size the published cluster trains (docs/simulator.md, "Paper scale")."""
+PAPER_JOB_MODEL = {"model": "gpt3-175b", "params_b": 175.0, "precision": "bf16", "engine": "megatron"}
+"""A GPT-3-sized dense model: with 16 micro-batches of one 4,096-token sequence per data-parallel replica
+(0.5 M tokens a step) at 40 % of the H200's bf16 peak on 1,024 GPUs, a step takes ~1.4 s, the
+simulator's 1.45 s median step (training.STEP_S_MEDIAN)."""
 PAPER_PEAK_RPS = 4.0
 """Per 8-GPU endpoint at its local peak: with the calibrated engine (capture 4) busy but not saturated."""
 
@@ -160,7 +164,7 @@ def paper_fleet(inference_hosts: int = 256, training_hosts: int = 128) -> dict:
         for i in range(inference_hosts)
     ]
     pp = max(d for d in range(1, PAPER_PP + 1) if training_hosts % d == 0) if training_hosts else 1
-    training = [host(f"trn-{i:04d}", "training", jobs=[_job("pretrain-paper", list(range(8)), 8 * training_hosts, tp=8, pp=pp)])
+    training = [host(f"trn-{i:04d}", "training", jobs=[_job("pretrain-paper", list(range(8)), 8 * training_hosts, tp=8, pp=pp) | PAPER_JOB_MODEL])
                 for i in range(training_hosts)]
     return {
         "fleets": [

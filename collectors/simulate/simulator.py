@@ -19,7 +19,7 @@ from collectors.simulate import phases, physics, power, traffic, writer
 from collectors.simulate.arrivals import Arrivals, poisson_arrivals_s, replay_within
 from collectors.simulate.fleets import resolve_fleet
 from collectors.simulate.serving_engine import EngineResult, run_engine
-from collectors.simulate.training import KIND_NAMES, HostEvents, run_job
+from collectors.simulate.training import KIND_NAMES, HostEvents, job_shape, run_job
 from collectors.storage import DataRoot
 
 DAY_S = 86_400
@@ -268,7 +268,8 @@ def simulate(
     engines = dict(zip(endpoints, _map(_engine_task, tasks, workers), strict=False))
     job_events: dict[str, list[HostEvents]] = {
         name: run_job(_rng(seed, "job", name), [len(g) for _, g in members], windows[-1][1],
-                      pp=int(inv.workload_spec("job", name).get("pp") or 1))
+                      pp=int(inv.workload_spec("job", name).get("pp") or 1),
+                      shape=job_shape(inv.workload_spec("job", name), sum(len(g) for _, g in members)))
         for name, members in jobs.items()
     }
 
