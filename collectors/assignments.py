@@ -225,19 +225,14 @@ def _names(inventory: Inventory, kind: str) -> set[str]:
     return {w.name for _, _, h in inventory.iter_hosts() for w in (h.endpoints if kind == "endpoint" else h.jobs)}
 
 
-def existing_rows(data_dir: Path | str) -> list[dict]:
-    """Every row of the data dir's assignments dataset (local data dirs)."""
-    import pyarrow.parquet as pq
-
-    folder = Path(data_dir) / ASSIGNMENTS_DIR
-    rows: list[dict] = []
-    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() and not folder.is_symlink() else []:
-        if f.is_file() and not f.is_symlink():
-            rows += pq.read_table(f).to_pylist()
-    return rows
+def existing_rows(data_dir: DataRoot | Path | str) -> list[dict]:
+    """Every row of the data dir's assignments dataset, on a local folder or an ``s3://`` one."""
+    root = DataRoot.open(data_dir)
+    keys = root.list(f"{ASSIGNMENTS_DIR}/*.parquet")  # never through a link; writers' temporary files left out
+    return root.read_parquet(keys, schema=ASSIGNMENTS).to_pylist() if keys else []
 
 
-def write_assignments(data_dir: Path | str, rows: list[dict], source: str) -> str | Path | None:
+def write_assignments(data_dir: DataRoot | Path | str, rows: list[dict], source: str) -> str | Path | None:
     """Append ``rows`` (assignments dataset rows) as one new file ``assignments/<source>-*.parquet``."""
     if not rows:
         return None

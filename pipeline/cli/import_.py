@@ -161,6 +161,24 @@ def _assignment_value(row: dict, key: str):
     return str(value)
 
 
+def _root_inventory(root):
+    """The data dir's inventory.yaml (a local folder or an ``s3://`` one), or a UserError."""
+    import yaml
+
+    from collectors.inventory import INVENTORY_FILE, InventoryError, load_inventory, parse_inventory
+
+    try:
+        if root.is_local:
+            return load_inventory(root.location(INVENTORY_FILE))
+        try:
+            text = root.read_bytes(INVENTORY_FILE).decode()
+        except FileNotFoundError:
+            raise InventoryError(f"{root.location(INVENTORY_FILE)}: no inventory file (see docs/data-contract.md)") from None
+        return parse_inventory(yaml.safe_load(text), root.location(INVENTORY_FILE), text)
+    except (InventoryError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(" ".join(str(exc).split())) from None
+
+
 @command.command("assignments")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @data_dir_option
@@ -173,12 +191,10 @@ def assignments(file: Path, data_dir: Path) -> None:
 
     from collectors import assignments as asg
     from collectors.contract import ASSIGNMENTS, QUARANTINE_DIR
-    from collectors.inventory import InventoryError, load_inventory
+    from collectors.storage import DataRoot
 
-    try:
-        inventory = load_inventory(Path(data_dir) / "inventory.yaml")
-    except InventoryError as exc:
-        raise UserError(str(exc)) from None
+    root = DataRoot.open(data_dir)
+    inventory = _root_inventory(root)
     rows, bad = [], []
     for raw in _assignment_rows(file):
         try:
@@ -192,19 +208,20 @@ def assignments(file: Path, data_dir: Path) -> None:
         rows.append(dict(row, source="file"))
     good, refused = asg.check_rows(inventory, pa.Table.from_pylist(rows, schema=ASSIGNMENTS))
     bad += refused
-    explicit = [r for r in asg.existing_rows(data_dir) if r["source"] != "inventory"]
+    explicit = [r for r in asg.existing_rows(root) if r["source"] != "inventory"]
     known, _ = asg.check_rows(inventory, pa.Table.from_pylist(explicit, schema=ASSIGNMENTS))
     found = asg.conflicts(asg.rows_held(known + good))
     if found:
         raise UserError(f"assignments disagree, nothing written: {printable(found[0])}"
                         + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
-    asg.write_assignments(data_dir, good, "file")
-    if bad:
-        folder = Path(data_dir) / QUARANTINE_DIR / "assignments"
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"{file.stem}-{uuid.uuid4().hex[:12]}.jsonl", "w") as fh:
-            for row, why in bad:
-                fh.write(json.dumps({"row": {k: None if v is None else str(v) for k, v in row.items()}, "reason": why}) + "\n")
+    try:
+        asg.write_assignments(root, good, "file")
+        if bad:  # one object (on S3) or one file renamed into place: a reader never sees half of it
+            lines = [json.dumps({"row": {k: None if v is None else str(v) for k, v in row.items()}, "reason": why}) + "\n"
+                     for row, why in bad]
+            root.write_bytes(f"{QUARANTINE_DIR}/assignments/{file.stem}-{uuid.uuid4().hex[:12]}.jsonl", "".join(lines).encode())
+    except OSError as exc:
+        raise UserError(f"import stopped: {exc}") from None
     click.echo(printable(f"{file.name}: {len(good)} assignment(s) stored, {len(bad)} set aside in quarantine/assignments/ "
                          "(naive times read as UTC)", LINE_CHARS))
     refresh_stale_catalog(data_dir)
