@@ -225,20 +225,16 @@ def _names(inventory: Inventory, kind: str) -> set[str]:
     return {w.name for _, _, h in inventory.iter_hosts() for w in (h.endpoints if kind == "endpoint" else h.jobs)}
 
 
-def existing_rows(data_dir: Path | str, leave_out: str | None = None) -> list[dict]:
-    """Every row of the data dir's assignments dataset (local data dirs), but the file named
-    ``leave_out`` (one that a re-import is about to replace)."""
-    import pyarrow.parquet as pq
-
-    folder = Path(data_dir) / ASSIGNMENTS_DIR
-    rows: list[dict] = []
-    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() and not folder.is_symlink() else []:
-        if f.is_file() and not f.is_symlink() and f.name != leave_out:
-            rows += pq.read_table(f).to_pylist()
-    return rows
+def existing_rows(data_dir: DataRoot | Path | str, leave_out: str | None = None) -> list[dict]:
+    """Every row of the data dir's assignments dataset, on a local folder or an ``s3://`` one, but
+    the file named ``leave_out`` (one that a re-import is about to replace)."""
+    root = DataRoot.open(data_dir)
+    keys = [k for k in root.list(f"{ASSIGNMENTS_DIR}/*.parquet")  # never through a link; writers' temporary files left out
+            if k.rsplit("/", 1)[-1] != leave_out]
+    return root.read_parquet(keys, schema=ASSIGNMENTS).to_pylist() if keys else []
 
 
-def check_new_rows(data_dir: Path | str, inventory: Inventory, rows: list[dict],
+def check_new_rows(data_dir: DataRoot | Path | str, inventory: Inventory, rows: list[dict],
                    leave_out: str | None = None) -> tuple[list[dict], list[tuple[dict, str]]]:
     """``rows`` to be written, split as :func:`check_rows` does; AssignmentConflict (naming both
     sides) when a usable one gives a GPU to another workload than an explicit source already
@@ -252,7 +248,8 @@ def check_new_rows(data_dir: Path | str, inventory: Inventory, rows: list[dict],
     return good, bad
 
 
-def write_assignments(data_dir: Path | str, rows: list[dict], source: str, name: str | None = None) -> str | Path | None:
+def write_assignments(data_dir: DataRoot | Path | str, rows: list[dict], source: str,
+                      name: str | None = None) -> str | Path | None:
     """Write ``rows`` (assignments dataset rows) as one file: a new ``assignments/<source>-*.parquet``,
     or ``assignments/<name>`` (replaced, and removed when there are no rows)."""
     root = DataRoot.open(data_dir)

@@ -4,13 +4,15 @@ DuckDB computes on local files (httpfs cannot be installed: docs/storage.md). Fo
 dir the pipeline works in a local *work dir* with the same relative layout as the bucket prefix:
 
 - :func:`stage` (before a computation): downloads what the scope reads: ``inventory.yaml``, the
-  quarantine log, and for a cluster-day its hosts' raw power files, the day's requests and
-  job_events and the cluster's own derived parts; for a fleet-day the day's derived parts of
-  every table but the per-GPU ones, and the trailing days of ``hourly_activity``. Each staged
-  folder is *mirrored*: unchanged files are skipped, files gone from the bucket (a re-simulated
-  day, a quarantined file) are deleted locally, so they never linger as inputs.
+  ``assignments`` dataset (not date-partitioned: every file), the quarantine log, and for a
+  cluster-day its hosts' raw power files, the day's requests and job_events (and the previous
+  day's job_events: a run into the day holds its GPUs) and the cluster's own derived parts; for a
+  fleet-day the day's derived parts of every table but the per-GPU ones, and the trailing days of
+  ``hourly_activity``. Each staged folder is *mirrored*: unchanged files are skipped, files gone
+  from the bucket (a re-simulated day, a quarantined file) are deleted locally, so they never
+  linger as inputs.
 - :func:`publish_part` (after a derived part is written locally): uploads it under the same key.
-- :func:`mirror_for_readers` (``wattline sql / report / ui``, through ``warehouse.reader_dir``): mirrors ``derived/`` and the quarantine
+- :func:`mirror_for_readers` (``wattline sql / report / ui``, through ``warehouse.reader_dir``): mirrors ``derived/``, ``assignments/`` and the quarantine
   log into the work dir, then the catalog is built locally as for a local data dir.
 
 This module is the one place that knows the difference: for a local data dir every function
@@ -25,7 +27,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from collectors.contract import QUARANTINE_DIR
+from collectors.contract import ASSIGNMENTS_DIR, QUARANTINE_DIR
 from collectors.inventory import INVENTORY_FILE
 from collectors.names import inside_key
 from collectors.settings import load
@@ -90,16 +92,16 @@ def stage(root: DataRoot, work: Path, scope: Scope | str | None = None) -> None:
         return
     scope = scope if isinstance(scope, Scope) else Scope(date=scope)
     day = scope.date
-    folders = [f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
+    folders = [ASSIGNMENTS_DIR, f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
     if scope.cluster:
         folders += [inside_key("power", f"date={day}", f"host={h}") for h in _hosts_to_stage(root, work, scope)]
-        folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS]
+        folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS] + [f"job_events/date={_previous_day(day)}"]
         folders += [inside_key(DERIVED_DIR, t, f"date={day}", f"cluster={scope.cluster}") for t in sqlfiles.table_names()]
     elif scope.fleet:
         folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in sqlfiles.table_names() if t not in PER_GPU_TABLES]
         folders += [f"{DERIVED_DIR}/hourly_activity/date={d}" for d in _trailing_days(day)]
     else:  # a whole day without a scope (a local-style run of one date)
-        folders += [f"{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
+        folders += [f"{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)] + [f"job_events/date={_previous_day(day)}"]
         folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in sqlfiles.table_names()]
     mirror_all(root, work, folders)
 
@@ -125,7 +127,7 @@ def publish_part(root: DataRoot, work: Path, part: Path) -> None:
 def mirror_for_readers(value: str | os.PathLike | DataRoot, date: str | None = None) -> tuple[Path, bool]:
     """The local dir readers (``wattline sql / report / ui``) work on, and whether the catalog
     there must be rebuilt (``warehouse.reader_dir`` does). For S3: mirror ``derived/`` (a cache
-    of every derived table, growing with history), the quarantine log and its files,
+    of every derived table, growing with history), ``assignments/``, the quarantine log and its files,
     ``inventory.yaml`` and (with ``date``) the day's row-level quarantine. A local data dir is
     returned as is."""
     root = open_root(value)
@@ -133,11 +135,16 @@ def mirror_for_readers(value: str | os.PathLike | DataRoot, date: str | None = N
     if root.is_local:
         return work, False
     work.mkdir(parents=True, exist_ok=True)
-    prefixes = [DERIVED_DIR, f"{QUARANTINE_DIR}/file_log", f"{QUARANTINE_DIR}/files"]
+    prefixes = [DERIVED_DIR, ASSIGNMENTS_DIR, f"{QUARANTINE_DIR}/file_log", f"{QUARANTINE_DIR}/files"]
     if date:
         prefixes += [f"{QUARANTINE_DIR}/{ds}/date={date}" for ds in ("power", *RAW_DAY_DATASETS)]
     changed = mirror_all(root, work, prefixes) + _mirror_file(root, work, INVENTORY_FILE)
     return work, bool(changed) or not warehouse_path(work).exists()
+
+
+def _previous_day(day: str) -> str:
+    """The day before: its job events that run past midnight hold GPUs on ``day``."""
+    return (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
 
 
 def _trailing_days(day: str) -> list[str]:

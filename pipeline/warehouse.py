@@ -17,6 +17,7 @@ in memory instead (pipeline/readonly.py) and the next writer rebuilds the file.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import os
 import re
@@ -33,7 +34,7 @@ import pyarrow.parquet as pq
 
 from collectors import assignments
 from collectors.atomic import TMP_PREFIX, fsync_dir
-from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS, DATASETS
+from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS, DATASETS, JOB_EVENTS
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import load
@@ -214,26 +215,55 @@ def _create_inventory_tables(con: duckdb.DuckDBPyConnection, inventory: Inventor
 
 
 _JOB_EVENT_RUNS = """
-WITH e AS (SELECT job, host, epoch_ns(start_ts) AS a, epoch_ns(end_ts) AS b FROM job_events WHERE end_ts > start_ts),
+WITH e AS (SELECT job, host, epoch_ns(start_ts) AS a, epoch_ns(end_ts) AS b FROM {events} WHERE end_ts > start_ts),
 m AS (SELECT *, max(b) OVER (PARTITION BY job, host ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM e),
 r AS (SELECT *, sum((reach IS NULL OR a > reach)::INT) OVER (PARTITION BY job, host ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS run FROM m)
 SELECT job, host, min(a), max(b) FROM r GROUP BY job, host, run ORDER BY ALL
 """
 """A job's events on a host merged into runs (events that touch or overlap are one run)."""
 
+_EVENT_COLUMNS = ["job", "host", "start_ts", "end_ts"]
+_EVENT_SCHEMA = pa.schema([JOB_EVENTS.field(c) for c in _EVENT_COLUMNS])
+
+
+def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tuple[str, str, int, int]]:
+    """Runs of job events (job, host, start ns, end ns) that can hold a GPU on the computed day:
+    those of the day's ``job_events`` and, since a file of job_events goes by the day its event
+    starts, the runs of the previous day's events that reach past midnight, from where they
+    started (a run that started yesterday holds its GPUs today too). A previous-day file that
+    cannot be read is left out here: its own day's run quarantines it and says so."""
+    day = con.execute("SELECT getvariable('partition_date')::VARCHAR").fetchall()[0][0]
+    if day is None:  # a reader's catalog: job_events holds every day
+        return con.execute(_JOB_EVENT_RUNS.format(events="job_events")).fetchall()
+    previous = (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
+    midnight = int(dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()) * 10**9
+    tables = []
+    for f in raw_files(data_dir, "job_events", previous):
+        try:
+            tables.append(pq.read_table(f, columns=_EVENT_COLUMNS).cast(_EVENT_SCHEMA))
+        except (OSError, pa.ArrowException, ValueError):
+            continue
+    con.register("_previous_day_job_events", pa.concat_tables(tables) if tables else _EVENT_SCHEMA.empty_table())
+    try:
+        events = f"(SELECT {', '.join(_EVENT_COLUMNS)} FROM job_events UNION ALL SELECT * FROM _previous_day_job_events)"
+        return [r for r in con.execute(_JOB_EVENT_RUNS.format(events=events)).fetchall() if r[3] > midnight]
+    finally:
+        con.unregister("_previous_day_job_events")
+
 
 def _create_gpu_assignments(con: duckdb.DuckDBPyConnection, data_dir: Path, inventory: Inventory | None) -> None:
     """Table `gpu_assignments` (host, gpu, kind, name, from_ts, to_ts, from_ns, to_ns, source): which
     endpoint or job holds each GPU when (collectors/assignments.py), from the inventory, the
-    assignments dataset and the job_events this connection sees. A computation (partition_date
-    set) stops on a conflict between sources; the catalog keeps the first, so it still opens."""
+    assignments dataset and the job_events this connection sees (for a day: its own and the
+    previous day's runs into it). A computation (partition_date set) stops on a conflict between
+    sources; the catalog keeps the first, so it still opens."""
     held: list[assignments.Held] = []
     if inventory is not None:
         hosts = {h.name for _, _, h in inventory.iter_hosts()}
         held = assignments.static_held(inventory)
         good, _ = assignments.check_rows(inventory, pa.Table.from_pylist(assignments.existing_rows(data_dir), schema=ASSIGNMENTS))
         held += [h for h in assignments.rows_held(good) if h.host in hosts]
-        held += assignments.job_event_held(inventory, con.execute(_JOB_EVENT_RUNS).fetchall())
+        held += assignments.job_event_held(inventory, _job_event_runs(con, data_dir))  # only (job, host) pairs this inventory lists
     computing = con.execute("SELECT getvariable('partition_date') IS NOT NULL").fetchall()[0][0]
     try:
         resolved = assignments.resolve(held, strict=bool(computing))

@@ -46,6 +46,20 @@ def _coarse_step_s(slot: np.ndarray, dcgm: np.ndarray) -> float | None:
     return float(gaps[max(1, int(np.ceil(len(gaps) * 0.5))) - 1]) / 10.0 if len(gaps) else None
 
 
+def _refresh_step_s(bin_: np.ndarray, carried: np.ndarray, ok: np.ndarray) -> float | None:
+    """The sampling step (s) of a host-and-above 1 s-average series on the 100 ms grid: the median
+    spacing of the slots where its oldest summed value was refreshed (its age, ``carried``, did not
+    grow by one slot; quantile_disc, as the SQL's _coarse_upper). Windows shorter than two steps hold
+    at most one change of a 1 s average, which is not a swing: they are left out, as for the GPUs."""
+    order = np.argsort(bin_[ok], kind="stable")
+    b, c = bin_[ok][order], carried[ok][order]
+    if len(b) < 2:
+        return None
+    fresh = np.r_[True, (np.diff(b) != 1) | (c[1:] <= c[:-1])]
+    gaps = np.sort(np.diff(b[fresh]))
+    return float(gaps[max(1, int(np.ceil(len(gaps) * 0.5))) - 1]) / 10.0 if len(gaps) else None
+
+
 def _gpu_rows(host: str, gpu: int, provisioned_w: float, slot: np.ndarray, p: np.ndarray, pa: np.ndarray, dcgm: np.ndarray,
               native: dict, first_slot: int) -> list[dict]:
     """One GPU's swing_stats rows: grid statistics on its 100 ms slots (the carry rule filling empty
@@ -222,7 +236,10 @@ def grid_swings(con) -> None:
         complete_avg = np.ma.filled(np.ma.asarray(x["complete_avg1s"]), False).astype(bool)
         carried = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // DEFAULT_GRID_STEP_MS
         avg, has_avg = _filled(x["power_avg_w"])
-        out += _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg, DEFAULT_GRID_STEP_MS, carried)
+        step_s = _refresh_step_s(np.asarray(x["bin"]), carried, complete_avg & has_avg)
+        out += [row for row in _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg,
+                                            DEFAULT_GRID_STEP_MS, carried)
+                if step_s is None or row["window_s"] >= 2 * step_s]
         if step == DEFAULT_GRID_STEP_MS:
             inst, has_inst = _filled(x["power_w"])
             out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)

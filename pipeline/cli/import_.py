@@ -194,20 +194,39 @@ def _assignment_value(row: dict, key: str):
     return str(value)
 
 
-def _quarantine_assignments(data_dir: Path, stem: str, bad: list[tuple[dict, str]]) -> None:
-    """Set-aside assignment rows, each alone with its reason, in quarantine/assignments/."""
+def _quarantine_assignments(data_dir, stem: str, bad: list[tuple[dict, str]]) -> None:
+    """Set-aside assignment rows, each alone with its reason, as one file in quarantine/assignments/
+    (one object on S3, or one file renamed into place: a reader never sees half of it)."""
     import json
     import uuid
 
     from collectors.contract import QUARANTINE_DIR
+    from collectors.storage import DataRoot
 
     if not bad:
         return
-    folder = Path(data_dir) / QUARANTINE_DIR / "assignments"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{stem}-{uuid.uuid4().hex[:12]}.jsonl", "w") as fh:
-        for row, why in bad:
-            fh.write(json.dumps({"row": {k: None if v is None else str(v) for k, v in row.items()}, "reason": why}) + "\n")
+    lines = [json.dumps({"row": {k: None if v is None else str(v) for k, v in row.items()}, "reason": why}) + "\n"
+             for row, why in bad]
+    DataRoot.open(data_dir).write_bytes(f"{QUARANTINE_DIR}/assignments/{stem}-{uuid.uuid4().hex[:12]}.jsonl",
+                                        "".join(lines).encode())
+
+
+def _root_inventory(root):
+    """The data dir's inventory.yaml (a local folder or an ``s3://`` one), or a UserError."""
+    import yaml
+
+    from collectors.inventory import INVENTORY_FILE, InventoryError, load_inventory, parse_inventory
+
+    try:
+        if root.is_local:
+            return load_inventory(root.location(INVENTORY_FILE))
+        try:
+            text = root.read_bytes(INVENTORY_FILE).decode()
+        except FileNotFoundError:
+            raise InventoryError(f"{root.location(INVENTORY_FILE)}: no inventory file (see docs/data-contract.md)") from None
+        return parse_inventory(yaml.safe_load(text), root.location(INVENTORY_FILE), text)
+    except (InventoryError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(" ".join(str(exc).split())) from None
 
 
 @command.command("assignments")
@@ -216,12 +235,10 @@ def _quarantine_assignments(data_dir: Path, stem: str, bad: list[tuple[dict, str
 def assignments(file: Path, data_dir: Path) -> None:
     """Which endpoint or job held which GPU when (CSV or Parquet: host, gpu or gpu_uuid, kind, name, from_ts, to_ts) → `assignments`."""
     from collectors import assignments as asg
-    from collectors.inventory import InventoryError, load_inventory
+    from collectors.storage import DataRoot
 
-    try:
-        inventory = load_inventory(Path(data_dir) / "inventory.yaml")
-    except InventoryError as exc:
-        raise UserError(str(exc)) from None
+    root = DataRoot.open(data_dir)
+    inventory = _root_inventory(root)
     rows, bad = [], []
     for raw in _assignment_rows(file):
         try:
@@ -234,12 +251,15 @@ def assignments(file: Path, data_dir: Path) -> None:
             continue
         rows.append(dict(row, source="file"))
     try:
-        good, refused = asg.check_new_rows(data_dir, inventory, rows)
+        good, refused = asg.check_new_rows(root, inventory, rows)
     except asg.AssignmentConflict as exc:
         raise UserError(f"assignments disagree, nothing written: {printable(str(exc))}") from None
     bad += refused
-    asg.write_assignments(data_dir, good, "file")
-    _quarantine_assignments(data_dir, file.stem, bad)
+    try:
+        asg.write_assignments(root, good, "file")
+        _quarantine_assignments(root, file.stem, bad)
+    except OSError as exc:
+        raise UserError(f"import stopped: {exc}") from None
     click.echo(printable(f"{file.name}: {len(good)} assignment(s) stored, {len(bad)} set aside in quarantine/assignments/ "
                          "(naive times read as UTC)", LINE_CHARS))
     refresh_stale_catalog(data_dir)

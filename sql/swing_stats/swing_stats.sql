@@ -9,7 +9,8 @@
 -- (the carry rule of sparse sources, sql/views/power_series.sql), so carrying never widens a
 -- window: a one-GPU host swings no more than its GPU. The avg1s series of host and above is
 -- complete where every reporting GPU has a 1 s average (complete_avg1s), so a host of GPUs whose
--- best source is a 1 s average has avg1s rows though its instant series has none. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
+-- best source is a 1 s average has avg1s rows though its instant series has none; windows shorter
+-- than two of its sampling steps are left out there (_coarse_upper), as they are for dcgm GPUs. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
 -- below) for the GPU and avg1s rows and, at the default setting, for every row; the setting
 -- (fleet_power_grid) for the instant rows of host and above otherwise.
 --
@@ -71,6 +72,26 @@ WHERE date = getvariable('partition_date')
   -- a fleet-day rollup (SET VARIABLE scope = 'fleet') swings only the role and fleet series
   AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR level IN ('role', 'fleet'))
   AND getvariable('upper_swings_from_kernel') IS DISTINCT FROM true;
+
+-- The same for host and above on the 1 s average: the series' sampling step is the median spacing
+-- of the slots where its oldest summed value was refreshed (its age did not grow by one slot); a
+-- window shorter than two steps holds at most one change of each GPU's 1 s average and would
+-- read ~0 W: such windows are left out of the avg1s rows.
+CREATE OR REPLACE TEMP TABLE _coarse_upper AS
+SELECT level, entity, quantile_disc(gap, 0.5) / 10.0 AS step_s
+FROM (
+    SELECT level, entity, slot - lag(slot) OVER (PARTITION BY level, entity ORDER BY slot) AS gap
+    FROM (
+        SELECT level, entity, slot,
+               lag(slot) OVER w IS NULL OR slot - lag(slot) OVER w <> 1 OR age <= lag(age) OVER w AS fresh
+        FROM _slots
+        WHERE gpu = -1 AND pa IS NOT NULL
+        WINDOW w AS (PARTITION BY level, entity ORDER BY slot)
+    )
+    WHERE fresh
+)
+WHERE gap IS NOT NULL
+GROUP BY ALL;
 
 -- 1 s blocks: each block's ten slot values side by side (v0..v9, null where a slot is empty or
 -- incomplete), so max, min, count and every 100 ms step inside the block come from one row.
@@ -259,7 +280,8 @@ LEFT JOIN _aligned AS a USING (k, m)
 LEFT JOIN _sliding AS sl USING (k, m)
 LEFT JOIN ramps AS r USING (k)
 LEFT JOIN _coarse AS c ON n.level = 'gpu' AND c.entity = n.entity AND c.gpu = n.gpu
-WHERE c.step_s IS NULL OR s.m >= 2 * c.step_s
+LEFT JOIN _coarse_upper AS cu ON n.level <> 'gpu' AND n.series = 'avg1s' AND cu.level = n.level AND cu.entity = n.entity
+WHERE (c.step_s IS NULL OR s.m >= 2 * c.step_s) AND (cu.step_s IS NULL OR s.m >= 2 * cu.step_s)
 UNION ALL
 SELECT
     getvariable('partition_date'),
