@@ -23,7 +23,7 @@ PREFILL_BUDGET_TOKENS = 16_384
 MAX_RUNNING = 128
 PREFILL_OVERHEAD_S = calibration.PREFILL_OVERHEAD_S
 """The engine's fixed cost of a prefill batch (capture 4: 58.4 ms, while the board still reads the
-level before; ``calibration.PREFILL_ONSET_S``)."""
+level before: its power rises 60 ms after the start, ``calibration.PREFILL_ONSET_S``)."""
 ERROR_SHARE = 0.006
 CANCEL_SHARE = 0.015
 
@@ -168,8 +168,12 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
             batch_no += 1
             c = gpu.clock(level)
             dur = PREFILL_OVERHEAD_S + model.prefill_compute_s(tokens, sq) / c
-            segment(now, phases.PREFILL, -1.0)  # the onset: power still at the level before
-            seg_t.append(now + min(calibration.PREFILL_ONSET_S, dur))
+            # The engine's fixed cost first: host-side work during which the GPU stays where it was (a
+            # decode level, else loaded: capture 4 reads ~150-200 W there, no spikes), then the GPU's
+            # compute, whose power rises at its edge within a driver sample (phases.PREFILL_EDGE_S).
+            if seg_k[-1] != phases.DECODE:
+                segment(now, phases.LOADED, 0.0)
+            seg_t.append(now + min(PREFILL_OVERHEAD_S, dur))
             seg_k.append(phases.PREFILL)
             seg_x.append(float(tokens))
             levels.append(gpu.capped_w(level, c))
@@ -211,10 +215,8 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
     level = np.full(len(seg_t_a), gpu.map_w(phases.LOADED_W), np.float64)
     is_pre = seg_k_a == phases.PREFILL
     is_dec = seg_k_a == phases.DECODE
-    level[is_pre & (seg_x_a >= 0)] = levels
+    level[is_pre] = levels
     level[is_dec] = [decode(int(r))[1] for r in seg_x_a[is_dec]]
     level[is_dec] *= rng.normal(1.0, 0.03, int(is_dec.sum()))
-    onset = np.flatnonzero(is_pre & (seg_x_a < 0))
-    level[onset] = level[np.maximum(onset - 1, 0)]  # before the onset delay the board reads the previous level
     timeline = phases.Timeline(seg_t_a, seg_k_a, level.astype(np.float32))
     return np.array(pstart), np.array(first), np.array(end), timeline
