@@ -37,9 +37,12 @@ SIMULATED_MODEL = {"model": "sim-8b-decoder", "params_b": 8.0}
 
 
 DEMO_CHAT_MODEL = {"model": "sim-70b-decoder", "params_b": 70.0}
-"""The demo's chat endpoints serve a 70B on 4 H200s (tp 4): its prefill computes long enough for the
-board to show it (~45 µs per token per GPU, as the calibrated 8B on one GPU: 21 µs). The code endpoints
-keep the 8B on tp 4, where the engine's fixed 58 ms dominates each prefill and its compute lasts a few ms."""
+"""The demo's chat endpoints serve a 70B on 4 H200s (tp 4): a 1,000-token prefill computes ~56 ms after
+the engine's fixed 58 ms, long enough for the board to show it."""
+DEMO_CODE_MODEL = {"model": "sim-34b-decoder", "params_b": 34.0}
+"""The demo's code endpoints serve a 34B on 4 H200s (tp 4): a 1,500-token prefill computes ~43 ms, a little
+longer than the calibrated 8B's on one H200 (32 ms, capture 4). The 8B on tp 4 would compute ~12 ms after
+the engine's fixed 58 ms, too short for a sampler to show: its prefill segments peaked below decode's."""
 
 
 def _endpoint(name: str, gpus: list[int], tz_offset_h: float, **extra) -> dict:
@@ -66,7 +69,7 @@ def _demo() -> dict:
     """Most endpoints serve one region (six in UTC−5…−8, two in UTC+1), so the inference role's sum
     follows a day: its hourly arrival rate peaks/troughs at DEMO_ARRIVAL_PEAK_TROUGH (docs/simulator.md)."""
     chat = {"peak_rps": 2.2, "prompt_median": 1000, "output_median": 170, **DEMO_CHAT_MODEL}
-    code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130, "traffic": "code"}
+    code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130, "traffic": "code", **DEMO_CODE_MODEL}
     lo, hi = [0, 1, 2, 3], [4, 5, 6, 7]
     training = [
         {
