@@ -97,7 +97,7 @@ def test_capture_4_replayed_through_the_engine_shows_its_prefill_peaks(capture):
     _, sim_w = power._instant_w(np.random.default_rng(0), res.timeline, ts, 1.0, calibration.POWER_QUANTUM_W)
     sim = _stats(ts, sim_w.astype(float), res.prefill_start_s, res.first_token_s, serving)
     # capture 4: 29.4 % of the buffer samples inside prefills above TDP (bootstrap over prefills, 95 %: 26-32 %),
-    # prefill peak 747 W, decode peak 662 W; simulated 28.7 %, 771 W, 670 W; main: 34.2 %, 779 W, 723 W
+    # prefill peak 747 W, decode peak 662 W; simulated 28.7 %, 771 W, 670 W; before: 34.2 %, 779 W, 723 W
     lo, hi = _share_range(t, w, req["prefill_start_ns"].astype(np.int64) / 1e9, req["first_token_ns"].astype(np.int64) / 1e9, serving)
     print(f"capture 4 share above TDP {real['share_above_tdp']:.3f}, 95 % {lo:.3f}-{hi:.3f}; simulated {sim['share_above_tdp']:.3f}")
     assert lo <= real["share_above_tdp"] <= hi and 0.2 < lo < hi < 0.4, (lo, hi, real)
@@ -112,10 +112,10 @@ def test_a_phase_ramps_from_the_power_it_reached_not_from_the_level_before():
     after it starts from there, not from the plateau it never reached."""
     tl = phases.Timeline(np.array([-1e9, 1.0, 1.005]), np.array([phases.DECODE, phases.PREFILL, phases.DECODE], np.uint8),
                          np.array([200.0, 800.0, 200.0], np.float32))
+    _, w = power._instant_w(np.random.default_rng(0), tl, np.full(200, 1.006), 1.0, 0.1)
+    assert np.median(w) < 400.0, np.median(w)  # before: ~780 W, the plateau carried into the decode
     reached = tl.reached_w()
     assert reached[1] == 200.0 and 200.0 < reached[2] < 400.0, reached
-    _, w = power._instant_w(np.random.default_rng(0), tl, np.full(200, 1.006), 1.0, 0.1)
-    assert np.median(w) < 400.0, np.median(w)  # main: ~780 W, the plateau carried into the decode
 
 
 def test_at_the_capture_s_100_ms_instants_prefills_peak_no_higher_than_decode(capture):
@@ -174,7 +174,7 @@ def test_demo_prefill_segments_peak_above_decode(tmp_path, shape):
         ).fetchall()
         agreement = segmentation_agreement(con) if shape == "collector" else []
     # measured (seed 0): collector 831 vs 672 W (chat 841 / 691, code 820 / 648);
-    # simple 660 vs 459 W (chat 678 / 480, code 637 / 435); main: collector 595 vs 663 W, simple 281 vs 388 W
+    # simple 660 vs 459 W (chat 678 / 480, code 637 / 435); before: collector 595 vs 663 W, simple 281 vs 388 W
     assert peak["prefill"] > peak["decode"] + 100, peak
     assert {k for k, _, _ in by_kind} == {"chat", "code"}
     assert all(pre > dec + 100 for _, pre, dec in by_kind), by_kind
