@@ -38,11 +38,11 @@ SIMULATED_MODEL = {"model": "sim-8b-decoder", "params_b": 8.0}
 
 DEMO_CHAT_MODEL = {"model": "sim-70b-decoder", "params_b": 70.0}
 """The demo's chat endpoints serve a 70B on 4 H200s (tp 4): a 1,000-token prefill computes ~56 ms after
-the engine's fixed 58 ms, long enough for the board to show it."""
+the engine's ~60 ms of host-side work, long enough for the board to show it."""
 DEMO_CODE_MODEL = {"model": "sim-34b-decoder", "params_b": 34.0}
 """The demo's code endpoints serve a 34B on 4 H200s (tp 4): a 1,500-token prefill computes ~43 ms, a little
 longer than the calibrated 8B's on one H200 (32 ms, capture 4). The 8B on tp 4 would compute ~12 ms after
-the engine's fixed 58 ms, too short for a sampler to show: its prefill segments peaked below decode's."""
+the engine's ~60 ms of host-side work, too short for a sampler to show: its prefill segments peaked below decode's."""
 
 
 def _endpoint(name: str, gpus: list[int], tz_offset_h: float, **extra) -> dict:

@@ -168,12 +168,12 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
             batch_no += 1
             c = gpu.clock(level)
             dur = PREFILL_OVERHEAD_S + model.prefill_compute_s(tokens, sq) / c
-            # The engine's fixed cost first: host-side work during which the GPU stays where it was (a
-            # decode level, else loaded: capture 4 reads ~150-200 W there, no spikes), then the GPU's
-            # compute, whose power rises at its edge within a driver sample (phases.PREFILL_EDGE_S).
+            # Until the board shows the prefill (PREFILL_ONSET_S: the engine's host-side work) the GPU
+            # stays where it was (a decode level, else loaded: capture 4 reads ~150-200 W there, no
+            # spikes); then its compute, whose power rises within a driver sample (phases.PREFILL_EDGE_S).
             if seg_k[-1] != phases.DECODE:
                 segment(now, phases.LOADED, 0.0)
-            seg_t.append(now + min(PREFILL_OVERHEAD_S, dur))
+            seg_t.append(now + min(calibration.PREFILL_ONSET_S, dur))
             seg_k.append(phases.PREFILL)
             seg_x.append(float(tokens))
             levels.append(gpu.capped_w(level, c))
