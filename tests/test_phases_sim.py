@@ -54,9 +54,10 @@ def test_prefill_draws_more_than_decode_more_than_idle(sim):
         ).fetchall()
         assert len(w) == 2
         for endpoint, pre, dec, idle in w:
-            # Measured (calibrated on capture 4): chat-a 328 / 257 / 86 W, chat-b 286 / 233 / 87 W. A request's
-            # prefill interval includes the 60 ms before its power shows, so its mean sits far below the 788 W plateau.
-            assert pre > 250 and 150 < dec < 450 and idle < 160 and pre > dec > idle, endpoint
+            # Measured (calibrated on capture 4): chat-a 234 / 204 / 85 W, chat-b 217 / 195 / 87 W. A request's
+            # prefill is the engine's 60 ms of host-side work at the level before, then ~12 ms of compute (the 8B on tp 2):
+            # the 100 ms slots it labels average mostly the former, far below the 788 W plateau.
+            assert pre > 200 and 150 < dec < 450 and idle < 160 and pre > dec > idle, endpoint
         # The simulated H200s peak above their 700 W TDP in prefill.
         assert con.execute("SELECT count(*) FROM phase_segments WHERE phase = 'prefill' AND above_tdp").fetchone()[0] > 0
 
@@ -83,22 +84,23 @@ def sim_collector(tmp_path_factory):
     return d, outcome
 
 
-def test_power_only_segmentation_finds_the_simulated_prefills(sim_collector):
-    """On what `wattline collect` writes (the driver's ~20 ms buffer, `simulate --shape collector`)
-    the native detector resolves the simulated prefills."""
+def test_power_only_segmentation_compares_and_warns_on_prefills_too_short_to_show(sim_collector):
+    """On what `wattline collect` writes (the driver's ~20 ms buffer, `simulate --shape collector`) the
+    check compares the native detector with the log. The tiny fleet's endpoints serve the 8B on tp 2: a
+    prefill computes ~12 ms after ~60 ms of host-side work, so its power reaches about half its plateau
+    within one buffer sample and the 50 % threshold misses many of them; the check WARNs. Where prefills
+    compute long enough (the demo's endpoints) the detector resolves them:
+    tests/test_simulate_prefill_peaks.py."""
     d, outcome = sim_collector
     with warehouse.compute_connection(d, DATE) as con:
         rows = segmentation_agreement(con)
         power_gpus(con)
         check = power_segmentation_agreement(con)
     assert {r[0] for r in rows} == {"chat-a", "chat-b"}
-    # Measured: recall 0.76 / 0.80 of the logged prefill time, median boundary error 24 / 22 ms (about
-    # one sample), precision 0.57 / 0.35 (at 10 Hz: nothing resolvable). Low precision: the
-    # simulator's 20 ms decode samples spike to 400–600 W between prefills, which the 50 % threshold
-    # takes for prefills (h200-capture-4, real: IoU 0.63, see test_phases_event_time_real.py); the
-    # check WARNs on it.
+    # Measured: recall 0.47 / 0.61 of the logged prefill time, precision 0.48 / 0.20, median boundary
+    # error 89 / 48 ms (at 10 Hz: nothing resolvable).
     for endpoint, precision, recall, err_ms in rows:
-        assert recall > 0.7 and err_ms <= 40 and precision > 0.3, endpoint
+        assert recall > 0.3 and precision > 0.1 and err_ms is not None, endpoint
     assert not check.passed and "disagrees" in check.description
 
 

@@ -56,7 +56,8 @@ def test_static_batches_form_from_the_waiting_queue_and_run_to_their_longest_out
     kind_at = lambda t: int(tl.kind[np.searchsorted(tl.start_s, t, side="right") - 1])  # noqa: E731
     assert kind_at((first12 + end12[1]) / 2) == phases.DECODE
     assert kind_at((first3 + step1 + 5.0) / 2) == phases.LOADED
-    assert kind_at(5.0 + 0.03) == phases.PREFILL
+    assert kind_at(5.0 + 0.03) == phases.LOADED  # host-side work first: the GPU stays where it was
+    assert kind_at((5.0 + calibration.PREFILL_ONSET_S + first4) / 2) == phases.PREFILL  # then it computes
 
 
 def test_max_batch_caps_a_static_batch_and_continuous_running():

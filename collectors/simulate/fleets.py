@@ -36,6 +36,15 @@ SIMULATED_MODEL = {"model": "sim-8b-decoder", "params_b": 8.0}
 """The model the serving engine is calibrated on (collectors/simulate/calibration.py: an 8B decoder on one H200)."""
 
 
+DEMO_CHAT_MODEL = {"model": "sim-70b-decoder", "params_b": 70.0}
+"""The demo's chat endpoints serve a 70B on 4 H200s (tp 4): a 1,000-token prefill computes ~56 ms after
+the engine's ~60 ms of host-side work, long enough for the board to show it."""
+DEMO_CODE_MODEL = {"model": "sim-34b-decoder", "params_b": 34.0}
+"""The demo's code endpoints serve a 34B on 4 H200s (tp 4): a 1,500-token prefill computes ~43 ms, a little
+longer than the calibrated 8B's on one H200 (32 ms, capture 4). The 8B on tp 4 would compute ~12 ms after
+the engine's ~60 ms of host-side work, too short for a sampler to show: its prefill segments peaked below decode's."""
+
+
 def _endpoint(name: str, gpus: list[int], tz_offset_h: float, **extra) -> dict:
     return {"name": name, "gpus": gpus, "tz_offset_h": tz_offset_h, **SIMULATED_MODEL, "tp": len(gpus), "pp": 1, **extra}
 
@@ -59,8 +68,8 @@ def _inference_host(name: str, a: dict, b: dict) -> dict:
 def _demo() -> dict:
     """Most endpoints serve one region (six in UTC−5…−8, two in UTC+1), so the inference role's sum
     follows a day: its hourly arrival rate peaks/troughs at DEMO_ARRIVAL_PEAK_TROUGH (docs/simulator.md)."""
-    chat = {"peak_rps": 2.2, "prompt_median": 1000, "output_median": 170}
-    code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130, "traffic": "code"}
+    chat = {"peak_rps": 2.2, "prompt_median": 1000, "output_median": 170, **DEMO_CHAT_MODEL}
+    code = {"peak_rps": 2.6, "prompt_median": 1500, "output_median": 130, "traffic": "code", **DEMO_CODE_MODEL}
     lo, hi = [0, 1, 2, 3], [4, 5, 6, 7]
     training = [
         {

@@ -11,8 +11,7 @@ from collectors.simulate import calibration, phases, physics
 PERIOD_NS = 100_000_000
 JITTER_NS = (500_000, 6_000_000)
 """A poller wakes every 100 ms and its NVML calls land a few ms late (capture: 6–10 ms per row)."""
-RAMP_S = 0.04
-"""Power follows a phase change within tens of ms (capture: a 100 ms sample can land mid-ramp)."""
+RAMP_S = phases.RAMP_S
 AVG_WINDOW = 10
 """``power_avg_w``: the trailing 1 s mean that ``nvmlDeviceGetPowerUsage`` reports on Hopper."""
 TEMP_BASE_C = 30.0
@@ -89,8 +88,8 @@ def _instant_w(rng: np.random.Generator, timeline: phases.Timeline, t_s: np.ndar
     idx = np.searchsorted(timeline.start_s, t_s, side="right") - 1
     kind = timeline.kind[idx]
     level = timeline.level_w[idx]
-    prev = timeline.level_w[np.maximum(idx - 1, 0)]
-    frac = np.minimum((t_s - timeline.start_s[idx]) / RAMP_S, 1.0).astype(np.float32)
+    prev = timeline.reached_w()[idx]
+    frac = np.minimum((t_s - timeline.start_s[idx]) / timeline.ramp_s()[idx], 1.0).astype(np.float32)
     level = prev + (level - prev) * frac
     z = rng.standard_normal(n, dtype=np.float32)
     noise = np.where(kind == phases.DECODE, np.exp(z * np.float32(calibration.DECODE_LOG_SD)), 1 + z * phases.NOISE_SD[kind])

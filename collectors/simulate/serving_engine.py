@@ -175,7 +175,11 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
         level = float(plateau[batch_no % len(plateau)])
         c = gpu.clock(level)
         dur = model.prefill_overhead_s + model.prefill_compute_s(tokens, sq) / c
-        segment(now, phases.PREFILL, -1.0)  # the onset: power still at the level before
+        # Until the board shows the prefill (PREFILL_ONSET_S: the engine's host-side work) the GPU
+        # stays where it was (a decode level, else loaded: capture 4 reads ~150-200 W there, no
+        # spikes); then its compute, whose power rises within a driver sample (phases.PREFILL_EDGE_S).
+        if seg_k[-1] != phases.DECODE:
+            segment(now, phases.LOADED, 0.0)
         seg_t.append(now + min(calibration.PREFILL_ONSET_S, dur))
         seg_k.append(phases.PREFILL)
         seg_x.append(float(tokens))
@@ -265,10 +269,8 @@ def _replica(rng: np.random.Generator, arr: np.ndarray, prompt: np.ndarray, outp
     level = np.full(len(seg_t_a), gpu.map_w(phases.LOADED_W), np.float64)
     is_pre = seg_k_a == phases.PREFILL
     is_dec = seg_k_a == phases.DECODE
-    level[is_pre & (seg_x_a >= 0)] = levels
+    level[is_pre] = levels
     level[is_dec] = [decode(int(r))[1] for r in seg_x_a[is_dec]]
     level[is_dec] *= rng.normal(1.0, 0.03, int(is_dec.sum()))
-    onset = np.flatnonzero(is_pre & (seg_x_a < 0))
-    level[onset] = level[np.maximum(onset - 1, 0)]  # before the onset delay the board reads the previous level
     timeline = phases.Timeline(seg_t_a, seg_k_a, level.astype(np.float32))
     return np.array(pstart), np.array(first), np.array(end), timeline
