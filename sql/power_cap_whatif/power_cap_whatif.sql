@@ -54,13 +54,18 @@ FROM models AS m
 LEFT JOIN LATERAL (SELECT * FROM configured WHERE contains(upper(m.gpu_model), key) ORDER BY length(key) DESC LIMIT 1) AS c ON true
 LEFT JOIN LATERAL (SELECT * FROM published WHERE contains(upper(m.gpu_model), key) ORDER BY length(key) DESC LIMIT 1) AS p ON true;
 
--- each GPU-second of the day with its GPU's workload, model and enforced limit
+-- each GPU-second of the day with the workload that held its GPU then (held_gpus), its model and
+-- enforced limit
 CREATE OR REPLACE TEMP TABLE _cap_s AS
 SELECT p.host, p.gpu, epoch_ns(p.ts) // 1000000000 AS sec, p.mean_w::DOUBLE AS w, p.energy_j AS e,
-       i.cluster, i.endpoint, i.job, coalesce(i.gpu_model, 'unknown') AS gpu_model,
+       i.cluster, he.name AS endpoint, hj.name AS job, coalesce(i.gpu_model, 'unknown') AS gpu_model,
        coalesce(i.power_limit_w, i.tdp_w)::DOUBLE AS limit_w
 FROM power_1s AS p
 JOIN inventory_gpus AS i USING (host, gpu)
+LEFT JOIN held_gpus('endpoint') AS he
+  ON he.host = p.host AND he.gpu = p.gpu AND epoch_ns(p.ts) >= he.from_ns AND epoch_ns(p.ts) < he.to_ns
+LEFT JOIN held_gpus('job') AS hj
+  ON hj.host = p.host AND hj.gpu = p.gpu AND epoch_ns(p.ts) >= hj.from_ns AND epoch_ns(p.ts) < hj.to_ns
 WHERE p.date = getvariable('partition_date') AND p.mean_w IS NOT NULL;
 
 -- phase weights of each second: an interval [a, b) gives second s the overlap of [s, s + 1 s)
