@@ -177,3 +177,24 @@ def test_an_endpoint_another_cluster_declares_counts_on_the_gpu_it_held(tmp_path
     got = dict(con.execute("SELECT endpoint, sum(energy_j) FROM pi GROUP BY 1").fetchall())
     assert got["ep-b"] == pytest.approx(_energy(t, w, NOON_NS, t[-1]), rel=1e-6), got
     assert got["ep-a"] == pytest.approx(_energy(t, w, t[0], NOON_NS), rel=1e-6), got
+
+
+def test_report_endpoint_power_follows_the_gpu_it_held(day):
+    """The report's inference section sums an endpoint's GPUs only while it held them: ep-a's trace
+    ends before noon, ep-b's (no GPU in the inventory's lists) starts after it."""
+    from reports.data import Reader, RunHistory
+    from reports.sections import inference
+    from reports.sections.base import Ctx
+
+    d, _ = day
+    reader = Reader.open(d)
+    try:
+        ctx = Ctx(reader=reader, data_dir=d, date=DAY.isoformat(), history=RunHistory(available=False))
+        traces = {ep: inference.endpoint_power(ctx, ep) for ep in ("ep-a", "ep-b")}
+    finally:
+        reader.close()
+    for ep, before in {"ep-a": True, "ep-b": False}.items():
+        assert traces[ep] is not None, ep
+        points, _, _, _ = traces[ep]
+        t_ms = [p["t"] for p in points]
+        assert t_ms and all((t * 10**6 < NOON_NS) == before for t in t_ms), (ep, min(t_ms), max(t_ms))
