@@ -216,13 +216,18 @@ def grid_swings(con) -> None:
     levels on its own (tests/test_power_swings.py), at a fraction of its cost."""
     step = grid_step(con)
     out: list[dict] = []
-    columns = "power_w, power_avg_w, complete, complete_avg1s, carried_ms"
+    columns = "power_w, power_avg_w, complete, complete_avg1s, carried_ms, power_best_w, complete_best"
     for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, columns):
         complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
         complete_avg = np.ma.filled(np.ma.asarray(x["complete_avg1s"]), False).astype(bool)
         carried = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // DEFAULT_GRID_STEP_MS
-        avg, has_avg = _filled(x["power_avg_w"])
-        out += _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg, DEFAULT_GRID_STEP_MS, carried)
+        if not complete.any() and not complete_avg.any():  # GPUs mixing instantaneous and 1 s-average sources
+            best, has_best = _filled(x["power_best_w"])
+            complete_best = np.ma.filled(np.ma.asarray(x["complete_best"]), False).astype(bool)
+            out += _entity_rows(level, entity, provisioned_w, "mixed", x["bin"], best, complete_best & has_best, DEFAULT_GRID_STEP_MS, carried)
+        else:
+            avg, has_avg = _filled(x["power_avg_w"])
+            out += _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg, DEFAULT_GRID_STEP_MS, carried)
         if step == DEFAULT_GRID_STEP_MS:
             inst, has_inst = _filled(x["power_w"])
             out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)
