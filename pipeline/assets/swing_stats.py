@@ -135,7 +135,8 @@ def grid_series(con) -> None:
     """Temp table ``_grid_series``: the cluster-day's summed series on the grid (pipeline/grid.py),
     inserted one host at a time; none at the default step, where fleet_power_100ms is the grid."""
     con.execute("""CREATE OR REPLACE TEMP TABLE _grid_series (
-        level VARCHAR, entity VARCHAR, bin BIGINT, power_w DOUBLE, gpus_reporting INTEGER, complete BOOLEAN)""")
+        level VARCHAR, entity VARCHAR, bin BIGINT, power_w DOUBLE, gpus_reporting INTEGER, complete BOOLEAN,
+        carried_ms INTEGER, ahead_ms INTEGER)""")
     step = grid_step(con)
     if step == DEFAULT_GRID_STEP_MS:
         return
@@ -187,18 +188,22 @@ def _stored_step(con, step: int) -> None:
 
 
 def _entity_rows(level: str, entity: str, provisioned_w: float, series: str, bin_: np.ndarray, value: np.ndarray, ok: np.ndarray,
-                 step: int, carried_bins: np.ndarray | None = None) -> list[dict]:
+                 step: int, carried_bins: np.ndarray | None = None, ahead_bins: np.ndarray | None = None) -> list[dict]:
     """swing_stats' grid columns of one entity's series, on its dense day series (complete where
-    ``ok``; ``carried_bins``: how many bins back each bin's oldest value was sampled)."""
+    ``ok``; ``carried_bins``: how many bins back each bin's oldest value was sampled; ``ahead_bins``:
+    how many bins after it lies a sample its value leans on)."""
     bins = DAY_NS // (step * 1_000_000)
     values, complete = np.zeros(bins), np.zeros(bins, dtype=bool)
     values[bin_], complete[bin_] = np.where(ok, value, 0.0), ok
-    carried = None
+    carried = ahead = None
     if carried_bins is not None:
         carried = np.zeros(bins, dtype=np.int64)
         carried[bin_] = carried_bins
+    if ahead_bins is not None:
+        ahead = np.zeros(bins, dtype=np.int64)
+        ahead[bin_] = ahead_bins
     return [{"level": level, "entity": entity, "series": series, **row, "grid_step_ms": step}
-            for row in grid_stats(values, complete, step, WINDOWS_S, provisioned_w, carried=carried)]
+            for row in grid_stats(values, complete, step, WINDOWS_S, provisioned_w, carried=carried, ahead=ahead)]
 
 
 def _filled(x) -> tuple[np.ndarray, np.ndarray]:
@@ -233,10 +238,12 @@ def grid_swings(con) -> None:
             out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)
     if step != DEFAULT_GRID_STEP_MS:
         _stored_step(con, step)
-        for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_grid", step, "power_w, complete"):
+        for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_grid", step, "power_w, complete, carried_ms, ahead_ms"):
             complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
             inst, has_inst = _filled(x["power_w"])
-            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step)
+            behind = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // step
+            ahead = np.ma.filled(np.ma.asarray(x["ahead_ms"]), 0).astype(np.int64) // step
+            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, behind, ahead)
     if out:
         insert_frame(con, "_kernel_swings", pl.DataFrame(out))
     con.execute("SET VARIABLE upper_swings_from_kernel = true")
