@@ -5,7 +5,10 @@
 -- so a GPU that changes hands at noon counts for each workload only while it held it:
 --   FROM power_1s AS p JOIN held_gpus('endpoint') AS h
 --     ON h.host = p.host AND h.gpu = p.gpu AND epoch_ns(p.ts) >= h.from_ns AND epoch_ns(p.ts) < h.to_ns
--- (a slot or second belongs to whoever held the GPU at its start).
+-- (a slot or second belongs to whoever held the GPU at its start). A query that must see a holding
+-- past the day's ends (a request still running at midnight: request_energy; the clock-offset
+-- search into the adjacent days: requests_meet_power; job events crossing midnight:
+-- training_energy) reads gpu_assignments itself, on the same from_ns / to_ns.
 CREATE OR REPLACE MACRO held_gpus(k) AS TABLE
 SELECT a.name, a.host, a.gpu,
        greatest(a.from_ns, epoch_ns(day_start())) AS from_ns,
