@@ -9,8 +9,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+
+from collectors import assignments
 from collectors.atomic import TMP_PREFIX
-from collectors.contract import DATASETS
+from collectors.contract import ASSIGNMENTS, DATASETS
 from collectors.inventory import INVENTORY_FILE, Inventory, load_inventory
 from collectors.storage import walk_matches
 from pipeline.scope import UNASSIGNED, Scope
@@ -54,10 +57,21 @@ def clusters(data_dir: Path) -> list[str]:
     return [c.name for f in inventory.fleets for c in f.clusters] if inventory else []
 
 
-def cluster_members(inventory: Inventory, cluster: str) -> tuple[list[str], list[str]]:
-    """The cluster's host names and inference endpoint names."""
+def cluster_members(inventory: Inventory, cluster: str, data_dir: Path | None = None) -> tuple[list[str], list[str]]:
+    """The cluster's host names and inference endpoint names: those its hosts list, and those an
+    assignment (the inventory's timed ``assignments:``, and with ``data_dir`` the assignments
+    dataset) puts on one of its GPUs at some time, wherever the inventory declares them; the
+    cluster-day sees those endpoints' requests and counts them only while they held its GPUs."""
     hosts = [h for _, c, h in inventory.iter_hosts() if c.name == cluster]
-    return [h.name for h in hosts], [e.name for h in hosts for e in h.endpoints]
+    names = [h.name for h in hosts]
+    endpoints = [e.name for h in hosts for e in h.endpoints]
+    rows = inventory.timed_assignment_rows()
+    if data_dir is not None:
+        rows += assignments.check_rows(inventory, pa.Table.from_pylist(assignments.existing_rows(data_dir), schema=ASSIGNMENTS))[0]
+    for row in rows:
+        if row["kind"] == "endpoint" and row["host"] in names and row["name"] not in endpoints:
+            endpoints.append(row["name"])
+    return names, endpoints
 
 
 def host_filter(inventory: Inventory | None, cluster: str):

@@ -33,18 +33,24 @@ LEVELS_ABOVE_HOST = ("cluster", "role", "fleet")
 def bin_means(
     t_ns: np.ndarray, energy_j: np.ndarray, power_w: np.ndarray, next_t_ns: np.ndarray, next_w: np.ndarray,
     day_start_ns: int, step_ns: int, bins: int,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One GPU's mean power in each bin ``[day_start + k step, day_start + (k + 1) step)`` of the day,
-    and whether its samples cover the bin. Inputs: its ``energy_curve`` rows (instantaneous ones
-    only), sorted by time; ``next_t_ns`` is -1 where the curve has none (a gap or the end).
+    whether its samples cover the bin, and how many bins before and after it lie the samples its
+    value is drawn from (``behind``: the sample at or before the bin's start; ``ahead``: the one at
+    or after its end; 0 when on the edge or inside the bin): the carry rule's ``carried`` of a grid
+    whose step is finer than the sampling, so a window can leave out a bin whose value leans on a
+    sample outside it. Inputs: its ``energy_curve`` rows (instantaneous ones only), sorted by time;
+    ``next_t_ns`` is -1 where the curve has none (a gap or the end).
 
     E at an edge is the curve's energy at the sample at or before it plus the trapezoid to the
     edge (the power linear to the next sample): exact for the piecewise-linear power."""
     values = np.zeros(bins)
     ok = np.zeros(bins, dtype=bool)
+    behind = np.zeros(bins, dtype=np.int64)
+    ahead = np.zeros(bins, dtype=np.int64)
     n = len(t_ns)
     if n < 2:
-        return values, ok
+        return values, ok, behind, ahead
     # a segment is linked when the curve links it to the very next row here (a row left out as a
     # 1 s average breaks the link)
     linked = np.zeros(n, dtype=bool)
@@ -53,7 +59,7 @@ def bin_means(
     lo = max(0, (int(t_ns[0]) - day_start_ns) // step_ns)
     hi = min(bins, -(-(int(t_ns[-1]) - day_start_ns) // step_ns))
     if hi <= lo:
-        return values, ok
+        return values, ok, behind, ahead
     edges = day_start_ns + np.arange(lo, hi + 1, dtype=np.int64) * step_ns
     at = np.searchsorted(t_ns, edges, side="right") - 1  # the sample at or before each edge
     before = np.searchsorted(t_ns, edges, side="left") - 1  # the last sample strictly before it
@@ -67,7 +73,10 @@ def bin_means(
     covered = (at[:-1] >= 0) & linked[a[:-1]] & (before[1:] >= 0) & linked[b] & (run[a[:-1]] == run[b])
     ok[lo:hi] = covered
     values[lo:hi] = np.where(covered, np.diff(energy) / (step_ns / 1e9), 0.0)
-    return values, ok
+    after = np.clip(np.searchsorted(t_ns, edges[1:], side="left"), 0, n - 1)  # the sample at or after each bin's end
+    behind[lo:hi] = np.where(covered, -((t_ns[a[:-1]] - edges[:-1]) // step_ns), 0)  # ceil((start − sample) / step)
+    ahead[lo:hi] = np.where(covered, -((edges[1:] - t_ns[after]) // step_ns), 0)
+    return values, ok, behind, ahead
 
 
 @dataclass
@@ -79,15 +88,29 @@ class Series:
     power_w: np.ndarray
     complete_members: np.ndarray
     members: int
+    behind: np.ndarray | None = None
+    """Per bin, the most bins back any member's value leans on a sample (bin_means), and ahead."""
+    ahead: np.ndarray | None = None
+
+    def lean(self, behind: np.ndarray, ahead: np.ndarray, where: np.ndarray) -> None:
+        """Widen the series' reach to a member's where it is ``ok``."""
+        if self.behind is None or self.ahead is None:
+            self.behind, self.ahead = np.zeros(len(self.power_w), np.int64), np.zeros(len(self.power_w), np.int64)
+        self.behind = np.where(where, np.maximum(self.behind, behind), self.behind)
+        self.ahead = np.where(where, np.maximum(self.ahead, ahead), self.ahead)
 
     @property
     def ok(self) -> np.ndarray:
         return self.complete_members == self.members
 
 
-def series_frame(s: Series, gpus_reporting: np.ndarray) -> pl.DataFrame:
-    """The bins where any member covers: bin, power_w (the partial sum where incomplete), gpus_reporting, complete."""
+def series_frame(s: Series, gpus_reporting: np.ndarray, step_ms: int) -> pl.DataFrame:
+    """The bins where any member covers: bin, power_w (the partial sum where incomplete), gpus_reporting,
+    complete, carried_ms / ahead_ms (how far before and after the bin lie the samples it leans on)."""
     keep = np.flatnonzero(gpus_reporting > 0)
+    zero = np.zeros(len(s.power_w), np.int64)
+    behind = s.behind if s.behind is not None else zero
+    ahead = s.ahead if s.ahead is not None else zero
     return pl.DataFrame({
         "level": pl.Series([s.level] * len(keep), dtype=pl.Utf8),
         "entity": pl.Series([s.entity] * len(keep), dtype=pl.Utf8),
@@ -95,6 +118,8 @@ def series_frame(s: Series, gpus_reporting: np.ndarray) -> pl.DataFrame:
         "power_w": s.power_w[keep],
         "gpus_reporting": gpus_reporting[keep].astype(np.int32),
         "complete": s.ok[keep],
+        "carried_ms": (behind[keep] * step_ms).astype(np.int32),
+        "ahead_ms": (ahead[keep] * step_ms).astype(np.int32),
     })
 
 
@@ -144,41 +169,49 @@ def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
         total = Series("host", host, np.zeros(bins), np.zeros(bins, dtype=np.int32), len(members))
         for gpu in members:  # one GPU's samples in memory at a time
             g = gpu_curve(con, host, gpu)
-            values, ok = bin_means(g["t_ns"], g["energy_j"], g["power_w"], g["next_t_ns"], g["next_w"], day_start_ns, step_ns, bins)
+            values, ok, behind, ahead = bin_means(g["t_ns"], g["energy_j"], g["power_w"], g["next_t_ns"], g["next_w"],
+                                                  day_start_ns, step_ns, bins)
             total.power_w += values
             total.complete_members += ok
+            total.lean(behind, ahead, ok)
         gpus_reporting = total.complete_members.copy()
-        yield series_frame(total, gpus_reporting)
+        yield series_frame(total, gpus_reporting, step_ms)
         host_ok = total.ok
         for level, entity in zip(LEVELS_ABOVE_HOST, upper_of[host], strict=True):
             u = upper[(level, entity)]
             u.power_w += total.power_w
             u.complete_members += host_ok
+            assert total.behind is not None and total.ahead is not None
+            u.lean(total.behind, total.ahead, host_ok)
             upper_gpus[(level, entity)] += gpus_reporting
     for key, u in upper.items():
-        yield series_frame(u, upper_gpus[key])
+        yield series_frame(u, upper_gpus[key], step_ms)
 
 
 def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iterable[int], provisioned_w: float,
-               slide: bool = True, carried: np.ndarray | None = None) -> list[dict]:
+               slide: bool = True, carried: np.ndarray | None = None, ahead: np.ndarray | None = None) -> list[dict]:
     """swing_stats' columns for one entity's series on the grid, one dict per window (none when no
     bin is complete); max_swing_w None unless ``slide`` (a GPU's comes from its raw samples).
 
     ``carried``: per bin, how many bins back its oldest value was sampled (0: in the bin; the carry
     rule of sparse sources). A window leaves out a bin whose value was sampled before the window
     starts, so carrying never widens a window: a one-GPU host swings at most what its GPU's samples
-    do within the window."""
+    do within the window. ``ahead``: per bin, how many bins after it lies a sample its value leans
+    on (a grid finer than the sampling interpolates toward the next sample); a window leaves out a
+    bin leaning on a sample after it ends, likewise."""
     if not ok.any():
         return []
     both = ok[1:] & ok[:-1]
     ramp = float(np.abs(np.diff(values))[both].max()) / (step_ms / 1000) if both.any() else None
-    aged = carried is not None and bool((carried[ok] > 0).any())
+    if carried is None and ahead is not None:
+        carried = np.zeros(len(values), np.int64)
+    aged = carried is not None and (bool((carried[ok] > 0).any()) or (ahead is not None and bool((ahead[ok] > 0).any())))
     rows = []
     for w in windows_s:
         n = w * 1000 // step_ms
         if aged:
             assert carried is not None
-            hi, lo, full = window_extremes(values, ok, carried, n)
+            hi, lo, full = window_extremes(values, ok, carried, n, ahead)
             swing = np.where(hi >= lo, hi - lo, 0.0)  # no value sampled inside: nothing seen to swing
             sliding = (float(swing[full].max()) if full.any() else None) if slide else None
             complete = full[::n]
@@ -214,27 +247,32 @@ def grid_max_swing(values: np.ndarray, ok: np.ndarray, n: int, carried: np.ndarr
     return float(np.where(hi >= lo, hi - lo, 0.0)[full].max()) if full.any() else None
 
 
-def window_extremes(values: np.ndarray, ok: np.ndarray, carried: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def window_extremes(values: np.ndarray, ok: np.ndarray, carried: np.ndarray, n: int,
+                    ahead: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For every window of ``n`` bins starting at bin s (s = 0 … len − n): the max and min of the
     values it uses (−inf/+inf when none) and whether all its bins are ``ok``. A window uses bin
-    s + d unless its value was carried from before s (``carried[s + d] > d``). Exact, one pass per
-    offset d below the largest carry (a few for 250 ms and 1 s sources); the rest of the window,
-    which no carry reaches back out of, by polars rolling max/min."""
+    s + d unless its value was carried from before s (``carried[s + d] > d``) or leans on a sample
+    after its end (``ahead[s + d] > n − 1 − d``). Exact, one pass per offset d within the largest
+    reach of either (a few for 250 ms and 1 s sources); the middle of the window, which no value
+    reaches out of, by polars rolling max/min."""
     bins = len(values)
     starts = bins - n + 1
+    if ahead is None:
+        ahead = np.zeros(bins, np.int64)
     reach = int(min(n, carried[ok].max(initial=0)))
+    forward = int(min(n - reach, ahead[ok].max(initial=0)))
     hi = np.full(starts, -np.inf)
     lo = np.full(starts, np.inf)
-    for d in range(reach):  # the first bins of a window: used only when sampled at or after its start
-        use = ok[d: d + starts] & (carried[d: d + starts] <= d)
+    for d in [*range(reach), *range(n - forward, n)]:  # a window's first and last bins: used when they lean on nothing outside it
+        use = ok[d: d + starts] & (carried[d: d + starts] <= d) & (ahead[d: d + starts] <= n - 1 - d)
         v = values[d: d + starts]
         hi = np.where(use, np.maximum(hi, v), hi)
         lo = np.where(use, np.minimum(lo, v), lo)
-    if reach < n:  # bins reach … n − 1 of every window: always used where ok
-        tail = pl.Series("v", np.where(ok, values, np.nan), nan_to_null=True)
-        m = n - reach  # the m bins ending at s + n − 1
-        t_hi = tail.rolling_max(window_size=m, min_samples=1).to_numpy()[n - 1:]
-        t_lo = tail.rolling_min(window_size=m, min_samples=1).to_numpy()[n - 1:]
+    if reach + forward < n:  # bins reach … n − forward − 1 of every window: always used where ok
+        middle = pl.Series("v", np.where(ok, values, np.nan), nan_to_null=True)
+        m = n - reach - forward  # the m bins ending at s + n − forward − 1
+        t_hi = middle.rolling_max(window_size=m, min_samples=1).to_numpy()[n - forward - 1: n - forward - 1 + starts]
+        t_lo = middle.rolling_min(window_size=m, min_samples=1).to_numpy()[n - forward - 1: n - forward - 1 + starts]
         hi = np.fmax(hi, np.nan_to_num(t_hi, nan=-np.inf))
         lo = np.fmin(lo, np.nan_to_num(t_lo, nan=np.inf))
     filled = np.r_[0, np.cumsum(ok, dtype=np.int64)]

@@ -251,17 +251,22 @@ def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tupl
         con.unregister("_previous_day_job_events")
 
 
-def _create_gpu_assignments(con: duckdb.DuckDBPyConnection, data_dir: Path, inventory: Inventory | None) -> None:
+def _create_gpu_assignments(
+    con: duckdb.DuckDBPyConnection, data_dir: Path, inventory: Inventory | None, full_inventory: Inventory | None = None
+) -> None:
     """Table `gpu_assignments` (host, gpu, kind, name, from_ts, to_ts, from_ns, to_ns, source): which
     endpoint or job holds each GPU when (collectors/assignments.py), from the inventory, the
     assignments dataset and the job_events this connection sees (for a day: its own and the
     previous day's runs into it). A computation (partition_date set) stops on a conflict between
-    sources; the catalog keeps the first, so it still opens."""
+    sources; the catalog keeps the first, so it still opens. ``inventory`` is the scope's (a
+    cluster's hosts); assignments are read from the whole ``full_inventory`` and kept for those
+    hosts, so an endpoint another cluster declares can still hold this one's GPUs."""
     held: list[assignments.Held] = []
     if inventory is not None:
         hosts = {h.name for _, _, h in inventory.iter_hosts()}
-        held = assignments.static_held(inventory)
-        good, _ = assignments.check_rows(inventory, pa.Table.from_pylist(assignments.existing_rows(data_dir), schema=ASSIGNMENTS))
+        held = [h for h in assignments.static_held(full_inventory or inventory) if h.host in hosts]
+        good, _ = assignments.check_rows(full_inventory or inventory,
+                                         pa.Table.from_pylist(assignments.existing_rows(data_dir), schema=ASSIGNMENTS))
         held += [h for h in assignments.rows_held(good) if h.host in hosts]
         held += assignments.job_event_held(inventory, _job_event_runs(con, data_dir))  # only (job, host) pairs this inventory lists
     computing = con.execute("SELECT getvariable('partition_date') IS NOT NULL").fetchall()[0][0]
@@ -369,7 +374,7 @@ def create_views(
     with a ``scope``, as that cluster-day or fleet-day sees them (pipeline/scope.py: a fleet-day
     sees no raw power samples and no per-GPU table)."""
     raw_overrides = raw_overrides or {}
-    inventory = load_inventory_if_any(data_dir)
+    inventory = full_inventory = load_inventory_if_any(data_dir)
     filters: dict[str, str] = {}
     if scope and scope.cluster == UNASSIGNED:  # hosts missing from the inventory: per GPU only
         known = [h.name for _, _, h in inventory.iter_hosts()] if inventory else []
@@ -378,8 +383,8 @@ def create_views(
     elif scope and scope.cluster:
         if inventory is None:
             raise WarehouseError(f"no {INVENTORY_FILE}: cannot tell which hosts are in cluster {scope.cluster!r}")
-        hosts, endpoints = cluster_members(inventory, scope.cluster)
-        inventory = cluster_inventory(inventory, scope.cluster)
+        hosts, endpoints = cluster_members(inventory, scope.cluster, data_dir)
+        full_inventory, inventory = inventory, cluster_inventory(inventory, scope.cluster)
         filters = {"power": _in_list("host", hosts), "requests": _in_list("endpoint", endpoints), "job_events": _in_list("host", hosts)}
     for name in DATASETS:
         files = raw_overrides.get(name)
@@ -405,7 +410,7 @@ def create_views(
         if table not in present:
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
     _create_inventory_tables(con, inventory)
-    _create_gpu_assignments(con, data_dir, inventory)
+    _create_gpu_assignments(con, data_dir, inventory, full_inventory)
     con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)

@@ -44,7 +44,7 @@ def _timeline_prepare(con) -> set[str]:
         con.execute(_NO_SEGMENTS)
     if "phase_intervals" not in present:
         con.execute(_NO_INTERVALS)
-    n_endpoints = con.execute("SELECT count(DISTINCT endpoint) FROM inventory_gpus").fetchone()[0]
+    n_endpoints = con.execute("SELECT count(DISTINCT name) FROM held_gpus('endpoint')").fetchone()[0]
     chunks = max(1, -(-n_endpoints // ENDPOINTS_PER_CHUNK))
     con.execute("SET VARIABLE phase_chunks = ?", [chunks])
     for statement in prepare:
@@ -109,11 +109,11 @@ def _timeline_batches(cur, has_segments: bool) -> Iterator[pa.RecordBatch]:
     endpoint and looked up by key, its power runs (phase_segments) labelled onto its slots
     (kernels.max_label_on_slots). Memory: one GPU-day's slots and one endpoint's state."""
     gpus = cur.execute(
-        "SELECT ek, endpoint, host, gpu, ek IN (SELECT ek FROM _phase_logged) FROM _phase_gpus ORDER BY gk"
+        "SELECT ek, endpoint, host, gpu, ek IN (SELECT ek FROM _phase_logged), from_ns, to_ns FROM _phase_gpus ORDER BY gk"
     ).fetchall()
     day_first = cur.execute("SELECT day_first_slot()").fetchone()[0]
     state_of: tuple = (None, {})  # (ek, its state): GPUs come endpoint by endpoint
-    for ek, endpoint, host, gpu, logged in gpus:
+    for ek, endpoint, host, gpu, logged, from_ns, to_ns in gpus:
         with kernels.in_file_order(cur):
             p = cur.execute(_TIMELINE_POWER, {"host": host, "gpu": gpu}).fetchnumpy()
         if not len(p["slot"]):
@@ -123,7 +123,12 @@ def _timeline_batches(cur, has_segments: bool) -> Iterator[pa.RecordBatch]:
             order = np.argsort(slot, kind="stable")
             slot, power_w = slot[order], power_w[order]
         slot, power_w = kernels.interpolated_slots(slot, power_w)
+        held = (slot * kernels.SLOT_NS >= from_ns) & (slot * kernels.SLOT_NS < to_ns)  # slots the endpoint held the GPU at
+        if not held.all():
+            slot, power_w = slot[held], power_w[held]
         n = len(slot)
+        if not n:
+            continue
         if state_of[0] != ek:
             state_of = (ek, cur.execute(_TIMELINE_STATE, {"lo": ek * EKEY_SLOTS, "hi": (ek + 1) * EKEY_SLOTS}).fetchnumpy())
         st = state_of[1]
@@ -204,19 +209,24 @@ def intervals(con, write) -> int:
 
 
 GPUS_SQL = """
+-- one row (key gk) per endpoint GPU and time the endpoint held it this day (held_gpus)
 CREATE OR REPLACE TEMP TABLE _phase_gpus AS
-SELECT endpoint, host, gpu, tdp_w::DOUBLE AS tdp_w, row_number() OVER (ORDER BY endpoint, host, gpu) AS gk
-FROM inventory_gpus WHERE endpoint IS NOT NULL
+SELECT name AS endpoint, host, gpu, tdp_w::DOUBLE AS tdp_w, from_ns, to_ns,
+       row_number() OVER (ORDER BY name, host, gpu, from_ns) AS gk
+FROM held_gpus('endpoint')
 """
 
 REQUEST_RUNS_SQL = """
--- runs of one label over each endpoint's exact intervals (contiguous: gaps and islands on row numbers)
-SELECT endpoint, CASE phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS ph, min(start_ns) AS lo, max(end_ns) AS hi,
-       xsum(prompt_tokens) AS prompt_tokens, xsum(output_tokens) AS output_tokens
+-- runs of one label over the endpoint's exact intervals while it held the GPU, [$lo, $hi) (contiguous:
+-- gaps and islands on row numbers); an interval cut by the holding's ends keeps its share of tokens
+SELECT endpoint, CASE phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS ph, min(a_ns) AS lo, max(b_ns) AS hi,
+       xsum(prompt_tokens * share) AS prompt_tokens, xsum(output_tokens * share) AS output_tokens
 FROM (
-    SELECT *, row_number() OVER (PARTITION BY endpoint ORDER BY start_ns)
+    SELECT *, (b_ns - a_ns) / (end_ns - start_ns) AS share,
+              row_number() OVER (PARTITION BY endpoint ORDER BY start_ns)
               - row_number() OVER (PARTITION BY endpoint, phase ORDER BY start_ns) AS run
-    FROM phase_intervals WHERE date = getvariable('partition_date') AND endpoint = $endpoint
+    FROM (SELECT *, greatest(start_ns, $lo) AS a_ns, least(end_ns, $hi) AS b_ns FROM phase_intervals
+          WHERE date = getvariable('partition_date') AND endpoint = $endpoint AND end_ns > $lo AND start_ns < $hi)
 )
 GROUP BY endpoint, phase, run
 ORDER BY lo
@@ -281,13 +291,14 @@ def segments(con) -> None:
         "mean_w DOUBLE, peak_w DOUBLE, prompt_tokens DOUBLE, output_tokens DOUBLE)"
     )
     stats = []
-    gpus = con.execute("SELECT gk, endpoint, host, gpu, tdp_w FROM _phase_gpus ORDER BY gk").fetchall()
-    runs_of: tuple = (None, None)  # (endpoint, its request runs): GPUs come endpoint by endpoint
-    for gk, endpoint, host, gpu, tdp_w in gpus:
+    gpus = con.execute("SELECT gk, endpoint, host, gpu, tdp_w, from_ns, to_ns FROM _phase_gpus ORDER BY gk").fetchall()
+    runs_of: tuple = (None, None)  # ((endpoint, holding), its request runs): GPUs come endpoint by endpoint
+    for gk, endpoint, host, gpu, tdp_w, from_ns, to_ns in gpus:
         st, c = source_stats(con, gk, host, gpu)
         frames = []
-        if runs_of[0] != endpoint:
-            runs_of = (endpoint, arrow_frame(con.sql(REQUEST_RUNS_SQL, params={"endpoint": endpoint}).to_arrow_table()))
+        if runs_of[0] != (endpoint, from_ns, to_ns):
+            runs_of = ((endpoint, from_ns, to_ns), arrow_frame(con.sql(
+                REQUEST_RUNS_SQL, params={"endpoint": endpoint, "lo": from_ns, "hi": to_ns}).to_arrow_table()))
         r = runs_of[1]
         if len(r):
             lo, hi = r["lo"].to_numpy(), r["hi"].to_numpy()
@@ -304,7 +315,9 @@ def segments(con) -> None:
             stats.append(st)
             ms = st["sample_interval_ms"]
             if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS:
-                runs = power_detect.detect_gpu(gk, c.t_ns, c.power_w, float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
+                held = (c.t_ns >= from_ns) & (c.t_ns < to_ns)  # the GPU's samples while the endpoint held it
+                t_held, w_held = (c.t_ns, c.power_w) if held.all() else (c.t_ns[held], c.power_w[held])
+                runs = power_detect.detect_gpu(gk, t_held, w_held, float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
                                                st["source"] in power_detect.TRAILING_SOURCES)
                 lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()
                 e = c.energy_at(np.concatenate([lo, hi]))

@@ -149,7 +149,8 @@ def grid_series(con) -> None:
     """Temp table ``_grid_series``: the cluster-day's summed series on the grid (pipeline/grid.py),
     inserted one host at a time; none at the default step, where fleet_power_100ms is the grid."""
     con.execute("""CREATE OR REPLACE TEMP TABLE _grid_series (
-        level VARCHAR, entity VARCHAR, bin BIGINT, power_w DOUBLE, gpus_reporting INTEGER, complete BOOLEAN)""")
+        level VARCHAR, entity VARCHAR, bin BIGINT, power_w DOUBLE, gpus_reporting INTEGER, complete BOOLEAN,
+        carried_ms INTEGER, ahead_ms INTEGER)""")
     step = grid_step(con)
     if step == DEFAULT_GRID_STEP_MS:
         return
@@ -201,18 +202,22 @@ def _stored_step(con, step: int) -> None:
 
 
 def _entity_rows(level: str, entity: str, provisioned_w: float, series: str, bin_: np.ndarray, value: np.ndarray, ok: np.ndarray,
-                 step: int, carried_bins: np.ndarray | None = None) -> list[dict]:
+                 step: int, carried_bins: np.ndarray | None = None, ahead_bins: np.ndarray | None = None) -> list[dict]:
     """swing_stats' grid columns of one entity's series, on its dense day series (complete where
-    ``ok``; ``carried_bins``: how many bins back each bin's oldest value was sampled)."""
+    ``ok``; ``carried_bins``: how many bins back each bin's oldest value was sampled; ``ahead_bins``:
+    how many bins after it lies a sample its value leans on)."""
     bins = DAY_NS // (step * 1_000_000)
     values, complete = np.zeros(bins), np.zeros(bins, dtype=bool)
     values[bin_], complete[bin_] = np.where(ok, value, 0.0), ok
-    carried = None
+    carried = ahead = None
     if carried_bins is not None:
         carried = np.zeros(bins, dtype=np.int64)
         carried[bin_] = carried_bins
+    if ahead_bins is not None:
+        ahead = np.zeros(bins, dtype=np.int64)
+        ahead[bin_] = ahead_bins
     return [{"level": level, "entity": entity, "series": series, **row, "grid_step_ms": step}
-            for row in grid_stats(values, complete, step, WINDOWS_S, provisioned_w, carried=carried)]
+            for row in grid_stats(values, complete, step, WINDOWS_S, provisioned_w, carried=carried, ahead=ahead)]
 
 
 def _filled(x) -> tuple[np.ndarray, np.ndarray]:
@@ -230,25 +235,32 @@ def grid_swings(con) -> None:
     levels on its own (tests/test_power_swings.py), at a fraction of its cost."""
     step = grid_step(con)
     out: list[dict] = []
-    columns = "power_w, power_avg_w, complete, complete_avg1s, carried_ms"
+    columns = "power_w, power_avg_w, complete, complete_avg1s, carried_ms, power_best_w, complete_best"
     for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, columns):
         complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
         complete_avg = np.ma.filled(np.ma.asarray(x["complete_avg1s"]), False).astype(bool)
         carried = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // DEFAULT_GRID_STEP_MS
-        avg, has_avg = _filled(x["power_avg_w"])
-        step_s = _refresh_step_s(np.asarray(x["bin"]), carried, complete_avg & has_avg)
-        out += [row for row in _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg,
-                                            DEFAULT_GRID_STEP_MS, carried)
-                if step_s is None or row["window_s"] >= 2 * step_s]
+        if not complete.any() and not complete_avg.any():  # GPUs mixing instantaneous and 1 s-average sources
+            best, has_best = _filled(x["power_best_w"])
+            complete_best = np.ma.filled(np.ma.asarray(x["complete_best"]), False).astype(bool)
+            out += _entity_rows(level, entity, provisioned_w, "mixed", x["bin"], best, complete_best & has_best, DEFAULT_GRID_STEP_MS, carried)
+        else:
+            avg, has_avg = _filled(x["power_avg_w"])
+            step_s = _refresh_step_s(np.asarray(x["bin"]), carried, complete_avg & has_avg)
+            out += [row for row in _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg,
+                                                DEFAULT_GRID_STEP_MS, carried)
+                    if step_s is None or row["window_s"] >= 2 * step_s]
         if step == DEFAULT_GRID_STEP_MS:
             inst, has_inst = _filled(x["power_w"])
             out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)
     if step != DEFAULT_GRID_STEP_MS:
         _stored_step(con, step)
-        for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_grid", step, "power_w, complete"):
+        for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_grid", step, "power_w, complete, carried_ms, ahead_ms"):
             complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
             inst, has_inst = _filled(x["power_w"])
-            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step)
+            behind = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // step
+            ahead = np.ma.filled(np.ma.asarray(x["ahead_ms"]), 0).astype(np.int64) // step
+            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, behind, ahead)
     if out:
         insert_frame(con, "_kernel_swings", pl.DataFrame(out))
     con.execute("SET VARIABLE upper_swings_from_kernel = true")

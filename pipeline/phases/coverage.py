@@ -229,13 +229,15 @@ FROM request_phases WHERE endpoint = $endpoint AND arrival_ts >= day_start()
 
 
 def _endpoint_power(con, endpoint: str, files: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(t_ns, W) of the endpoint's GPUs: the day's power and the adjacent days' files, sorted."""
+    """(t_ns, W) of the endpoint's GPUs, each sample where the endpoint held its GPU at that instant
+    (gpu_assignments, not clipped to the day: the search reaches into the adjacent days' files), sorted."""
     sources = ["SELECT ts, host, gpu, power_w, power_avg_w FROM power"]
     if files:
         listed = ", ".join(path_literal(Path(f)) for f in files)
         sources.append(f"SELECT ts, host, gpu, power_w, power_avg_w FROM read_parquet([{listed}], union_by_name = true)")
     q = (f"SELECT epoch_ns(ts) AS t, coalesce(power_w, power_avg_w)::DOUBLE AS w FROM ({' UNION ALL '.join(sources)}) AS p "
-         "SEMI JOIN (SELECT host, gpu FROM inventory_gpus WHERE endpoint = $endpoint) AS g ON p.host = g.host AND p.gpu = g.gpu "
+         "SEMI JOIN (SELECT host, gpu, from_ns, to_ns FROM gpu_assignments WHERE kind = 'endpoint' AND name = $endpoint) AS g "
+         "ON p.host = g.host AND p.gpu = g.gpu AND epoch_ns(p.ts) >= g.from_ns AND epoch_ns(p.ts) < g.to_ns "
          "WHERE coalesce(power_w, power_avg_w) IS NOT NULL ORDER BY t")
     got = con.sql(q, params={"endpoint": endpoint}).fetchnumpy()
     return np.asarray(got["t"], np.int64), np.asarray(got["w"], float)

@@ -77,6 +77,19 @@ class Ctx:
     def sql_date(self) -> str:
         return f"DATE '{self.date}'"
 
+    def endpoint_gpus(self) -> str | None:
+        """A relation (endpoint, host, gpu, from_ns, to_ns) of each endpoint's GPUs while it held
+        them during the report's day (gpu_assignments; the inventory's lists, held all day, in a
+        catalog without it), or None when neither is there. Join samples on their instant."""
+        day = f"epoch_ns({self.sql_date()}::TIMESTAMPTZ)"
+        if self.reader.has("gpu_assignments", ("kind", "name", "host", "gpu", "from_ns", "to_ns")):
+            return (f"SELECT name AS endpoint, host, gpu, from_ns, to_ns FROM gpu_assignments WHERE kind = 'endpoint' "
+                    f"AND from_ns < {day} + 86400000000000 AND to_ns > {day}")
+        if self.reader.has("inventory_gpus", ("endpoint", "host", "gpu")):
+            return ("SELECT endpoint, host, gpu, -(2::BIGINT ** 62)::BIGINT AS from_ns, (2::BIGINT ** 62)::BIGINT AS to_ns "
+                    "FROM inventory_gpus WHERE endpoint IS NOT NULL")
+        return None
+
 
 def num(value, digits: int = 1):
     """A float rounded for display and JSON (None and NaN stay None)."""

@@ -17,8 +17,9 @@ def build(ctx: Ctx) -> Section:
     if r.has("endpoint_correlation", CORR_COLS):
         rel = r.day_relation("endpoint_correlation", ctx.date)
         endpoints = set()
-        if r.has("inventory_gpus", ("endpoint",)):
-            endpoints = {x["endpoint"] for x in r.rows("SELECT DISTINCT endpoint FROM inventory_gpus WHERE endpoint IS NOT NULL")}
+        held = ctx.endpoint_gpus()  # the endpoints that held GPUs that day
+        if held is not None:
+            endpoints = {x["endpoint"] for x in r.rows(f"SELECT DISTINCT endpoint FROM ({held})")}
         lift = "spike_lift" if r.has("endpoint_correlation", (*CORR_COLS, "spike_lift")) else "NULL::DOUBLE AS spike_lift"
         pairs = r.rows(f"SELECT a, b, pearson_1s, spike_cooccurrence, {lift}, best_lag_s FROM {rel} ORDER BY a, b")
         between = [p for p in pairs if p["a"] in endpoints and p["b"] in endpoints] or pairs

@@ -42,15 +42,16 @@ def batch_points(batch: list[dict]) -> tuple[list[dict], int]:
 
 def pick_endpoint(ctx: Ctx) -> str | None:
     r = ctx.reader
-    if not r.has("inventory_gpus", ("endpoint",)):
+    held = ctx.endpoint_gpus()
+    if held is None:
         return None
-    endpoints = [row["endpoint"] for row in r.rows("SELECT DISTINCT endpoint FROM inventory_gpus WHERE endpoint IS NOT NULL ORDER BY 1")]
+    endpoints = [row["endpoint"] for row in r.rows(f"SELECT DISTINCT endpoint FROM ({held}) ORDER BY 1")]
     if not endpoints:
         return None
     if r.has("requests", ("endpoint", "date")):
         busiest = r.rows(
             f"""SELECT endpoint, count(*) AS n FROM requests WHERE date = {ctx.sql_date()}
-                AND endpoint IN (SELECT endpoint FROM inventory_gpus) GROUP BY ALL ORDER BY n DESC, endpoint LIMIT 1"""
+                AND endpoint IN (SELECT endpoint FROM ({held})) GROUP BY ALL ORDER BY n DESC, endpoint LIMIT 1"""
         )
         if busiest:
             return busiest[0]["endpoint"]
@@ -61,12 +62,16 @@ def endpoint_power(ctx: Ctx, endpoint: str) -> tuple[list[dict], str, int, int] 
     """The endpoint's summed power over the 5 minutes around its peak second: 100 ms from the raw
     trace when every GPU has samples, else the 1 s means."""
     r = ctx.reader
-    if not r.has("power_1s", ("host", "gpu", "ts", "mean_w")):
+    held = ctx.endpoint_gpus()
+    if held is None or not r.has("power_1s", ("host", "gpu", "ts", "mean_w")):
         return None
     ep = quote(endpoint)
+    # the endpoint's GPUs, each while it held it: a sample counts where its instant lies in the holding
+    mine = f"(SELECT host, gpu, from_ns, to_ns FROM ({held}) WHERE endpoint = {ep})"
+    at = "p.host = i.host AND p.gpu = i.gpu AND epoch_ns(p.ts) >= i.from_ns AND epoch_ns(p.ts) < i.to_ns"
     bounds = r.one(
-        f"""WITH s AS (SELECT p.ts, sum(p.mean_w) AS w FROM power_1s p JOIN inventory_gpus i USING (host, gpu)
-                       WHERE p.date = {ctx.sql_date()} AND i.endpoint = {ep} GROUP BY p.ts)
+        f"""WITH s AS (SELECT p.ts, sum(p.mean_w) AS w FROM power_1s p JOIN {mine} i ON {at}
+                       WHERE p.date = {ctx.sql_date()} GROUP BY p.ts)
             SELECT epoch_ms((arg_max(ts, w))::TIMESTAMPTZ), epoch_ms((min(ts))::TIMESTAMPTZ), epoch_ms((max(ts))::TIMESTAMPTZ) FROM s"""
     )
     if bounds[0] is None:
@@ -75,14 +80,15 @@ def endpoint_power(ctx: Ctx, endpoint: str) -> tuple[list[dict], str, int, int] 
     lo = max(first, peak - WINDOW_S * 500)
     hi = min(last + 1000, lo + WINDOW_S * 1000)
     lo = max(first, hi - WINDOW_S * 1000)
-    gpus = r.rows(f"SELECT host, gpu FROM inventory_gpus WHERE endpoint = {ep} ORDER BY host, gpu")
+    gpus = r.rows(f"SELECT DISTINCT host, gpu FROM {mine} WHERE from_ns < {hi * 1_000_000} AND to_ns > {lo * 1_000_000} "
+                  "ORDER BY host, gpu")
     hosts = ", ".join(sorted({quote(g["host"]) for g in gpus}))
     span = f"ts >= make_timestamptz({lo * 1000}) AND ts < make_timestamptz({hi * 1000})"
     fine = []
     if r.has("power", ("host", "gpu", "ts", "power_w", "source", "date")):
         fine = r.rows(
             f"""WITH raw AS (SELECT p.host, p.gpu, p.ts, p.power_w, {SOURCE_RANK_SQL} AS rk FROM power p
-                             JOIN (SELECT host, gpu FROM inventory_gpus WHERE endpoint = {ep}) g USING (host, gpu)
+                             JOIN {mine} i ON {at}
                              WHERE p.date = {ctx.sql_date()} AND p.host IN ({hosts}) AND p.{span} AND p.power_w IS NOT NULL),
                      best AS (SELECT host, gpu, min(rk) AS rk FROM raw GROUP BY ALL),
                      b AS (SELECT host, gpu, time_bucket(INTERVAL 100 MILLISECOND, ts) AS t, avg(power_w) AS w
@@ -92,8 +98,8 @@ def endpoint_power(ctx: Ctx, endpoint: str) -> tuple[list[dict], str, int, int] 
     if len(fine) >= WINDOW_S * 5:  # at least half of the 100 ms slots
         return fine, "100 ms, summed over its GPUs", lo, hi
     coarse = r.rows(
-        f"""SELECT epoch_ms((p.ts)::TIMESTAMPTZ) AS t, round(sum(p.mean_w), 1) AS w FROM power_1s p JOIN inventory_gpus i USING (host, gpu)
-            WHERE p.date = {ctx.sql_date()} AND i.endpoint = {ep} AND p.{span} GROUP BY p.ts ORDER BY p.ts"""
+        f"""SELECT epoch_ms((p.ts)::TIMESTAMPTZ) AS t, round(sum(p.mean_w), 1) AS w FROM power_1s p JOIN {mine} i ON {at}
+            WHERE p.date = {ctx.sql_date()} AND p.{span} GROUP BY p.ts ORDER BY p.ts"""
     )
     return coarse, "1 s means, summed over its GPUs", lo, hi
 

@@ -15,20 +15,20 @@
 --                       endpoint pairs only (null for GPU pairs, see below).
 -- Both orders of a pair are listed, since the co-occurrence share is not symmetric.
 CREATE OR REPLACE TEMP TABLE _level AS
-WITH g AS (
+WITH g AS (  -- each second of a GPU under the endpoint that held it then (held_gpus)
     SELECT
-        i.endpoint, p.host, p.gpu, epoch(p.ts)::BIGINT AS t, p.mean_w, i.tdp_w
+        h.name AS endpoint, p.host, p.gpu, epoch(p.ts)::BIGINT AS t, p.mean_w, h.tdp_w
     FROM power_1s AS p
-    JOIN inventory_gpus AS i USING (host, gpu)
-    WHERE p.date = getvariable('partition_date') AND i.role = 'inference' AND i.endpoint IS NOT NULL
+    JOIN held_gpus('endpoint') AS h
+      ON h.host = p.host AND h.gpu = p.gpu AND epoch_ns(p.ts) >= h.from_ns AND epoch_ns(p.ts) < h.to_ns
+    WHERE p.date = getvariable('partition_date') AND h.role = 'inference'
 ),
-sizes AS (SELECT endpoint, count(DISTINCT (host, gpu)) AS gpus FROM g GROUP BY ALL),
 tdp AS (SELECT endpoint, sum(tdp_w) AS tdp_w FROM (SELECT DISTINCT endpoint, host, gpu, tdp_w FROM g) GROUP BY ALL),
 s AS (
     SELECT 'endpoint' AS kind, '' AS grp, endpoint AS e, t, sum(mean_w) AS v, any_value(tdp.tdp_w) AS tdp_w
-    FROM g JOIN sizes USING (endpoint) JOIN tdp USING (endpoint)
+    FROM g JOIN tdp USING (endpoint)
     GROUP BY endpoint, t
-    HAVING count(*) = any_value(gpus)  -- seconds where every GPU of the endpoint reports
+    HAVING count(*) = gpus_held_at('endpoint', endpoint, t * 1000000000)  -- seconds where every GPU the endpoint held reports
     UNION ALL
     SELECT 'gpu', endpoint, host || '/' || gpu, t, mean_w, tdp_w FROM g
 )

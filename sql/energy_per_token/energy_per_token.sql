@@ -29,10 +29,8 @@ FROM gpu_limit_minutes AS m JOIN gpu_assignments AS a  -- the GPUs the endpoint 
 GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE _ep AS  -- per endpoint: what it serves, how it is split, its fallback limit
-WITH held AS (  -- the endpoint's GPUs: those it held this day (gpu_assignments)
-    SELECT DISTINCT a.name AS endpoint, g.host, g.gpu, g.gpu_model, g.power_limit_w, g.tdp_w
-    FROM gpu_assignments AS a JOIN inventory_gpus AS g USING (host, gpu)
-    WHERE a.kind = 'endpoint' AND a.from_ns < epoch_ns(day_end()) AND a.to_ns > epoch_ns(day_start())
+WITH held AS (  -- the endpoint's GPUs: those it held this day (held_gpus)
+    SELECT DISTINCT name AS endpoint, host, gpu, gpu_model, power_limit_w, tdp_w FROM held_gpus('endpoint')
 ),
 g AS (
     SELECT endpoint, coalesce(any_value(gpu_model), 'unknown') AS gpu_model, count(*) AS gpus,

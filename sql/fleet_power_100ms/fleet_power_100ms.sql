@@ -5,6 +5,9 @@
 -- slots keep the partial sum and are excluded from swing windows. power_avg_w sums the
 -- driver's 1 s averages and is null unless every summed GPU carries one; complete_avg1s says
 -- every reporting GPU has one (the series of a GPU whose best source is a 1 s average).
+-- power_best_w sums each GPU's best value: its instantaneous power where it has one, else its
+-- 1 s average (an entity mixing an instantaneous source and a 1 s-average one has a value in no
+-- other series); complete_best says every reporting GPU has one.
 -- carried_ms: how far the oldest summed value was carried into the slot (0: every value was
 -- sampled in it), so a swing window can leave out values sampled before it starts.
 CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms');
@@ -26,13 +29,16 @@ hosts AS (
         CASE WHEN count(g.power_avg_w) = count(*) THEN sum(g.power_avg_w) END AS power_avg_w,
         count(g.power_w) AS gpus_reporting,
         count(g.power_avg_w) AS gpus_avg1s,
+        sum(coalesce(g.power_w, g.power_avg_w)) AS power_best_w,
+        count(coalesce(g.power_w, g.power_avg_w)) AS gpus_best,
         max(g.slot - g.from_slot) AS carried_slots
     FROM gpu_grid_day('power_100ms', '_carried') AS g
     JOIN inventory_gpus AS i USING (host, gpu)  -- the small inventory table as build side
     GROUP BY g.host, g.slot
 ),
 host_rows AS (
-    SELECT h.*, i.cluster, i.role, i.fleet, h.gpus_reporting = e.n AS complete, h.gpus_avg1s = e.n AS complete_avg1s
+    SELECT h.*, i.cluster, i.role, i.fleet, h.gpus_reporting = e.n AS complete, h.gpus_avg1s = e.n AS complete_avg1s,
+           h.gpus_best = e.n AS complete_best
     FROM hosts AS h
     JOIN (SELECT DISTINCT host, cluster, role, fleet FROM gpus) AS i USING (host)
     JOIN expected AS e ON e.level = 'host' AND e.entity = h.host
@@ -47,17 +53,20 @@ upper AS (
         sum(gpus_reporting) AS gpus_reporting,
         bool_and(complete) AS all_hosts_complete,
         bool_and(complete_avg1s) AS all_hosts_complete_avg1s,
+        sum(power_best_w) AS power_best_w,
+        bool_and(complete_best) AS all_hosts_complete_best,
         max(carried_slots) AS carried_slots,
         count(*) AS hosts
     FROM host_rows
     GROUP BY GROUPING SETS ((slot, cluster), (slot, role), (slot, fleet))
 ),
 entities AS (
-    SELECT 'host' AS level, host AS entity, slot, power_w, power_avg_w, gpus_reporting, complete, complete_avg1s, carried_slots
+    SELECT 'host' AS level, host AS entity, slot, power_w, power_avg_w, gpus_reporting, complete, complete_avg1s, carried_slots,
+           power_best_w, complete_best
     FROM host_rows
     UNION ALL
     SELECT u.level, u.entity, u.slot, u.power_w, u.power_avg_w, u.gpus_reporting, u.all_hosts_complete AND u.hosts = e.n,
-           u.all_hosts_complete_avg1s AND u.hosts = e.n, u.carried_slots
+           u.all_hosts_complete_avg1s AND u.hosts = e.n, u.carried_slots, u.power_best_w, u.all_hosts_complete_best AND u.hosts = e.n
     FROM upper AS u JOIN expected AS e USING (level, entity)
 )
 SELECT
@@ -70,6 +79,8 @@ SELECT
     gpus_reporting::INTEGER AS gpus_reporting,
     complete,
     complete_avg1s,
-    (100 * carried_slots)::INTEGER AS carried_ms
+    (100 * carried_slots)::INTEGER AS carried_ms,
+    power_best_w::FLOAT AS power_best_w,
+    complete_best
 FROM entities
 ORDER BY level, entity, ts

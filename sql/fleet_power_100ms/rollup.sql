@@ -1,6 +1,7 @@
 -- fleet_power_100ms, fleet-day part: per 100 ms slot, the role and fleet rows summed from the
 -- cluster-days' parts (cluster_role parts for a role, cluster rows for the fleet). A slot is
--- complete when every part that reports this day is there and complete (complete_avg1s likewise);
+-- complete when every part that reports this day is there and complete (complete_avg1s and
+-- complete_best likewise);
 -- power_avg_w is null unless every part carries one; carried_ms the largest of the parts'.
 -- Reads no per-GPU data.
 WITH parts AS (
@@ -19,7 +20,9 @@ SELECT
     sum(p.gpus_reporting)::INTEGER AS gpus_reporting,
     bool_and(p.complete) AND count(*) = any_value(e.n) AS complete,
     bool_and(p.complete_avg1s) AND count(*) = any_value(e.n) AS complete_avg1s,
-    max(p.carried_ms)::INTEGER AS carried_ms
+    max(p.carried_ms)::INTEGER AS carried_ms,
+    sum(p.power_best_w)::FLOAT AS power_best_w,
+    bool_and(p.complete_best) AND count(*) = any_value(e.n) AS complete_best
 FROM parts AS p
 JOIN expected AS e USING (level, entity)
 GROUP BY p.level, p.entity, p.ts

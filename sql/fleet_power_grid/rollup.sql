@@ -15,7 +15,9 @@ SELECT
     sum(p.power_w) AS power_w,
     sum(p.gpus_reporting)::INTEGER AS gpus_reporting,
     bool_and(p.complete) AND count(*) = any_value(e.n) AS complete,
-    any_value(p.grid_step_ms) AS grid_step_ms
+    any_value(p.grid_step_ms) AS grid_step_ms,
+    max(p.carried_ms)::INTEGER AS carried_ms,
+    max(p.ahead_ms)::INTEGER AS ahead_ms
 FROM parts AS p
 JOIN expected AS e USING (level, entity)
 GROUP BY p.level, p.entity, p.ts

@@ -4,18 +4,20 @@
 -- power (role) or TDP sum (endpoint) for the percentiles, and requests arriving in that hour with
 -- their prompt and output tokens. Small (24 rows per entity and day), so diurnal_profile can
 -- read weeks of it.
-WITH gpus AS (
-    SELECT host, gpu, role, endpoint, tdp_w FROM inventory_gpus
+-- an endpoint's GPUs are those it held at each second (held_gpus: a GPU that changes hands counts
+-- for each endpoint only while it held it); a second is complete when every GPU held then reports
+WITH held AS (
+    SELECT name AS endpoint, host, gpu, role, tdp_w, from_ns, to_ns FROM held_gpus('endpoint')
 ),
 endpoints AS (
-    SELECT endpoint, any_value(role) AS role, count(*) AS gpus, sum(tdp_w) AS scale_w
-    FROM gpus WHERE endpoint IS NOT NULL GROUP BY ALL
+    SELECT endpoint, any_value(role) AS role, sum(tdp_w) AS scale_w
+    FROM (SELECT DISTINCT endpoint, host, gpu, role, tdp_w FROM held) GROUP BY ALL
 ),
 seconds AS (
     SELECT e.role, e.endpoint AS entity, p.ts, sum(p.mean_w) AS power_w, sum(p.energy_j) AS energy_j,
-           count(*) = any_value(e.gpus) AS complete, any_value(e.scale_w) AS scale_w
+           count(*) = gpus_held_at('endpoint', e.endpoint, epoch_ns(p.ts)) AS complete, any_value(e.scale_w) AS scale_w
     FROM power_1s AS p
-    JOIN gpus AS g USING (host, gpu)
+    JOIN held AS g ON g.host = p.host AND g.gpu = p.gpu AND epoch_ns(p.ts) >= g.from_ns AND epoch_ns(p.ts) < g.to_ns
     JOIN endpoints AS e ON e.endpoint = g.endpoint
     WHERE p.date = getvariable('partition_date')
     GROUP BY e.role, e.endpoint, p.ts

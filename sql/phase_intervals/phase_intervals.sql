@@ -9,10 +9,9 @@
 -- The sweep is a running sum over the events (+1 / −1 and ± token rate at each interval's ends):
 -- linear in requests, no grid. Everything is in integer ns; *_ts columns are the same at µs.
 
--- the endpoint's GPUs, each over the time it held it (gpu_assignments: from_ns/to_ns, ±2^62 where open)
+-- the endpoint's GPUs, each over the time it held it this day (held_gpus)
 CREATE OR REPLACE TEMP TABLE _pi_gpus AS
-SELECT name AS endpoint, host, gpu, from_ns, to_ns FROM gpu_assignments
-WHERE kind = 'endpoint' AND from_ns < epoch_ns(day_end()) AND to_ns > epoch_ns(day_start());
+SELECT name AS endpoint, host, gpu, from_ns, to_ns FROM held_gpus('endpoint');
 
 -- each GPU's holding inside its samples of the day (a GPU held by one endpoint in the morning and
 -- another in the afternoon is one window of each)

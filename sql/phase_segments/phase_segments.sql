@@ -16,7 +16,7 @@
 --   resolution behind both sources' energies and the power-only boundaries (temp table _power_gpus).
 -- The runs, their energies and peaks come from the asset's kernel (before= hook `segments`,
 -- pipeline/assets/inference_phases.py), one GPU at a time on its own curve read once: temp tables
--- _phase_gpus (endpoint GPUs, integer key gk), _power_gpus (source and sample interval per GPU) and
+-- _phase_gpus (endpoint GPUs, integer key gk: one per GPU and time the endpoint held it, held_gpus), _power_gpus (source and sample interval per GPU) and
 -- _segments (gk, src 0 requests / 1 power, ph, lo, hi in ns, energy_j, mean_w, peak_w, tokens).
 -- endpoint_segment: the endpoint-level run a GPU's row belongs to, numbered from 1 per endpoint,
 --   source and phase: rows of the endpoint's GPUs whose runs overlap are one run (a tensor-parallel
@@ -47,7 +47,7 @@ SELECT
     s.lo
 FROM _segments AS s
 JOIN _phase_gpus AS g USING (gk) JOIN labels AS l USING (ph)
-LEFT JOIN _power_gpus AS pg ON pg.host = g.host AND pg.gpu = g.gpu
+LEFT JOIN _power_gpus AS pg USING (gk)
 ),
 starts AS (
     SELECT *, coalesce(start_ts >= max(end_ts) OVER (

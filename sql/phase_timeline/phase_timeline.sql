@@ -1,4 +1,4 @@
--- phase_timeline: per endpoint GPU (inventory) and 100 ms slot of the partition day.
+-- phase_timeline: per endpoint GPU (while the endpoint held it: held_gpus) and 100 ms slot of the partition day.
 --   power_w / energy_j : the slot's mean power (power_100ms); a slot without samples between two
 --                        slots ≤ 1 s apart is linearly interpolated (250 ms and 1 s sources),
 --                        longer gaps have no rows.
@@ -23,12 +23,14 @@
 -- statement in numpy, one endpoint GPU at a time (pipeline/assets/inference_phases.py, timeline_by_gpu;
 -- tests/test_phases_timeline_kernel.py: the same rows as this file).
 
--- integer keys: windows, joins and the final sort run on (gk, slot), not strings
+-- integer keys: windows, joins and the final sort run on (gk, slot), not strings; one gk per endpoint
+-- GPU and time the endpoint held it this day (held_gpus: a slot is the endpoint's that held the GPU
+-- at the slot's start)
 CREATE OR REPLACE TEMP TABLE _phase_gpus AS
-SELECT endpoint, host, gpu, tdp_w,
-       row_number() OVER (ORDER BY endpoint, host, gpu) AS gk,
-       dense_rank() OVER (ORDER BY endpoint) AS ek
-FROM inventory_gpus WHERE endpoint IS NOT NULL;
+SELECT name AS endpoint, host, gpu, tdp_w, from_ns, to_ns,
+       row_number() OVER (ORDER BY name, host, gpu, from_ns) AS gk,
+       dense_rank() OVER (ORDER BY name) AS ek
+FROM held_gpus('endpoint');
 
 -- the endpoint's request state per slot, from its exact timeline (phase_intervals); the build side
 -- of the final join: one integer key per endpoint slot that some busy interval touches (the others:
@@ -128,4 +130,5 @@ LEFT JOIN _phase_ep_state AS s USING (ekey)
 LEFT JOIN _phase_logged AS l ON l.ek = g.ek
 JOIN _phase_gpus AS k USING (gk)
 LEFT JOIN _phase_power_slots AS ps ON ps.pkey = g.gk * 1048576 * 1048576 + g.slot
+WHERE g.slot * 100000000 >= k.from_ns AND g.slot * 100000000 < k.to_ns
 ORDER BY g.gk, g.slot

@@ -57,14 +57,19 @@ LEFT JOIN LATERAL (SELECT * FROM published WHERE contains(upper(m.gpu_model), ke
 
 CREATE OR REPLACE TEMP TABLE _cap_gpu_limits AS SELECT * FROM gpu_limit_minutes;
 
--- each GPU-second of the day with its GPU's workload, model and enforced limit (the one reported in
--- force at the second's start, else the GPU's first report of the day, else inventory, else TDP)
+-- each GPU-second of the day with the workload that held its GPU then (held_gpus), its model and
+-- enforced limit (the one reported in force at the second's start, else the GPU's first report of
+-- the day, else inventory, else TDP)
 CREATE OR REPLACE TEMP TABLE _cap_s AS
 SELECT p.host, p.gpu, epoch_ns(p.ts) // 1000000000 AS sec, p.mean_w::DOUBLE AS w, p.energy_j AS e,
-       i.cluster, i.endpoint, i.job, coalesce(i.gpu_model, 'unknown') AS gpu_model,
+       i.cluster, he.name AS endpoint, hj.name AS job, coalesce(i.gpu_model, 'unknown') AS gpu_model,
        coalesce(l.limit_w, f.first_w, i.power_limit_w, i.tdp_w)::DOUBLE AS limit_w
 FROM power_1s AS p
 JOIN inventory_gpus AS i USING (host, gpu)
+LEFT JOIN held_gpus('endpoint') AS he
+  ON he.host = p.host AND he.gpu = p.gpu AND epoch_ns(p.ts) >= he.from_ns AND epoch_ns(p.ts) < he.to_ns
+LEFT JOIN held_gpus('job') AS hj
+  ON hj.host = p.host AND hj.gpu = p.gpu AND epoch_ns(p.ts) >= hj.from_ns AND epoch_ns(p.ts) < hj.to_ns
 LEFT JOIN (SELECT host, gpu, arg_min(limit_w, from_ns) AS first_w FROM _cap_gpu_limits GROUP BY ALL) AS f USING (host, gpu)
 ASOF LEFT JOIN _cap_gpu_limits AS l ON l.host = p.host AND l.gpu = p.gpu AND epoch_ns(p.ts) >= l.from_ns
 WHERE p.date = getvariable('partition_date') AND p.mean_w IS NOT NULL;

@@ -6,7 +6,8 @@
 -- complete slots only (every reporting GPU present), of the instantaneous sum or, for an entity
 -- with a GPU whose best source is a 1 s average, of the sum of 1 s averages: series says which
 -- ('instant', 'avg1s'; a GPU: 'mixed' when its best source is a 1 s average in some minutes
--- only). hours_covered: seconds with power (power_1s).
+-- only; host and above: 'mixed' on each GPU's best value where neither series is ever complete,
+-- an entity mixing an instantaneous source and a 1 s-average one). hours_covered: seconds with power (power_1s).
 -- gpu_slots: the GPU-slots the shares are over (what the fleet rollup weights them by).
 CREATE OR REPLACE TEMP TABLE _gpu_bins AS
 SELECT

@@ -10,7 +10,9 @@
 -- window: a one-GPU host swings no more than its GPU. The avg1s series of host and above is
 -- complete where every reporting GPU has a 1 s average (complete_avg1s), so a host of GPUs whose
 -- best source is a 1 s average has avg1s rows though its instant series has none; windows shorter
--- than two of its sampling steps are left out there (_coarse_upper), as they are for dcgm GPUs. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
+-- than two of its sampling steps are left out there (_coarse_upper), as they are for dcgm GPUs. An
+-- entity complete in neither series all day (its GPUs mix an instantaneous source and a 1 s-average
+-- one) is swung on each GPU's best value instead (power_best_w, complete_best), marked mixed. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
 -- below) for the GPU and avg1s rows and, at the default setting, for every row; the setting
 -- (fleet_power_grid) for the instant rows of host and above otherwise.
 --
@@ -57,21 +59,30 @@ GROUP BY ALL;
 -- Every series at every level, one row per slot, in double precision (differences of the stored
 -- float32 watts are taken exactly); p / pa are null where the slot is incomplete in that series
 -- (p of host and above also at a grid step other than 100 ms); age: how many slots back the
--- oldest value was sampled. Each level only where the kernels have not left its rows in _kernel_swings.
+-- oldest value was sampled; pa_series: what pa holds ('avg1s', or 'mixed' for an entity complete
+-- in neither series all day). Each level only where the kernels have not left its rows in _kernel_swings.
 CREATE OR REPLACE TEMP VIEW _slots AS
 SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w::DOUBLE AS p, power_avg_w::DOUBLE AS pa,
-       slot - from_slot AS age
+       slot - from_slot AS age, 'avg1s' AS pa_series
 FROM gpu_grid_day('power_100ms', '_carried')
 WHERE gpu_swings_here()
 UNION ALL
-SELECT level, entity, -1 AS gpu, slot_100ms(ts) AS slot,
+SELECT level, entity, -1 AS gpu, slot,
        CASE WHEN complete AND coalesce(getvariable('grid_step_ms'), 100) = 100 THEN power_w::DOUBLE END,
-       CASE WHEN complete_avg1s THEN power_avg_w::DOUBLE END, carried_ms // 100
-FROM fleet_power_100ms
-WHERE date = getvariable('partition_date')
-  -- a fleet-day rollup (SET VARIABLE scope = 'fleet') swings only the role and fleet series
-  AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR level IN ('role', 'fleet'))
-  AND getvariable('upper_swings_from_kernel') IS DISTINCT FROM true;
+       CASE WHEN mixed THEN CASE WHEN complete_best THEN power_best_w::DOUBLE END
+            WHEN complete_avg1s THEN power_avg_w::DOUBLE END,
+       age, CASE WHEN mixed THEN 'mixed' ELSE 'avg1s' END
+FROM (
+    SELECT level, entity, slot_100ms(ts) AS slot, power_w, power_avg_w, power_best_w, complete, complete_avg1s, complete_best,
+           carried_ms // 100 AS age,
+           NOT bool_or(complete) OVER e AND NOT bool_or(complete_avg1s) OVER e AS mixed
+    FROM fleet_power_100ms
+    WHERE date = getvariable('partition_date')
+      -- a fleet-day rollup (SET VARIABLE scope = 'fleet') swings only the role and fleet series
+      AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR level IN ('role', 'fleet'))
+      AND getvariable('upper_swings_from_kernel') IS DISTINCT FROM true
+    WINDOW e AS (PARTITION BY level, entity)
+);
 
 -- The same for host and above on the 1 s average: the series' sampling step is the median spacing
 -- of the slots where its oldest summed value was refreshed (its age did not grow by one slot); a
@@ -98,7 +109,7 @@ GROUP BY ALL;
 CREATE OR REPLACE TEMP TABLE _blocks AS
 WITH b AS (
     SELECT
-        level, entity, gpu, slot // 10 AS w,
+        level, entity, gpu, pa_series, slot // 10 AS w,
         max(p) FILTER (j = 0) AS v0, max(p) FILTER (j = 1) AS v1,
         max(p) FILTER (j = 2) AS v2, max(p) FILTER (j = 3) AS v3,
         max(p) FILTER (j = 4) AS v4, max(p) FILTER (j = 5) AS v5,
@@ -109,13 +120,13 @@ WITH b AS (
         max(pa) FILTER (j = 4) AS a4, max(pa) FILTER (j = 5) AS a5,
         max(pa) FILTER (j = 6) AS a6, max(pa) FILTER (j = 7) AS a7,
         max(pa) FILTER (j = 8) AS a8, max(pa) FILTER (j = 9) AS a9
-    FROM (SELECT level, entity, gpu, slot, p, pa, (slot % 10)::UTINYINT AS j FROM _slots)
+    FROM (SELECT level, entity, gpu, pa_series, slot, p, pa, (slot % 10)::UTINYINT AS j FROM _slots)
     GROUP BY ALL
 ),
 series AS (
     SELECT level, entity, gpu, 'instant' AS series, w, v0, v1, v2, v3, v4, v5, v6, v7, v8, v9 FROM b
     UNION ALL
-    SELECT level, entity, gpu, 'avg1s', w, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9 FROM b
+    SELECT level, entity, gpu, pa_series, w, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9 FROM b
 )
 SELECT
     level, entity, gpu, series, w,
@@ -168,7 +179,7 @@ SELECT k.k, m.m, s.slot // (10 * m.m) AS w,
 FROM (
     SELECT level, entity, gpu, 'instant' AS series, slot, age, p AS v FROM _slots WHERE p IS NOT NULL
     UNION ALL
-    SELECT level, entity, gpu, 'avg1s', slot, age, pa FROM _slots WHERE pa IS NOT NULL
+    SELECT level, entity, gpu, pa_series, slot, age, pa FROM _slots WHERE pa IS NOT NULL
 ) AS s
 JOIN _keys AS k USING (level, entity, gpu, series)
 CROSS JOIN (VALUES (1), (2), (10), (60)) AS m(m)

@@ -11,21 +11,26 @@ CREATE OR REPLACE VIEW cluster_fleet AS SELECT DISTINCT cluster, fleet FROM inve
 -- The series power_summary describes each host-and-above entity of grid_table (fleet_power_100ms)
 -- on, and its complete slots' values: the instantaneous sum where it has at least as many complete
 -- slots as the sum of the driver's 1 s averages, else that sum ('avg1s': an entity with a GPU
--- whose best source is a 1 s average has no instantaneous value).
+-- whose best source is a 1 s average has no instantaneous value), and where neither is ever
+-- complete, the sum of each GPU's best value ('mixed': instantaneous where the GPU has it, else
+-- its 1 s average; an entity mixing the two kinds of source).
 CREATE OR REPLACE MACRO summary_series_slots(grid_table) AS TABLE
 WITH g AS (
-    SELECT level, entity, power_w, power_avg_w, complete, complete_avg1s
+    SELECT level, entity, power_w, power_avg_w, complete, complete_avg1s, power_best_w, complete_best
     FROM query_table(grid_table)
     WHERE date = getvariable('partition_date')
 ),
 s AS (
     SELECT level, entity,
-           CASE WHEN count(*) FILTER (complete) >= count(*) FILTER (complete_avg1s) THEN 'instant' ELSE 'avg1s' END AS series
+           CASE WHEN count(*) FILTER (complete) = 0 AND count(*) FILTER (complete_avg1s) = 0 AND count(*) FILTER (complete_best) > 0
+                THEN 'mixed'
+                WHEN count(*) FILTER (complete) >= count(*) FILTER (complete_avg1s) THEN 'instant' ELSE 'avg1s' END AS series
     FROM g GROUP BY ALL
 )
-SELECT g.level, g.entity, s.series, CASE s.series WHEN 'instant' THEN g.power_w ELSE g.power_avg_w END AS power_w
+SELECT g.level, g.entity, s.series,
+       CASE s.series WHEN 'instant' THEN g.power_w WHEN 'avg1s' THEN g.power_avg_w ELSE g.power_best_w END AS power_w
 FROM g JOIN s USING (level, entity)
-WHERE CASE s.series WHEN 'instant' THEN g.complete ELSE g.complete_avg1s END;
+WHERE CASE s.series WHEN 'instant' THEN g.complete WHEN 'avg1s' THEN g.complete_avg1s ELSE g.complete_best END;
 
 -- power_summary's rows from the tables named by bins (level, entity, bin, n, sum_w, max_w),
 -- series (level, entity, series), gpu_time (level, entity, above_tdp_share, idle_share,
