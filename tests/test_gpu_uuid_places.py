@@ -47,10 +47,10 @@ def test_node_name_and_index_resolve_to_the_inventorys_gpu_for_power_and_assignm
     out = invoke("import", "prometheus", "--url", node_prometheus, "--start", str(START_NS // 10**9),
                  "--end", str(START_NS // 10**9 + STEPS * STEP_S - 1), "--data-dir", str(d))
     assert out.exit_code == 0, out.output
-    assert (f"GPUs: 1 matched by UUID to the inventory's host and index ({NODE}/3 → infer-0/0), "
-            "1 kept the source's Hostname/gpu labels") in out.output
     places = {(r["host"], r["gpu"], r["gpu_uuid"]) for r in _power_rows(d)}
     assert places == {("infer-0", 0, UUID), (NODE, 1, "GPU-1")}
+    assert (f"GPUs: 1 matched by UUID to the inventory's host and index ({NODE}/3 → infer-0/0), "
+            "1 kept the source's Hostname/gpu labels") in out.output
     # the assignments of the same import are on the same GPU
     held = [f for f in (d / "assignments").glob("*.parquet")]
     con = duckdb.connect()
@@ -130,10 +130,10 @@ def test_nvidia_smi_uuid_column_resolves_to_the_inventorys_gpu(tmp_path):
     dump_inventory(parse_inventory(inv), d / "inventory.yaml")
     out = invoke("import", "nvidia-smi", str(H100), "--host", NODE, "--tz", "-07:00", "--data-dir", str(d))
     assert out.exit_code == 0, out.output
-    assert (f"GPUs: 1 matched by UUID to the inventory's host and index ({NODE}/0 → infer-0/2), "
-            "0 kept the source's --host and index") in out.output
     rows = _power_rows(d)
     assert len(rows) == 265 and {(r["host"], r["gpu"], r["gpu_uuid"]) for r in rows} == {("infer-0", 2, H100_UUID)}
+    assert (f"GPUs: 1 matched by UUID to the inventory's host and index ({NODE}/0 → infer-0/2), "
+            "0 kept the source's --host and index") in out.output
     day = min(p.name.removeprefix("date=") for p in (d / "power").glob("date=*"))
     t0 = pads.dataset(d / "power", format="parquet", partitioning="hive").to_table(columns=["ts"]).column("ts")
     _some_requests(d, "ep-h100", pc.min(t0.cast(pa.timestamp("ns", tz="UTC"))).cast(pa.int64()).as_py() + 5 * 10**9)
