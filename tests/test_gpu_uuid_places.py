@@ -146,3 +146,17 @@ def test_nvidia_smi_uuid_column_resolves_to_the_inventorys_gpu(tmp_path):
     (ep_j,), = con.execute("SELECT sum(energy_j) FROM pi WHERE endpoint = 'ep-h100'").fetchall()
     assert gpu_j is not None and gpu_j > 10_000
     assert ep_j == pytest.approx(gpu_j, rel=1e-6)
+
+
+def test_nvidia_smi_line_of_a_second_board_in_one_place_is_quarantined_alone(tmp_path):
+    from collectors.nvidia_smi import import_files
+
+    log = tmp_path / "smi.csv"  # GPU 0 is a board the inventory does not know; GPU 1 is the one it puts at infer-0/0
+    lines = ["timestamp, index, uuid, power.draw [W]"]
+    for k in range(4):
+        lines += [f"2026/07/18 17:57:4{k}.000, 0, GPU-unknown, 100.0", f"2026/07/18 17:57:4{k}.000, 1, {UUID}, 200.0"]
+    log.write_text("\n".join(lines) + "\n")
+    res = import_files([log], tmp_path / "data", "infer-0", tz="UTC", inventory=_inv({"index": 0, "tdp_w": 700, "uuid": UUID}))
+    assert res.rows == 4 and res.quarantined == 4 and res.reasons == {"GPU place conflict": 4}
+    assert {(r["host"], r["gpu"], r["gpu_uuid"]) for r in _power_rows(tmp_path / "data")} == {("infer-0", 0, "GPU-unknown")}
+    assert "1 kept the source's --host and index" in res.summary("infer-0")
