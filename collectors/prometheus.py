@@ -6,8 +6,9 @@ driver's power reading, a 1 s average on Ampere and newer) and, when present,
 (``limit_metric``) the enforced power limit ``DCGM_FI_DEV_POWER_MGMT_LIMIT`` (gauge, W; dcgm-exporter
 exports it only where that field is enabled in its counters CSV, hence opt-in). Series are told apart by
 the labels ``Hostname`` (the host) and ``gpu`` (its index); ``UUID`` and ``modelName`` are kept
-when present. The host label's value becomes a path segment, so it must follow
-``collectors.names``'s rule.
+when present. A GPU whose ``UUID`` the inventory lists is stored as the inventory's host and index
+(:func:`place_gpus`; ``Hostname`` may be a Kubernetes node name), power and assignments alike. The
+host label's value becomes a path segment, so it must follow ``collectors.names``'s rule.
 
 How: ``/api/v1/query_range`` at ``step`` (Prometheus holds each scrape's value until the next, so
 the rows are the scraped series sampled on the step grid), in chunks of at most 11,000 points per

@@ -160,3 +160,28 @@ def test_nvidia_smi_line_of_a_second_board_in_one_place_is_quarantined_alone(tmp
     assert res.rows == 4 and res.quarantined == 4 and res.reasons == {"GPU place conflict": 4}
     assert {(r["host"], r["gpu"], r["gpu_uuid"]) for r in _power_rows(tmp_path / "data")} == {("infer-0", 0, "GPU-unknown")}
     assert "1 kept the source's --host and index" in res.summary("infer-0")
+
+
+def test_one_board_under_two_node_names_is_one_gpu_in_the_power_rows():
+    import numpy as np
+
+    from collectors.prometheus import ImportResult, Series, place_gpus, to_table
+
+    def series(host, t_ms, w):
+        s = Series(host, 3, uuid=UUID, t_ms=[np.array(t_ms, np.int64)], power_avg_w=[np.array(w, np.float64)],
+                   power_sid=[np.zeros(len(t_ms), np.int64)], hold_t_ms=[np.array(t_ms, np.int64)],
+                   hold_sid=[np.zeros(len(t_ms), np.int64)])
+        s.finish()
+        return s
+
+    day_ms = START_NS // 10**6
+    res = ImportResult(gpus={(NODE, 3): series(NODE, [day_ms, day_ms + 1000], [100.0, 110.0]),
+                             ("node-17b", 3): series("node-17b", [day_ms + 2000, day_ms + 3000], [120.0, 130.0])})
+    place_gpus(res, _inv({"index": 0, "tdp_w": 700, "uuid": UUID}))
+    assert list(res.gpus) == [("infer-0", 0)]
+    table = to_table(res)
+    assert table.column("power_avg_w").to_pylist() == [100.0, 110.0, 120.0, 130.0]
+    assert set(table.column("host").to_pylist()) == {"infer-0"} and set(table.column("gpu").to_pylist()) == {0}
+    place_gpus(res, _inv({"index": 0, "tdp_w": 700, "uuid": UUID}))  # placing again: the same
+    assert list(res.gpus) == [("infer-0", 0)] and to_table(res).num_rows == 4
+    assert "GPUs: 1 matched by UUID" in res.summary()
