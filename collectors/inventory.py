@@ -312,6 +312,66 @@ class TimedAssignment(_Strict):
         return self
 
 
+class GpuPlaceConflict(ValueError):
+    """Two different GPUs of one import would be stored as one (host, gpu)."""
+
+
+class GpuPlaces:
+    """Where an importer stores a source's GPU: a GPU whose UUID the inventory knows goes to the
+    inventory's (host, gpu), whatever the source's host and index labels say (a Kubernetes node name,
+    an index renumbered by CUDA_VISIBLE_DEVICES); any other GPU keeps the source's labels. One
+    resolver for power rows and assignments alike, so that the two meet on the same GPU.
+
+    Counts distinct source GPUs (host label, index, UUID) placed by UUID and those that kept their
+    labels. Two UUIDs stored as one (host, gpu) where the inventory places either are a
+    :class:`GpuPlaceConflict`; one UUID seen under several labels (a renamed node) is one board and
+    goes to its one place; a row without a UUID keeps its labels."""
+
+    def __init__(self, inventory: Inventory | None) -> None:
+        self.inventory = inventory
+        self.by_uuid: set[tuple[str, int, str]] = set()
+        self.kept: set[tuple[str, int, str | None]] = set()
+        self._held: dict[tuple[str, int], tuple[str, str, bool]] = {}
+        self._seen: dict[tuple[str, int, str | None], tuple[str, int]] = {}
+
+    def place(self, host: str, gpu: int, uuid: str | None) -> tuple[str, int]:
+        """The (host, gpu) a source's GPU is stored under."""
+        key = (host, gpu, uuid)
+        known = self._seen.get(key)
+        if known is not None:
+            return known
+        found = self.inventory.place_of_uuid(uuid) if self.inventory is not None else None
+        place = found or (host, gpu)
+        if uuid is not None:  # two boards (UUIDs) in one place, the inventory's for one of them: which is it?
+            what = f"GPU {gpu} of host {host!r} (uuid {uuid!r})"
+            held = self._held.setdefault(place, (uuid.casefold(), what, found is not None))
+            if held[0] != uuid.casefold() and (found is not None or held[2]):
+                raise GpuPlaceConflict(f"{what} and {held[1]} would both be stored as GPU {place[1]} of host "
+                                       f"{place[0]!r}, where the inventory puts one of them: give each its uuid in "
+                                       "inventory.yaml")
+        if found is not None and uuid is not None:
+            self.by_uuid.add((host, gpu, uuid))
+        else:
+            self.kept.add(key)
+        self._seen[key] = place
+        return place
+
+    def by_uuid_place(self, host: str, gpu: int, uuid: str | None) -> bool:
+        """Whether this source GPU was placed by its UUID."""
+        return uuid is not None and (host, gpu, uuid) in self.by_uuid
+
+    def summary(self, labels: str = "host and index labels") -> str:
+        """How many GPUs the inventory placed by UUID, and how many kept the source's labels."""
+        moved = sorted({f"{h}/{g} → {p[0]}/{p[1]}" for h, g, u in self.by_uuid
+                        for p in [self._seen[(h, g, u)]] if (h, g) != p})
+        placed = {u.casefold() for _, _, u in self.by_uuid}
+        kept = {(h, g) for h, g, _ in self.kept} - {(h, g) for h, g, _ in self.by_uuid}
+        text = f"GPUs: {len(placed)} matched by UUID to the inventory's host and index"
+        if moved:
+            text += f" ({', '.join(moved[:3])}{', ...' if len(moved) > 3 else ''})"
+        return text + f", {len(kept)} kept the source's {labels}" + ("" if self.inventory else " (no inventory.yaml)")
+
+
 def utc(t: datetime.datetime) -> datetime.datetime:
     """An aware instant in UTC; a naive one is read as UTC (as the data contract reads naive timestamps)."""
     return t.replace(tzinfo=datetime.UTC) if t.tzinfo is None else t.astimezone(datetime.UTC)
@@ -324,6 +384,8 @@ class Inventory(_Strict):
     """Timed assignments written in the inventory: they override the hosts' lists for their GPU and time."""
 
     _specs: dict[tuple[str, str], dict] = PrivateAttr(default_factory=dict)
+    _uuid_places: dict[str, tuple[str, int]] = PrivateAttr(default_factory=dict)
+    """A GPU's UUID (casefolded) → its (host, gpu index)."""
     """(kind, name) → the keys of that endpoint or job as a whole, gathered from all its hosts."""
 
     @model_validator(mode="after")
@@ -348,6 +410,7 @@ class Inventory(_Strict):
                             raise _At(("fleets", f, "clusters", c, "hosts", h, "gpus", g, "uuid"),
                                       f"uuid {gpu.uuid!r} of {here} is also {uuids[gpu.uuid.casefold()]}'s")
                         uuids[gpu.uuid.casefold()] = here
+                        self._uuid_places[gpu.uuid.casefold()] = (host.name, gpu.index)
         self._specs = self._gather_specs()
         self._kubernetes_names_known()
         self._assignments_known()
@@ -366,14 +429,16 @@ class Inventory(_Strict):
     def resolve_gpu(self, host: str | None, gpu: int | None, uuid: str | None) -> tuple[str, int] | None:
         """(host, gpu index) of a GPU named by its place or its UUID (both given: they must agree);
         None when the inventory has no such GPU."""
-        found = None
         if uuid is not None:
-            found = next(((h.name, g.index) for _, _, h in self.iter_hosts() for g in h.gpus
-                          if g.uuid is not None and g.uuid.casefold() == uuid.casefold()), None)
+            found = self._uuid_places.get(uuid.casefold())
             if found is None or (host is not None and (host, gpu) != found):
                 return None
             return found
         return next(((h.name, g.index) for _, _, h in self.iter_hosts() if h.name == host for g in h.gpus if g.index == gpu), None)
+
+    def place_of_uuid(self, uuid: str | None) -> tuple[str, int] | None:
+        """(host, gpu index) of the GPU the inventory gives this UUID, or None."""
+        return None if uuid is None else self._uuid_places.get(uuid.casefold())
 
     def timed_assignment_rows(self) -> list[dict]:
         """The inventory's own ``assignments:`` as rows of the assignments dataset (source ``inventory``)."""

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from collectors.contract import POWER, TS
 from collectors.days import writable_range, write_day_problem
+from collectors.inventory import GpuPlaceConflict, GpuPlaces, Inventory
 from collectors.parquet_sink import write_dataset
 from collectors.storage import DataRoot
 
@@ -140,6 +141,8 @@ class ImportResult:
     power_rules: list[str] = field(default_factory=list)
     reasons: dict = field(default_factory=dict)
     written: list[Path | str] = field(default_factory=list)  # Paths, or s3:// URLs on S3
+    places: GpuPlaces | None = None
+    """Where each GPU was stored: by its uuid where the inventory knows it, else --host and its index."""
 
     def zone_text(self) -> str:
         """Which zone the zone-less timestamps were read in, every time: the offsets applied, the zone's
@@ -156,7 +159,8 @@ class ImportResult:
         why = "; ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items())) or "none"
         return (f"imported {self.rows} rows from {self.files} file(s) for host {host} "
                 f"(GPUs {','.join(map(str, sorted(self.gpus))) or '-'}; {span}); {self.zone_text()}; "
-                f"{' | '.join(sorted(set(self.power_rules)))}; quarantined {self.quarantined} line(s) ({why})")
+                f"{' | '.join(sorted(set(self.power_rules)))}; quarantined {self.quarantined} line(s) ({why})"
+                + (f"; {self.places.summary('--host and index')}" if self.places is not None and self.places.inventory is not None else ""))
 
 
 def _offset_text(offset: dt.timedelta) -> str:
@@ -221,13 +225,14 @@ def _read_lines(path: Path):
 
 
 def import_files(paths: list[Path], data_dir: Path | str | DataRoot, host: str, tz: str | None = None,
-                 power_draw: str = "auto") -> ImportResult:
+                 power_draw: str = "auto", inventory: Inventory | None = None) -> ImportResult:
     """Import nvidia-smi CSV files for ``host`` into ``data_dir`` (local or ``s3://``); see the
-    module docstring for the rules."""
+    module docstring for the rules. A GPU whose ``uuid`` column the ``inventory`` knows is stored as
+    the inventory's host and index (:class:`collectors.inventory.GpuPlaces`), others under ``host``."""
     if power_draw not in ("auto", "instant", "average"):
         raise ImportError_(f"--power-draw must be auto, instant or average, not {power_draw!r}")
     zone, res_tz = resolve_tz(tz)
-    res = ImportResult(tz_name=res_tz, tz_given=tz is not None)
+    res = ImportResult(tz_name=res_tz, tz_given=tz is not None, places=GpuPlaces(inventory))
     for path in paths:
         _import_one(Path(path), DataRoot.open(data_dir), host, zone, power_draw, res)
     return res
@@ -243,9 +248,10 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
     cols: dict[str, int] | None = None
     header_text = None
     bad: list[tuple[int, str, str]] = []
-    out = {k: [] for k in ("ts", "gpu", "gpu_uuid", "power_w", "power_avg_w", "sm_clock_mhz", "gpu_util_pct",
+    out = {k: [] for k in ("ts", "host", "gpu", "gpu_uuid", "power_w", "power_avg_w", "sm_clock_mhz", "gpu_util_pct",
                            "mem_used_mib", "temp_c", "power_limit_w")}
-    seen: dict[tuple[int, int], int] = {}
+    seen: dict[tuple[str, int, int], int] = {}
+    places = res.places or GpuPlaces(None)
     p_col = a_col = None
     utc = dt.UTC
     for n, line, undecodable in _read_lines(path):
@@ -319,14 +325,21 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
             bad.append((n, line, f"date out of range: {problem}"))
             continue
         ts_ns = int(ts.timestamp()) * 1_000_000_000 + ts.microsecond * 1000
-        key = (gpu, ts_ns)
+        uuid = fields[cols["uuid"]] if "uuid" in cols and fields[cols["uuid"]].lower() not in _MISSING else None
+        try:
+            at_host, at_gpu = places.place(host, gpu, uuid)
+        except GpuPlaceConflict as exc:
+            bad.append((n, line, f"GPU place conflict: {exc}"))
+            continue
+        key = (at_host, at_gpu, ts_ns)
         if key in seen:
             bad.append((n, line, f"duplicate of line {seen[key]} (same GPU and timestamp)"))
             continue
         seen[key] = n
         out["ts"].append(ts_ns)
-        out["gpu"].append(gpu)
-        out["gpu_uuid"].append(fields[cols["uuid"]] if "uuid" in cols and fields[cols["uuid"]].lower() not in _MISSING else None)
+        out["host"].append(at_host)
+        out["gpu"].append(at_gpu)
+        out["gpu_uuid"].append(uuid)
         out["power_w"].append(pw)
         out["power_avg_w"].append(avg)
         out["sm_clock_mhz"].append(_int(vals.get("clocks.sm"), 65535))
@@ -347,7 +360,6 @@ def _import_one(path: Path, root: DataRoot, host: str, zone, mode: str, res: Imp
         types = {f.name: f.type for f in POWER} | {"ts": TS}  # ns ints; conform() converts
         table = pa.table({
             **{k: pa.array(v, types[k]) for k, v in out.items()},
-            "host": pa.array([host] * n, pa.string()),
             "energy_j": pa.nulls(n, pa.float64()),
             "source": pa.array(["nvidia-smi" if p_col else "nvidia-smi-average"] * n, pa.string()).dictionary_encode(),
         })

@@ -6,8 +6,9 @@ driver's power reading, a 1 s average on Ampere and newer) and, when present,
 (``limit_metric``) the enforced power limit ``DCGM_FI_DEV_POWER_MGMT_LIMIT`` (gauge, W; dcgm-exporter
 exports it only where that field is enabled in its counters CSV, hence opt-in). Series are told apart by
 the labels ``Hostname`` (the host) and ``gpu`` (its index); ``UUID`` and ``modelName`` are kept
-when present. The host label's value becomes a path segment, so it must follow
-``collectors.names``'s rule.
+when present. A GPU whose ``UUID`` the inventory lists is stored as the inventory's host and index
+(:func:`place_gpus`; ``Hostname`` may be a Kubernetes node name), power and assignments alike. The
+host label's value becomes a path segment, so it must follow ``collectors.names``'s rule.
 
 How: ``/api/v1/query_range`` at ``step`` (Prometheus holds each scrape's value until the next, so
 the rows are the scraped series sampled on the step grid), in chunks of at most 11,000 points per
@@ -60,7 +61,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 from collectors.contract import POWER, TS
 from collectors.days import writable_ns_bounds, writable_range
 from collectors.gpu_specs import KNOWN_TDP_W
-from collectors.inventory import Inventory
+from collectors.inventory import GpuPlaceConflict, GpuPlaces, Inventory
 from collectors.names import BadName, check_path_name
 from collectors.outbound import AnswerTooLarge, DeadlineExceeded, deadline_opener, http_url_problem, read_body
 from collectors.parquet_sink import write_dataset
@@ -103,6 +104,10 @@ class Series:
     hold_t_ms: list | np.ndarray = field(default_factory=list)
     hold_sid: list | np.ndarray = field(default_factory=list)
     """Every point of the GPU's power series (a dropped value too), for who held the GPU when."""
+    labels: tuple[str, int] | None = None
+    """The source's (host, gpu) labels, once :func:`place_gpus` has placed the GPU."""
+    by_uuid: bool = False
+    """Whether the inventory placed the GPU by its UUID."""
 
     def finish(self, step_s: float = 1.0) -> None:
         """Chunks joined; several series of one GPU (a pod label that changed) give one value per
@@ -129,6 +134,7 @@ class ImportResult:
     limit_metric: str | None = None  # the power-limit gauge asked for, if any
     series_labels: list = field(default_factory=list)  # series id -> its workload labels (non-empty values)
     series_ids: dict = field(default_factory=dict)  # a series' full label set -> its id
+    places: GpuPlaces | None = None  # where place_gpus stored each GPU
 
     def series_id(self, labels: dict, workload_labels: tuple[str, ...]) -> int:
         """The id of the series with these labels (one GPU has several when its pod changes)."""
@@ -161,7 +167,8 @@ class ImportResult:
                 + self._limit_summary()
                 + (f"; dropped {skipped}" if skipped else "")
                 + (f"; scrape interval ≈ {self.scrape_interval_s:.3g} s" if self.scrape_interval_s else "")
-                + (f"; {self.note}" if self.note else ""))
+                + (f"; {self.note}" if self.note else "")
+                + (f"; {self.places.summary('Hostname/gpu labels')}" if self.places is not None else ""))
 
     def _limit_summary(self) -> str:
         if not self.limit_metric:
@@ -510,22 +517,56 @@ def _newest(times: list, values: list, sids: list, gap_ms: float) -> tuple[np.nd
     return t[chosen], v[chosen], sid[chosen]
 
 
+def place_gpus(res: ImportResult, inventory: Inventory | None) -> None:
+    """Store each GPU where the inventory names it by its UUID (dcgm-exporter's ``Hostname`` may be a
+    Kubernetes node name, its ``gpu`` an index the inventory numbers otherwise), else under its labels
+    (:class:`collectors.inventory.GpuPlaces`). Series of one UUID under several labels become one.
+    Placing again gives the same places."""
+    places = GpuPlaces(inventory)
+    placed: dict[tuple[str, int], Series] = {}
+    for s in res.gpus.values():
+        s.labels = s.labels or (s.host, s.gpu)
+        try:
+            s.host, s.gpu = places.place(s.labels[0], s.labels[1], s.uuid)
+        except GpuPlaceConflict as exc:
+            raise PrometheusError(f"nothing written: {exc}") from None
+        s.by_uuid = places.by_uuid_place(s.labels[0], s.labels[1], s.uuid)
+        if (s.host, s.gpu) in placed:
+            _merge_into(placed[(s.host, s.gpu)], s)
+        else:
+            placed[(s.host, s.gpu)] = s
+    res.gpus, res.places = placed, places
+
+
+def _merge_into(a: Series, b: Series) -> None:
+    """One board's series under two label sets (a renamed node): its points, first seen per time."""
+    for t, vs in (("t_ms", ("power_avg_w", "power_sid")), ("hold_t_ms", ("hold_sid",)),
+                  ("energy_t_ms", ("energy_mj",)), ("limit_t_ms", ("limit_w",))):
+        times = np.concatenate([getattr(a, t), getattr(b, t)])
+        first = np.unique(times, return_index=True)[1]
+        setattr(a, t, times[first])
+        for v in vs:
+            setattr(a, v, np.concatenate([getattr(a, v), getattr(b, v)])[first])
+    a.model = a.model or b.model
+
+
 def assignment_rows(res: ImportResult, inventory: Inventory) -> tuple[list[dict], Counter]:
     """Who held each GPU when, from its series' pod labels and the inventory's ``kubernetes:``
     rules: runs of steps whose series map to one endpoint or job, each [first step, last step +
     step). A GPU is named by its UUID where the inventory knows it, else by its host and index
-    labels. Also the steps whose pod no rule maps, per ``namespace/pod``."""
+    labels (:func:`place_gpus`, as the power rows are). Also the steps whose pod no rule maps, per
+    ``namespace/pod``."""
     rules = inventory.kubernetes
     rows: list[dict] = []
     unmatched: Counter = Counter()
     if rules is None or not rules.rules:
         return rows, unmatched
+    place_gpus(res, inventory)
     step_ms = int(round(res.step_s * 1000))
     owner = [rules.workload_for(labels) for labels in res.series_labels]
     pod, namespace = rules.labels.pod, rules.labels.namespace
     for s in res.gpus.values():
-        by_uuid = s.uuid is not None and inventory.resolve_gpu(None, None, s.uuid) is not None
-        place = {"host": None, "gpu": None, "gpu_uuid": s.uuid} if by_uuid else {"host": s.host, "gpu": s.gpu, "gpu_uuid": None}
+        place = {"host": s.host, "gpu": s.gpu, "gpu_uuid": s.uuid if s.by_uuid else None}
         run: list = []  # [workload, from ms, last ms]
         for t, sid in zip(s.hold_t_ms.tolist(), s.hold_sid.tolist(), strict=True):
             who = owner[sid]
@@ -607,9 +648,12 @@ def store_power(res: ImportResult, data_dir, name: str) -> ImportResult:
     return res
 
 
-def import_prometheus(url: str, start_s: float, end_s: float, data_dir, **kw) -> ImportResult:
-    """Fetch everything, then write one file per day and host (named from the query: a re-import replaces)."""
+def import_prometheus(url: str, start_s: float, end_s: float, data_dir, inventory: Inventory | None = None,
+                      **kw) -> ImportResult:
+    """Fetch everything, place each GPU (by its UUID where the inventory knows it), then write one file
+    per day and host (named from the query: a re-import replaces)."""
     res = fetch(url, start_s, end_s, **kw)
+    place_gpus(res, inventory)
     return store_power(res, data_dir, query_name(url, start_s, end_s, kw.get("step_s", 1.0), kw.get("metric", POWER_METRIC)))
 
 

@@ -38,8 +38,9 @@ pytestmark = pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason=f"{PROMET
 class PodExporter:
     """dcgm-exporter's /metrics with its Kubernetes labels: scrape k serves the sample at 11:50:00 + 10 k s."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "infer-0", gpu: int = 0) -> None:
         t, w = _power()
+        self.host, self.gpu = host, gpu  # the labels of the GPU whose UUID is UUID
         self.t_ms = START_NS // 10**6 + np.arange(STEPS) * STEP_S * 1000
         self.w = np.interp(self.t_ms * 10**6, t, w)
         self.k = 0
@@ -51,9 +52,9 @@ class PodExporter:
             self.k += 1
         t = int(self.t_ms[k])
         pod = POD_A if t * 10**6 < NOON_NS else POD_B
-        common = 'modelName="NVIDIA H100 80GB HBM3",Hostname="infer-0",DCGM_FI_DRIVER_VERSION="580.159.04"'
+        common = f'modelName="NVIDIA H100 80GB HBM3",Hostname="{self.host}",DCGM_FI_DRIVER_VERSION="580.159.04"'
         lines = ["# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).", "# TYPE DCGM_FI_DEV_POWER_USAGE gauge",
-                 f'DCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="{UUID}",device="nvidia0",{common},container="vllm",'
+                 f'DCGM_FI_DEV_POWER_USAGE{{gpu="{self.gpu}",UUID="{UUID}",device="nvidia{self.gpu}",{common},container="vllm",'
                  f'namespace="serving",pod="{pod}"}} {self.w[k]:.3f} {t}',
                  f'DCGM_FI_DEV_POWER_USAGE{{gpu="1",UUID="GPU-1",device="nvidia1",{common},container="lab",'
                  f'namespace="research",pod="{NOTEBOOK}"}} 90.000 {t}']
@@ -82,8 +83,11 @@ class PodExporter:
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """A real Prometheus on 127.0.0.1 that scraped the whole 20 minutes; yields its URL."""
-    tmp = tmp_path_factory.mktemp("prom")
-    exporter = PodExporter()
+    yield from scraped(tmp_path_factory.mktemp("prom"), PodExporter())
+
+
+def scraped(tmp, exporter: PodExporter):
+    """Runs a real Prometheus on 127.0.0.1 until it has scraped all of ``exporter``; yields its URL."""
     exp_port, prom_port = free_port(), free_port()
     server = exporter.serve(exp_port)
     window_d = (dt.datetime.now(dt.UTC).date() - DAY).days + 2  # the test's day is in the past

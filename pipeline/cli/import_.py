@@ -29,14 +29,21 @@ def command() -> None:
 @data_dir_option
 def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: str, data_dir: Path) -> None:
     """Convert nvidia-smi --query-gpu CSV logs (csv or csv,nounits) to UTC power rows; bad lines are quarantined."""
+    from collectors.inventory import InventoryError, load_inventory
     from collectors.nvidia_smi import ImportError_, import_files
 
     try:  # the host becomes the power/date=D/host=H folder: checked before anything is read
         check_path_name(host, "--host")
     except BadName as exc:
         raise UserError(str(exc)) from None
+    inventory = None  # a GPU whose uuid column it knows goes where it puts that UUID
+    if (Path(data_dir) / "inventory.yaml").is_file():
+        try:
+            inventory = load_inventory(Path(data_dir) / "inventory.yaml")
+        except InventoryError as exc:
+            raise UserError(str(exc)) from None
     try:
-        res = import_files(list(files), data_dir, host, tz=tz, power_draw=power_draw)
+        res = import_files(list(files), data_dir, host, tz=tz, power_draw=power_draw, inventory=inventory)
     except ImportError_ as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:
@@ -96,7 +103,7 @@ def prometheus(url, start, end, step, metric, energy_metric, limit_metric, host_
     the inventory's `kubernetes:` rules, who held each GPU when (from its pod labels) as `assignments`."""
     from collectors import assignments as asg
     from collectors.inventory import KUBERNETES_LABELS, InventoryError, load_inventory
-    from collectors.prometheus import PrometheusError, assignment_rows, fetch, query_name, store_power, stub_inventory
+    from collectors.prometheus import PrometheusError, assignment_rows, fetch, place_gpus, query_name, store_power, stub_inventory
 
     start_s, end_s = _instant(start, "--start"), _instant(end, "--end")
     step_s = _seconds(step)
@@ -116,6 +123,7 @@ def prometheus(url, start, end, step, metric, energy_metric, limit_metric, host_
         res = fetch(url, start_s, end_s, step_s=step_s, metric=metric, energy_metric=energy_metric or None,
                     host_label=host_label, gpu_label=gpu_label, timeout_s=timeout_s, allow_long_range=allow_long_range,
                     limit_metric=limit_metric or None, workload_labels=labels)
+        place_gpus(res, inventory)  # power and assignments on the inventory's GPU where it knows the UUID
     except PrometheusError as exc:
         raise UserError(str(exc)) from None
     name = query_name(url, start_s, end_s, step_s, metric)
