@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -156,13 +157,22 @@ def render_table(table: pa.Table, max_rows: int) -> str:
     return buf.getvalue() + more
 
 
+def _float32_as_written(column: pa.Array) -> list:
+    """A FLOAT column's values as the shortest decimals that read back as the same 4-byte float
+    (``58.4``, as DuckDB prints it), not the float's exact binary value widened to 8 bytes
+    (``58.400001525878906``): the same number at the precision it was stored with."""
+    values = column.to_numpy(zero_copy_only=False)
+    valid = column.is_valid().to_pylist()
+    return [float(str(v)) if ok else None for v, ok in zip(values.astype(np.float32), valid, strict=True)]
+
+
 def write_json(table: pa.Table, out: BinaryIO) -> None:
     """One JSON array of row objects, written batch by batch; a repeated column name repeats its key."""
     keys = [json.dumps(name) for name in table.column_names]
     out.write(b"[")
     sep = ""
     for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-        columns = [column.to_pylist() for column in batch.columns]
+        columns = [_float32_as_written(column) if column.type == pa.float32() else column.to_pylist() for column in batch.columns]
         for row in zip(*columns, strict=True):
             fields = ", ".join(f"{key}: {json_text(value)}" for key, value in zip(keys, row, strict=True))
             out.write(f"{sep}{{{fields}}}".encode())
