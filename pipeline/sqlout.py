@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -161,9 +161,7 @@ def _float32_as_written(column: pa.Array) -> list:
     """A FLOAT column's values as the shortest decimals that read back as the same 4-byte float
     (``58.4``, as DuckDB prints it), not the float's exact binary value widened to 8 bytes
     (``58.400001525878906``): the same number at the precision it was stored with."""
-    values = column.to_numpy(zero_copy_only=False)
-    valid = column.is_valid().to_pylist()
-    return [float(str(v)) if ok else None for v, ok in zip(values.astype(np.float32), valid, strict=True)]
+    return [None if text is None else float(text) for text in pc.cast(column, pa.string()).to_pylist()]
 
 
 def write_json(table: pa.Table, out: BinaryIO) -> None:
