@@ -11,7 +11,9 @@ the column reference ``docs/columns.md`` (pipeline/columns_doc.py).
 
 from __future__ import annotations
 
+import ast
 import functools
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,14 +111,41 @@ def declared_tables() -> list[str]:
 
 
 
-def comment_statements(relations: dict[str, list[str]]) -> list[str]:
-    """``COMMENT ON`` for the relations present (name → its columns): each declared column of a
-    derived table or raw dataset, and each helper view. A column the declaration lacks gets no
-    comment (a test names it); a declared column the relation lacks is skipped."""
+@functools.cache
+def table_docs() -> dict[str, str]:
+    """Each derived table's description, read from its ``Table("name", "description", ...)``
+    declaration in pipeline/assets/ without importing it (the catalog is built by processes that
+    do not load the Dagster code location)."""
+    out = {}
+    for path in sorted((REPO_ROOT / "pipeline" / "assets").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Table":
+                args = list(node.args) + [k.value for k in node.keywords if k.arg in ("name", "doc")]
+                try:
+                    name, doc = ast.literal_eval(args[0]), ast.literal_eval(args[1])
+                except (IndexError, ValueError):
+                    continue  # a description built at run time: no comment (a test names the relation)
+                out[str(name)] = " ".join(str(doc).split())
+    return out
+
+
+def relation_doc(name: str) -> str:
+    """What a relation of the catalog holds: a derived table's description (its declaration's), a
+    raw dataset's or catalog table's ``doc``, a helper view's line."""
+    others = {**other_columns("raw"), **other_columns("catalog")}
+    return table_docs().get(name) or (others[name][0] if name in others else "") or helper_views().get(name, "")
+
+
+def comment_statements(relations: dict[str, list[str]], views: Collection[str] = ()) -> list[str]:
+    """``COMMENT ON`` for the relations present (name → its columns; ``views``: which of them are
+    views): the relation itself (:func:`relation_doc`) and each declared column of a derived
+    table, raw dataset or catalog table. A column the declaration lacks gets no comment (a test
+    names it); a declared column the relation lacks is skipped."""
     out = []
     for name, present in relations.items():
-        if name in helper_views():
-            out.append(f"COMMENT ON VIEW {name} IS {literal(helper_views()[name])}")
+        doc = relation_doc(name)
+        if doc:
+            out.append(f"COMMENT ON {'VIEW' if name in views else 'TABLE'} {name} IS {literal(doc)}")
         for column in declared(name):
             if column.name in present:
                 out.append(f"COMMENT ON COLUMN {name}.{column.name} IS {literal(column.comment)}")

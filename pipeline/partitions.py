@@ -8,8 +8,9 @@ per-cluster reduced parts. Clusters are dynamic partitions, registered from ``in
 (by ``wattline run`` and by the sensor), so adding a cluster needs no code change.
 
 The daily partitions start at :func:`partitions_start`: in ``wattline ui``, the first day with raw
-files in the data dir (scanned once when the code location loads), so the UI's partition bars,
-"Latest" and the Materialize dialog describe the user's data rather than every day since 2020.
+files in the data dir (scanned once when the code location loads), and end at the last completed
+day (:func:`partitions_end_offset`), so the UI's partition bars, "Latest" and the Materialize
+dialog describe the user's data rather than every day since 2020 and a day still being collected.
 """
 
 from __future__ import annotations
@@ -62,7 +63,19 @@ def partitions_start() -> str:
     return dt.date.fromisoformat(value).isoformat()
 
 
-daily_partitions = DailyPartitionsDefinition(start_date=partitions_start(), end_offset=1)
+def partitions_end_offset(start: str) -> int:
+    """1 (the last partition is today, the day being collected) when the partitions span every
+    day ``wattline run`` accepts; 0 (the last is yesterday, the last completed day) when they start
+    from ``WATTLINE_FIRST_DAY`` as in ``wattline ui``, so "Latest", "All" and the partitions page
+    (what the lineage page's "Materialize all" offers) are the data's completed days, not a day
+    still being collected. A start of today keeps today, so there is a partition."""
+    if not load().first_day or start >= today_utc().isoformat():
+        return 1
+    return 0
+
+
+_START = partitions_start()
+daily_partitions = DailyPartitionsDefinition(start_date=_START, end_offset=partitions_end_offset(_START))
 cluster_partitions = DynamicPartitionsDefinition(name=CLUSTER_DIM)
 day_cluster_partitions = MultiPartitionsDefinition({DATE_DIM: daily_partitions, CLUSTER_DIM: cluster_partitions})
 

@@ -2,9 +2,10 @@
 
 One run per cluster-day (the unit of parallel work; the run queue or a Kubernetes run launcher
 spreads them); the fleet-day assets follow on their own once every cluster-day of the day is
-there (their automation condition, see pipeline/definitions.py). The partitions run up to
-today (``end_offset=1``, so a day being collected can be built by hand), which would make
-``build_schedule_from_partitioned_job`` pick today; this schedule names yesterday explicitly.
+there (their automation condition, see pipeline/definitions.py). Outside ``wattline ui`` the
+partitions run up to today (``end_offset=1``, so a day being collected can be built by hand),
+which would make ``build_schedule_from_partitioned_job`` pick today; this schedule names
+yesterday explicitly.
 """
 
 import datetime as dt

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -156,13 +157,20 @@ def render_table(table: pa.Table, max_rows: int) -> str:
     return buf.getvalue() + more
 
 
+def _float32_as_written(column: pa.Array) -> list:
+    """A FLOAT column's values as the shortest decimals that read back as the same 4-byte float
+    (``58.4``, as DuckDB prints it), not the float's exact binary value widened to 8 bytes
+    (``58.400001525878906``): the same number at the precision it was stored with."""
+    return [None if text is None else float(text) for text in pc.cast(column, pa.string()).to_pylist()]
+
+
 def write_json(table: pa.Table, out: BinaryIO) -> None:
     """One JSON array of row objects, written batch by batch; a repeated column name repeats its key."""
     keys = [json.dumps(name) for name in table.column_names]
     out.write(b"[")
     sep = ""
     for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-        columns = [column.to_pylist() for column in batch.columns]
+        columns = [_float32_as_written(column) if column.type == pa.float32() else column.to_pylist() for column in batch.columns]
         for row in zip(*columns, strict=True):
             fields = ", ".join(f"{key}: {json_text(value)}" for key, value in zip(keys, row, strict=True))
             out.write(f"{sep}{{{fields}}}".encode())

@@ -75,7 +75,9 @@ def project(series: np.ndarray, provisioned_w: np.ndarray, gpus: np.ndarray, ks:
             shift: bool, seed: int, draws: int = DRAWS, max_shift_slots: int = MAX_SHIFT_SLOTS,
             window_slots: int = WINDOW_SLOTS) -> list[dict]:
     """Per k: the 2 s swing (max and p99 over windows, % of the summed members' provisioned power)
-    of the sum of k members, median and min–max over ``draws`` draws.
+    of the sum of k members, median and min–max over ``draws`` draws; ``gpus``: the k members'
+    GPUs in the draw at the lower median of the draws' counts (``gpus_low``–``gpus_high``: their
+    range, one value when the members are alike).
 
     ``series``: members × slots on the 100 ms grid (W, NaN where the member is incomplete), already
     cut to the observed span; ``provisioned_w``/``gpus``: each member's share of its hosts'
@@ -91,7 +93,7 @@ def project(series: np.ndarray, provisioned_w: np.ndarray, gpus: np.ndarray, ks:
         order = rng.permutation(n)
         acc = np.zeros(length, dtype=np.float32)
         prov = 0.0
-        g = 0.0
+        g = 0
         for j in range(1, ks[-1] + 1):
             if j <= n:
                 idx, s = int(order[j - 1]), 0
@@ -104,7 +106,7 @@ def project(series: np.ndarray, provisioned_w: np.ndarray, gpus: np.ndarray, ks:
             else:
                 acc += series[idx]
             prov += float(provisioned_w[idx])
-            g += float(gpus[idx])
+            g += int(gpus[idx])
             if j in per_k:
                 sw = window_swings(acc, window_slots)
                 sw = sw[~np.isnan(sw)]
@@ -115,9 +117,13 @@ def project(series: np.ndarray, provisioned_w: np.ndarray, gpus: np.ndarray, ks:
         if not vals:
             continue
         a = np.array(vals)
+        counts = a[:, 3].astype(np.int64)
         rows.append({
             "members": k,
-            "gpus": int(round(a[:, 3].mean())),
+            # a count one draw had (the lower median), not a mean: members may differ in size
+            "gpus": int(np.percentile(counts, 50, method="lower")),
+            "gpus_low": int(counts.min()),
+            "gpus_high": int(counts.max()),
             "provisioned_w": float(a[:, 2].mean()),
             "method": "observed" if k <= n else ("shifted" if shift else "lock-step"),
             "max_2s_swing_pct": float(np.median(a[:, 0])),

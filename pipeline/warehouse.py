@@ -419,15 +419,19 @@ def create_views(
 
 
 def describe_columns(con: duckdb.DuckDBPyConnection) -> None:
-    """``COMMENT ON`` each view and column the declarations explain (pipeline/columns.py), so
-    ``describe`` in ``wattline sql`` and ``duckdb_columns()`` say what a column means."""
+    """``COMMENT ON`` each view, table and column the declarations explain (pipeline/columns.py), so
+    ``describe`` in ``wattline sql`` and ``duckdb_columns()`` say what a column means, and
+    ``duckdb_views()``/``duckdb_tables()`` what each relation holds."""
     present: dict[str, list[str]] = {}
     for table, column in con.execute(
         "SELECT table_name, column_name FROM duckdb_columns() WHERE NOT internal AND schema_name = current_schema() "
         "AND database_name = current_database()"
     ).fetchall():
         present.setdefault(table, []).append(column)
-    for statement in columns.comment_statements(present):
+    views = {name for (name,) in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = current_schema() AND database_name = current_database()"
+    ).fetchall()}
+    for statement in columns.comment_statements(present, views):
         con.execute(statement)
 
 

@@ -3,6 +3,8 @@ dicts, times as epoch milliseconds UTC): every chart stays within ``MAX_POINTS``
 
 from __future__ import annotations
 
+import re
+
 import altair as alt
 
 MAX_POINTS = 5000
@@ -15,6 +17,27 @@ PHASE_COLORS = alt.Scale(domain=["prefill", "decode", "idle"], range=["#fdae6b",
 
 def _time_x(field: str = "t", title: str = "time (UTC)", fmt: str = "%H:%M") -> alt.X:
     return alt.X(f"{field}:T", scale=alt.Scale(type="utc"), axis=alt.Axis(format=fmt, title=title, labelOverlap=True))
+
+
+TITLE_KEYS = frozenset({"title", "subtitle"})
+
+
+def _plain(text: str) -> str:
+    """A caption's `name` as plain text: a chart title is drawn as text, where backticks show."""
+    return re.sub(r"`([^`]*)`", r"\1", text).replace("`", "")
+
+
+def plain_titles(node, in_title: bool = False):
+    """The spec with every title, subtitle (chart, axis, legend, header) and tooltip title as
+    plain text: backticks, Markdown for code in the report's captions, taken out."""
+    if isinstance(node, dict):
+        return {k: plain_titles(v, in_title or k in TITLE_KEYS) if k not in ("data", "datasets") else v
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [plain_titles(v, in_title) for v in node]
+    if in_title and isinstance(node, str):
+        return _plain(node)
+    return node
 
 
 def count_points(spec: dict) -> int:

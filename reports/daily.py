@@ -101,7 +101,7 @@ def build_report(data_dir: Path, date: str, out_dir: Path = REPORTS_DIR, *, inst
     specs: dict[str, dict] = {}
     for s in report.sections:
         for c in s.charts:
-            spec = c.chart.to_dict()
+            spec = charts.plain_titles(c.chart.to_dict())
             specs[c.name] = spec
             report.points[c.name] = charts.count_points(spec)
             if report.points[c.name] > charts.MAX_POINTS:

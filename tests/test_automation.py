@@ -20,7 +20,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.cli.ui import automation_line
 from pipeline.definitions import defs
 from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
-from pipeline.partitions import partitions_start
+from pipeline.partitions import partitions_end_offset, partitions_start
 from pipeline.resources import WarehouseResource
 from pipeline.runner import dagster_home, run_day
 from pipeline.sensors import RAW_FILES_TAG
@@ -175,6 +175,24 @@ def test_partitions_start_where_the_data_starts(data_dir, monkeypatch, setting, 
     else:
         monkeypatch.setenv("WATTLINE_FIRST_DAY", setting)
     assert partitions_start() == want
+
+
+def test_the_uis_partitions_end_at_the_last_completed_day(data_dir, monkeypatch):
+    """In ``wattline ui`` (partitions from WATTLINE_FIRST_DAY) the last partition, the dialog's
+    "Latest", is yesterday: a completed day, not today's, still being collected. ``wattline run``
+    keeps every day up to today."""
+    today = dt.datetime.now(dt.UTC).date()
+    yesterday = (today - dt.timedelta(days=1)).isoformat()
+    monkeypatch.setenv("WATTLINE_DATA_DIR", str(data_dir))
+    monkeypatch.delenv("WATTLINE_FIRST_DAY", raising=False)
+    assert partitions_end_offset("2020-01-01") == 1
+    monkeypatch.setenv("WATTLINE_FIRST_DAY", "data")
+    offset = partitions_end_offset(DAY.isoformat())
+    keys = DailyPartitionsDefinition(start_date=DAY.isoformat(), end_offset=offset).get_partition_keys()
+    assert keys[0] == DAY.isoformat() and keys[-1] == yesterday
+    assert partitions_end_offset(today.isoformat()) == 1  # data only from today: today's partition, so there is one
+    monkeypatch.setenv("WATTLINE_FIRST_DAY", "2026-11-01")
+    assert partitions_end_offset("2026-11-01") == 0
 
 
 def test_partitions_of_an_empty_data_dir_start_today_and_a_bad_setting_is_named(data_dir, monkeypatch):

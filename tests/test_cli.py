@@ -45,6 +45,18 @@ def test_sql_answers_joins_in_every_format(built_dir, tmp_path):
     assert pq.read_table(out).num_rows == 2
 
 
+def test_sql_prints_a_float_column_as_written_in_every_format(built_dir):
+    """A FLOAT (4 bytes: watts, correlations) reads 58.4, not its binary value 58.400001525878906."""
+    q = "select 58.4::FLOAT as w, NULL::FLOAT as n, 'NaN'::FLOAT as nan, 3.4e38::FLOAT as big, 1e-7::FLOAT as small, max(mean_w) as mean_w from power_1s"
+    js = _run("sql", q, "--format", "json", "--data-dir", str(built_dir)).output
+    assert "58.400001525878906" not in js and '"w": 58.4, "n": null, "nan": NaN, "big": 3.4e+38, "small": 1e-07' in js, js
+    assert json.loads(js)[0]["mean_w"] == 700.0  # the training square wave's high level
+    csv = _run("sql", q, "--format", "csv", "--data-dir", str(built_dir)).output
+    assert csv.splitlines()[1].lower().startswith("58.4,,nan,"), csv
+    table = _run("sql", q, "--data-dir", str(built_dir)).output
+    assert " 58.4 " in table and "58.40000" not in table, table
+
+
 def test_sql_unknown_table_is_one_line(built_dir):
     _one_line_error(_run("sql", "select * from no_such_table", "--data-dir", str(built_dir)), "no_such_table")
 

@@ -70,3 +70,28 @@ def test_describe_of_a_table_without_declarations_still_works(demo_day):
     assert result.exit_code == 0, result.output
     assert next(csv.reader(io.StringIO(result.output)))[-1] == "meaning"
 
+
+
+def test_every_view_and_table_of_the_catalog_says_what_it_holds(demo_day):
+    """``COMMENT ON VIEW``/``TABLE`` for every relation: a derived table's description (its
+    declaration's), a raw dataset's or catalog table's doc, a helper view's line."""
+    con = duckdb.connect(str(warehouse_path(demo_day.data_dir)), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal AND database_name = current_database() "
+            "UNION ALL SELECT table_name, comment FROM duckdb_tables() WHERE database_name = current_database()"
+        ).fetchall()
+    finally:
+        con.close()
+    comments = dict(rows)
+    assert len(comments) >= 35 and {"power_1s", "swing_projection", "power", "quarantined_files", "inventory_gpus",
+                                     "gpu_assignments", "catalog_info", "power_day"} <= set(comments), sorted(comments)
+    lacking = sorted(name for name, comment in comments.items() if not comment)
+    assert not lacking, "no COMMENT ON VIEW/TABLE for: " + ", ".join(lacking)
+    assert comments["swing_projection"].startswith("Per cluster's inference endpoints and per training job")
+    from pipeline.columns_doc import table_descriptions  # each asset's description in the UI
+
+    described = table_descriptions()
+    assert {t: comments[t] for t in described if t in comments} == {t: " ".join(d.split()) for t, d in described.items() if t in comments}
+    assert comments["power"] == "Raw power samples (data contract): one row per GPU and sample."
+    assert comments["power_day"].startswith("Helper: ")

@@ -428,3 +428,64 @@ def test_spike_lift_and_swing_projection_reach_the_report(full):
 def test_swing_projection_missing_marks_the_swings_section_partial(built, tmp_path):
     swings = _by_key(build_sections(foundation_only(built[0], tmp_path / "data"), DATE))["swings"]
     assert any("swing_projection" in why for why in swings.missing)
+
+
+def _page_specs(html: str) -> dict[str, dict]:
+    """The chart specs a built report's page embeds (what vega-embed draws)."""
+    import re
+
+    found = re.search(r"const SPECS = (\{.*?\});\n", html, re.S)
+    assert found, "no SPECS in the page"
+    return json.loads(found.group(1))
+
+
+def _drawn_text(node, in_title=False):
+    """Every title, subtitle and tooltip title of a spec, and every string value of its inline
+    data (shown by tooltips and text marks)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("data", "datasets"):
+                yield from (v for v in _strings(value))
+            else:
+                yield from _drawn_text(value, in_title or key in ("title", "subtitle"))
+    elif isinstance(node, list):
+        for value in node:
+            yield from _drawn_text(value, in_title)
+    elif in_title and isinstance(node, str):
+        yield node
+
+
+def _strings(node):
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+    elif isinstance(node, str):
+        yield node
+
+
+def test_no_chart_title_or_tooltip_in_the_built_report_shows_a_backtick(full, tmp_path):
+    """Vega draws titles and tooltips as plain text: a backtick there would show as one."""
+    report = build_report(full, DATE, tmp_path / "out", png=False)
+    specs = _page_specs(report.html_path.read_text())
+    assert set(report.points) == set(specs) and len(specs) >= 12
+    shown = {name: [t for t in _drawn_text(spec) if "`" in t] for name, spec in specs.items()}
+    assert {name: texts for name, texts in shown.items() if texts} == {}
+    assert sum(1 for spec in specs.values() for _ in _drawn_text(spec)) > 100  # titles and data were read
+
+
+def test_chart_titles_lose_the_captions_code_backticks_and_keep_their_data():
+    import altair as alt
+
+    chart = alt.Chart(alt.Data(values=[{"x": 1, "y": 2, "name": "power_1s"}]), title=alt.TitleParams(
+        "From `swing_stats`", subtitle=["the `fleet_power_100ms` grid", "as `power_headroom` resamples"])).mark_point().encode(
+        x=alt.X("x:Q", title="swing (`%` of provisioned)"), color=alt.Color("name:N", title="`table`"),
+        tooltip=[alt.Tooltip("y:Q", title="`y` (W)"), "name:N"])
+    spec = charts.plain_titles(chart.to_dict())
+    titles = list(_drawn_text({k: v for k, v in spec.items() if k not in ("data", "datasets")}))
+    assert "From swing_stats" in titles and "the fleet_power_100ms grid" in titles and "y (W)" in titles
+    assert "swing (% of provisioned)" in titles and "table" in titles
+    assert not any("`" in t for t in titles)
+    assert spec["data"] == chart.to_dict()["data"]

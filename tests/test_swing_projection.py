@@ -73,6 +73,23 @@ def test_lock_step_copies_keep_the_swing_and_draws_repeat():
     assert rows == sp.project(hosts, np.full(2, 6500.0), np.full(2, 8), [1, 2, 128], shift=False, seed=7)
 
 
+def test_gpus_is_a_whole_count_some_draw_had():
+    """Members of different sizes (1 and 8 GPUs): each draw of k of them has its own GPU count;
+    the row says one a draw had (never a mean no draw had, such as 4 for k = 1) and the range."""
+    rng = np.random.default_rng(3)
+    series = rng.normal(3000, 300, (2, 4000))
+    sizes = np.array([1, 8])
+    rows = {r["members"]: r for r in sp.project(series, sizes * 800.0, sizes, [1, 2, 12], shift=True, seed=11)}
+    for k, counts in {1: {1, 8}, 2: {9}}.items():
+        r = rows[k]
+        assert type(r["gpus"]) is int and r["gpus"] in counts, (k, r["gpus"])
+        assert r["gpus_low"] <= r["gpus"] <= r["gpus_high"] and {r["gpus_low"], r["gpus_high"]} <= counts
+    assert (rows[1]["gpus_low"], rows[1]["gpus_high"]) == (1, 8)  # the draws picked members of both sizes
+    assert rows[2]["gpus"] == rows[2]["gpus_low"] == rows[2]["gpus_high"] == 9
+    assert 9 + 10 <= rows[12]["gpus_low"] <= rows[12]["gpus"] <= rows[12]["gpus_high"] <= 9 + 10 * 8
+    assert rows[12]["gpus"] in {9 + n + 8 * (10 - n) for n in range(11)}
+
+
 def test_k_grid_reaches_the_published_size():
     ks, k_pub = sp.k_grid(4, 4.0, 2048)
     assert k_pub == 512 and ks[0] == 1 and ks[-1] == 512 and 4 in ks
@@ -112,6 +129,7 @@ def test_table_on_a_built_day_and_rebuilt_identically(tiny_day):
     assert {r["method"] for r in training[1:]} == {"lock-step"}
     pub = [r for r in rows if r["published_scale"]]
     assert {(r["kind"], r["gpus"], r["published_2s_swing_pct"]) for r in pub} == {("inference", 2048, 9.0), ("training", 1024, 37.5)}
+    assert all(r["gpus_low"] == r["gpus"] == r["gpus_high"] for r in rows)  # members alike: every draw has the same GPUs
     for r in rows:
         assert r["max_2s_swing_pct_low"] <= r["max_2s_swing_pct"] <= r["max_2s_swing_pct_high"]
         assert r["p99_2s_swing_pct"] <= r["max_2s_swing_pct_high"]

@@ -9,7 +9,7 @@ from pipeline.kernels import registered
 from pipeline.tables import Table, table_assets
 
 _COLUMNS = """kind VARCHAR, entity VARCHAR, members INTEGER, members_observed INTEGER, members_read INTEGER,
-    gpus INTEGER, provisioned_w DOUBLE, method VARCHAR, max_2s_swing_pct DOUBLE, max_2s_swing_pct_low DOUBLE,
+    gpus INTEGER, gpus_low INTEGER, gpus_high INTEGER, provisioned_w DOUBLE, method VARCHAR, max_2s_swing_pct DOUBLE, max_2s_swing_pct_low DOUBLE,
     max_2s_swing_pct_high DOUBLE, p99_2s_swing_pct DOUBLE, p99_2s_swing_pct_low DOUBLE, p99_2s_swing_pct_high DOUBLE,
     draws INTEGER, published_scale BOOLEAN, published_gpus INTEGER, published_2s_swing_pct DOUBLE"""
 

@@ -66,6 +66,7 @@ def test_the_lineage_and_an_asset_page_with_its_columns(browser, demo_day, tmp_p
         page.screenshot(path=str(IMG / "ui-asset-power_1s.png"), full_page=False)
         paths = documented_ui_paths()
         assert "/asset-groups" in paths and "/" in paths, paths
+        assert sum("partition=" in p for p in paths) >= 2, paths  # a cluster-day's and a fleet-day's
         # Each documented page exists: the UI stays on it (an unknown route is redirected to the
         # overview: the control) and does not say "not found" (an unknown asset or group).
         for path in ["/no-such-page", *paths]:
@@ -77,6 +78,10 @@ def test_the_lineage_and_an_asset_page_with_its_columns(browser, demo_day, tmp_p
             body = page.locator("body").inner_text()
             exists = stayed and not re.search(r"not found", body, re.I)
             assert exists == (path != "/no-such-page"), (path, page.url, body[:1500])
+            if "partition=" in path:  # the partition it names is selected: its latest materialization shows
+                page.get_by_text("Latest materialization").first.wait_for()
+                body = page.locator("body").inner_text()
+                assert "No partition selected" not in body and "2026-11-30" in body, (path, body[:1500])
     finally:
         context.close()
         server.stop()
