@@ -82,19 +82,22 @@ def sampler(gpu: int, out_dir: str, stop, ready) -> None:
         while not stop.is_set():
             c0 = time.perf_counter()
             t_ns = time.time_ns()
-            usage = nv.nvmlDeviceGetPowerUsage(h)
-            fv = nv.nvmlDeviceGetFieldValues(h, [FIELD_POWER_INSTANT, FIELD_POWER_AVERAGE])
-            e_field = e_total = ""
             now = time.monotonic()
-            if now >= next_energy:
-                next_energy = now + 1.0
-                e_field = _field(nv.nvmlDeviceGetFieldValues(h, [FIELD_TOTAL_ENERGY])[0])
-                e_total = nv.nvmlDeviceGetTotalEnergyConsumption(h)
-            ut = nv.nvmlDeviceGetUtilizationRates(h)
-            row = [t_ns, gpu, usage, _field(fv[0]), fv[0].timestamp, _field(fv[1]), fv[1].timestamp, e_field, e_total, ut.gpu, ut.memory,
-                   nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM), nv.nvmlDeviceGetMemoryInfo(h).used >> 20,
-                   nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), int((time.perf_counter() - c0) * 1e6)]
-            ws.writerow(row)
+            try:
+                usage = nv.nvmlDeviceGetPowerUsage(h)
+                fv = nv.nvmlDeviceGetFieldValues(h, [FIELD_POWER_INSTANT, FIELD_POWER_AVERAGE])
+                e_field = e_total = ""
+                if now >= next_energy:
+                    next_energy = now + 1.0
+                    e_field = _field(nv.nvmlDeviceGetFieldValues(h, [FIELD_TOTAL_ENERGY])[0])
+                    e_total = nv.nvmlDeviceGetTotalEnergyConsumption(h)
+                ut = nv.nvmlDeviceGetUtilizationRates(h)
+                row = [t_ns, gpu, usage, _field(fv[0]), fv[0].timestamp, _field(fv[1]), fv[1].timestamp, e_field, e_total, ut.gpu, ut.memory,
+                       nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM), nv.nvmlDeviceGetMemoryInfo(h).used >> 20,
+                       nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), int((time.perf_counter() - c0) * 1e6)]
+                ws.writerow(row)
+            except nv.NVMLError as exc:  # a failed poll is a missing row, not the end of the capture
+                print("sampler:", exc, flush=True)
             if now >= next_drain:
                 next_drain += DRAIN_S
                 drain()
@@ -141,6 +144,7 @@ class Shape:
 SHAPES = {
     "tiny": Shape("tiny", 512, 4, 8, 2, 1536),
     "1.5b": Shape("1.5b", 2048, 22, 16, 8, 8192),  # TinyLlama-like depth, 1.5 B parameters
+    "13b": Shape("13b", 5120, 40, 40, 8, 13824),   # Llama-2-13B's width and depth with grouped KV heads, 11.4 B parameters
     "34b": Shape("34b", 8192, 48, 64, 8, 22016),   # CodeLlama-34B's shape, 33.7 B parameters
 }
 
@@ -218,7 +222,8 @@ class Decoder:
             q, k, v = self._qkv(lay, self._rms(x, lay["n1"]), pos)
             self.k[i][slot0:slot0 + B, :, :T] = k
             self.v[i][slot0:slot0 + B, :, :T] = v
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            g = self.s.heads // self.s.kv_heads
+            a = F.scaled_dot_product_attention(q, k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1), is_causal=True)
             x = x + a.transpose(1, 2).reshape(B, T, -1) @ lay["o"].T
             x = self._mlp(lay, x)
         return (self._rms(x[:, -1], self.norm) @ self.lm_head.T).argmax(-1)
@@ -229,16 +234,23 @@ class Decoder:
         import torch
         import torch.nn.functional as F
 
+        s, hd = self.s, self.hd
+        g = s.heads // s.kv_heads
         rows = torch.arange(n_rows, device=self.dev)
         pos = lens[:, None]
         x = self.embed[tokens][:, None]
-        mask = (torch.arange(span, device=self.dev)[None, :] <= lens[:, None])[:, None, None, :]
+        # plain matmuls, no fused attention: a fused kernel specialised per shape (cuDNN's) rebuilds
+        # its plan whenever the window grows, ~50 ms a step
+        masked = (torch.arange(span, device=self.dev)[None, :] > lens[:, None])[:, None, None, :]
         for i, lay in enumerate(self.layers):
             q, k, v = self._qkv(lay, self._rms(x, lay["n1"]), pos)
             self.k[i][rows, :, lens] = k[:, :, 0]
             self.v[i][rows, :, lens] = v[:, :, 0]
-            a = F.scaled_dot_product_attention(q, self.k[i][:n_rows, :, :span], self.v[i][:n_rows, :, :span], attn_mask=mask, enable_gqa=True)
-            x = x + a.transpose(1, 2).reshape(n_rows, 1, -1) @ lay["o"].T
+            kc, vc = self.k[i][:n_rows, :, :span], self.v[i][:n_rows, :, :span]
+            sc = (q.view(n_rows, s.kv_heads, g, hd) @ kc.transpose(-1, -2)).float() * (hd ** -0.5)
+            pr = F.softmax(sc.masked_fill(masked, float("-inf")), dim=-1).to(vc.dtype)
+            a = (pr @ vc).reshape(n_rows, 1, s.heads * hd)
+            x = x + a @ lay["o"].T
             x = self._mlp(lay, x)
         return (self._rms(x[:, -1], self.norm) @ self.lm_head.T).argmax(-1)
 
@@ -428,11 +440,19 @@ PLANS = {
         Plan("smoke-tiny-static", "tiny", "static", 4.0, 5.0, 1.0, 8),
         Plan("smoke-tiny-continuous", "tiny", "continuous", 6.0, 5.0, 1.0, 16),
     ],
+    "short": [  # what one call can hold when little device time is left: the two sizes, both servers
+        Plan("h200-34b-static", "34b", "static", 0.6, 35.0, 3.0, 12, output_max=384, drain_cap_s=15.0, seed=13),
+        Plan("h200-34b-continuous", "34b", "continuous", 1.4, 35.0, 3.0, 32, drain_cap_s=10.0, seed=14),
+        Plan("h200-1.5b-static", "1.5b", "static", 3.0, 25.0, 3.0, 32, drain_cap_s=10.0, seed=11),
+        Plan("h200-1.5b-continuous", "1.5b", "continuous", 8.0, 25.0, 3.0, 64, drain_cap_s=10.0, seed=12),
+    ],
     "full": [
-        Plan("h200-1.5b-static", "1.5b", "static", 3.0, 75.0, 5.0, 32, seed=11),
-        Plan("h200-1.5b-continuous", "1.5b", "continuous", 8.0, 75.0, 5.0, 64, seed=12),
-        Plan("h200-34b-static", "34b", "static", 0.35, 80.0, 5.0, 16, seed=13),
-        Plan("h200-34b-continuous", "34b", "continuous", 1.4, 80.0, 5.0, 32, seed=14),
+        Plan("h200-1.5b-static", "1.5b", "static", 3.0, 60.0, 5.0, 32, seed=11),
+        Plan("h200-1.5b-continuous", "1.5b", "continuous", 8.0, 60.0, 5.0, 64, seed=12),
+        Plan("h200-34b-static", "34b", "static", 0.35, 75.0, 5.0, 16, seed=13),
+        Plan("h200-34b-continuous", "34b", "continuous", 1.4, 75.0, 5.0, 32, seed=14),
+        Plan("h200-13b-static", "13b", "static", 0.6, 60.0, 5.0, 16, seed=15),
+        Plan("h200-13b-continuous", "13b", "continuous", 2.0, 60.0, 5.0, 32, seed=16),
     ],
 }
 
@@ -470,11 +490,15 @@ def main() -> None:
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--work", default="/tmp/h200-capture", help="scratch folder for the raw files and capture folders")
     ap.add_argument("--probe", nargs="*", default=[], help="shapes to time after the plan (prefill, decode step, memory)")
+    ap.add_argument("--budget-s", type=float, default=490.0, help="start no capture that would end after this many seconds")
     a = ap.parse_args()
+    began = time.monotonic()
     import torch
 
     dev = torch.device(f"cuda:{a.gpu}")
     torch.cuda.set_device(dev)
+    # cuDNN's attention builds a plan per new shape (tens of ms): every prefill length would pay it
+    torch.backends.cuda.enable_cudnn_sdp(False)
     out, work = Path(a.out), Path(a.work)
     out.mkdir(parents=True, exist_ok=True)
     raw = work / "raw"
@@ -491,13 +515,22 @@ def main() -> None:
     model, model_key = None, None
     try:
         for p in PLANS[a.plan]:
+            need = p.infer_s + 2 * p.idle_s + 12
+            if time.monotonic() - began + need > a.budget_s:
+                print(json.dumps({"skipped": p.name, "elapsed_s": time.monotonic() - began}), flush=True)
+                continue
             key = (p.shape, p.slots)
             if model_key != key:
                 model = None
                 torch.cuda.empty_cache()
                 model = Decoder(SHAPES[p.shape], p.slots, p.prompt_max + p.output_max + 1, dev)
                 model_key = key
-            run_capture(model, p, caps / p.name, marks)
+            try:
+                run_capture(model, p, caps / p.name, marks)
+            except Exception as exc:  # one failed capture (out of memory, say) leaves the others
+                print(json.dumps({"failed": p.name, "error": repr(exc)}), flush=True)
+                model, model_key = None, None
+                torch.cuda.empty_cache()
         model = None
         torch.cuda.empty_cache()
         for s in a.probe:
