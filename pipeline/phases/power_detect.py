@@ -196,3 +196,27 @@ def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lea
     }, schema=RUN_SCHEMA)
     # a run of one lone sample right after a gap has no length: nothing to label
     return runs.filter(pl.col("hi") > pl.col("lo"))
+
+
+PLATEAU_MIN_TDP = 0.15
+"""A prefill must lift the GPU above its decode level by at least this share of its TDP (the high
+level, 99th percentile, minus the larger of the idle and decode levels) to be told from decode
+ripple and sensor noise. The fit captures clear it by far (h200-capture-2: 561 W = 0.80 TDP,
+h200-capture-4: 713 W = 1.02 TDP); a workload whose prefills never load the GPU (a 45 M-parameter
+decoder whose prefill passes take a few ms of GPU time: 3–6 W over 127 W) is refused, not guessed."""
+
+
+def unresolved(t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, interval_ns: int) -> str | None:
+    """Why this GPU's workload cannot be segmented into prefill and decode from its power alone
+    (then no power-only segments are emitted for it), or None where it can: no prefill plateau
+    stands out of decode by ``PLATEAU_MIN_TDP`` of the TDP."""
+    w = np.sort(np.asarray(power_w, dtype=np.float64))
+    w = w[np.isfinite(w)]
+    if len(w) == 0 or not tdp_w or tdp_w <= 0:
+        return None
+    idle_w, decode_w, high_w = _levels_of(w, tdp_w)
+    lift = high_w - max(idle_w, decode_w)
+    if lift < PLATEAU_MIN_TDP * tdp_w:
+        return (f"no prefill plateau: the high level ({high_w:.0f} W) is {lift:.0f} W over decode ({max(idle_w, decode_w):.0f} W), "
+                f"under {PLATEAU_MIN_TDP:.0%} of TDP ({PLATEAU_MIN_TDP * tdp_w:.0f} W)")
+    return None
