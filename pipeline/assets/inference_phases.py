@@ -307,9 +307,9 @@ def segments(con) -> None:
         if st:
             stats.append(st)
             ms = st["sample_interval_ms"]
-            if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS and st["unresolved"] is None:
+            if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS:
                 runs = power_detect.detect_gpu(gk, c.t_ns, c.power_w, float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
-                                               st["source"] in power_detect.TRAILING_SOURCES)
+                                               st["source"] in power_detect.TRAILING_SOURCES, prefill=st["unresolved"] is None)
                 lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()
                 e = c.energy_at(np.concatenate([lo, hi]))
                 energy = e[len(lo):] - e[: len(lo)]
