@@ -233,7 +233,7 @@ ORDER BY lo
 """
 
 POWER_GPUS_SCHEMA = {
-    "gk": pl.Int64, "source": pl.String, "is_average": pl.Boolean, "sample_interval_ms": pl.Float64,
+    "gk": pl.Int64, "source": pl.String, "is_average": pl.Boolean, "sample_interval_ms": pl.Float64, "unresolved": pl.String,
 }
 SEGMENTS_SCHEMA = {
     "gk": pl.Int64, "src": pl.Int32, "ph": pl.Int32, "lo": pl.Int64, "hi": pl.Int64, "energy_j": pl.Float64,
@@ -241,17 +241,21 @@ SEGMENTS_SCHEMA = {
 }
 
 
-def source_stats(con, gk: int, host: str, gpu: int) -> tuple[dict, curve.Curve]:
+def source_stats(con, gk: int, host: str, gpu: int, tdp_w: float | None = None) -> tuple[dict, curve.Curve]:
     """The GPU's power source of the day (the one with most samples in its curve), whether it is a
-    1 s average and the median spacing of its samples (ms); and its curve, the source's rows marked."""
+    1 s average and the median spacing of its samples (ms); why its workload cannot be segmented
+    from power alone (power_detect.unresolved; None where it can); and its curve, the source's rows marked."""
     found = curve.sources(con, host, gpu)
     if not found:
         return {}, curve.read_curve(con, host, gpu)
     best, _, is_average = found[0]
     c = curve.read_curve(con, host, gpu, best if len(found) > 1 else None)  # one source: every row is its
     gaps = (c.next_t_ns - c.t_ns)[c.mine & c.has_next]
-    stats = {"gk": gk, "source": best, "is_average": bool(is_average),
-             "sample_interval_ms": float(np.median(gaps)) / 1e6 if len(gaps) else None}
+    interval_ms = float(np.median(gaps)) / 1e6 if len(gaps) else None
+    unresolved = None
+    if not is_average and interval_ms is not None and interval_ms <= power_detect.PREFILL_RESOLVABLE_MS and tdp_w is not None:
+        unresolved = power_detect.unresolved(c.t_ns, c.power_w, float(tdp_w), int(interval_ms * 1e6))
+    stats = {"gk": gk, "source": best, "is_average": bool(is_average), "sample_interval_ms": interval_ms, "unresolved": unresolved}
     return stats, c
 
 
@@ -261,8 +265,8 @@ def _power_gpus_table(con, stats: list[dict]) -> None:
     with registered(con, "_power_gpus_frame", pl.DataFrame(stats, schema=POWER_GPUS_SCHEMA)):
         con.execute(
             "CREATE OR REPLACE TEMP TABLE _power_gpus AS "
-            "SELECT g.endpoint, g.host, g.gpu, g.gk, g.tdp_w, s.source, s.is_average, s.sample_interval_ms, "
-            "NOT s.is_average AND s.sample_interval_ms <= ? AS resolvable "
+            "SELECT g.endpoint, g.host, g.gpu, g.gk, g.tdp_w, s.source, s.is_average, s.sample_interval_ms, s.unresolved, "
+            "NOT s.is_average AND s.sample_interval_ms <= ? AND s.unresolved IS NULL AS resolvable "
             "FROM _phase_gpus AS g JOIN _power_gpus_frame AS s USING (gk) ORDER BY g.gk",
             [power_detect.PREFILL_RESOLVABLE_MS],
         )
@@ -272,8 +276,8 @@ def power_gpus(con) -> None:
     """Temp tables `_phase_gpus` (endpoint GPUs with integer keys) and `_power_gpus` (source_stats of
     each), reading each GPU's curve once."""
     con.execute(GPUS_SQL)
-    stats = [source_stats(con, gk, host, gpu)[0]
-             for gk, host, gpu in con.execute("SELECT gk, host, gpu FROM _phase_gpus ORDER BY gk").fetchall()]
+    stats = [source_stats(con, gk, host, gpu, tdp_w)[0]
+             for gk, host, gpu, tdp_w in con.execute("SELECT gk, host, gpu, tdp_w FROM _phase_gpus ORDER BY gk").fetchall()]
     _power_gpus_table(con, [s for s in stats if s])
 
 
@@ -294,7 +298,7 @@ def segments(con) -> None:
     gpus = con.execute("SELECT gk, endpoint, host, gpu, tdp_w, from_ns, to_ns FROM _phase_gpus ORDER BY gk").fetchall()
     runs_of: tuple = (None, None)  # ((endpoint, holding), its request runs): GPUs come endpoint by endpoint
     for gk, endpoint, host, gpu, tdp_w, from_ns, to_ns in gpus:
-        st, c = source_stats(con, gk, host, gpu)
+        st, c = source_stats(con, gk, host, gpu, tdp_w)
         frames = []
         if runs_of[0] != (endpoint, from_ns, to_ns):
             runs_of = ((endpoint, from_ns, to_ns), arrow_frame(con.sql(
@@ -318,7 +322,7 @@ def segments(con) -> None:
                 held = (c.t_ns >= from_ns) & (c.t_ns < to_ns)  # the GPU's samples while the endpoint held it
                 t_held, w_held = (c.t_ns, c.power_w) if held.all() else (c.t_ns[held], c.power_w[held])
                 runs = power_detect.detect_gpu(gk, t_held, w_held, float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
-                                               st["source"] in power_detect.TRAILING_SOURCES)
+                                               st["source"] in power_detect.TRAILING_SOURCES, prefill=st["unresolved"] is None)
                 lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()
                 e = c.energy_at(np.concatenate([lo, hi]))
                 energy = e[len(lo):] - e[: len(lo)]
@@ -345,11 +349,14 @@ def power_resolution(con, build: bool = True) -> dict:
         power_gpus(con)
     out: dict = {}
     rows = con.execute(
-        "SELECT endpoint, source, bool_or(is_average), median(sample_interval_ms), bool_and(resolvable) FROM _power_gpus GROUP BY ALL ORDER BY 1, 2"
+        "SELECT endpoint, source, bool_or(is_average), median(sample_interval_ms), bool_and(resolvable), min(unresolved) "
+        "FROM _power_gpus GROUP BY ALL ORDER BY 1, 2"
     ).fetchall()
-    for endpoint, source, is_average, interval_ms, resolvable in rows:
+    for endpoint, source, is_average, interval_ms, resolvable, unresolved in rows:
         if is_average:
             verdict = f"prefills cannot be resolved at {interval_ms:.0f} ms: the source is a 1 s average"
+        elif unresolved is not None:
+            verdict = f"prefills cannot be resolved from power alone: {unresolved}"
         elif not resolvable:
             verdict = f"prefills cannot be resolved at {interval_ms:.0f} ms"
         elif interval_ms <= CONTINUOUS_BATCHING_MS:

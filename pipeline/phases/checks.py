@@ -155,18 +155,18 @@ def power_segmentation_agreement(con) -> AssetCheckResult:
     there is no power-only label to mislead anyone. It still WARNs where power-only segments exist
     and disagree with the log."""
     resolution = con.execute(
-        "SELECT endpoint, bool_or(resolvable), max(sample_interval_ms), bool_or(is_average) FROM _power_gpus GROUP BY ALL"
+        "SELECT endpoint, bool_or(resolvable), max(sample_interval_ms), bool_or(is_average), min(unresolved) FROM _power_gpus GROUP BY ALL"
     ).fetchall()
     rows = {r[0]: r for r in agreement_rows(con)}
     figures, unresolved = {}, {}
-    for endpoint, resolvable, interval_ms, is_average in resolution:
+    for endpoint, resolvable, interval_ms, is_average, why in resolution:
         if endpoint not in rows:
             continue  # no request log: nothing to compare with
         _, p, r, m, iou, median_ms = rows[endpoint]
         if not resolvable or interval_ms > median_ms / 2:
             unresolved[endpoint] = (
                 f"{endpoint}: prefills (logged median {median_ms:.0f} ms) cannot be resolved at {interval_ms:.0f} ms"
-                + (" (a 1 s average)" if is_average else "")
+                + (" (a 1 s average)" if is_average else "") + (f" ({why})" if why and not resolvable else "")
             )
             continue
         figures[endpoint] = {"precision": round(p or 0, 3), "recall": round(r or 0, 3), "iou": round(iou or 0, 3),

@@ -13,6 +13,9 @@ Per GPU (one day of its best source, sorted by time), every sample gets a label:
   lowers capture 4 to 0.50: its prefills often show as one or two samples.)
 - **decode** when at or above the middle of idle (5th percentile, capped at TDP/4) and decode level,
 - **idle** otherwise.
+No sample is labelled prefill on a GPU whose high level stands less than ``PLATEAU_MIN_TDP`` of its
+TDP above its decode level (:func:`unresolved`): there is no prefill plateau to find, and the
+endpoint's `power_resolution` says so instead.
 
 What a sample stands for depends on its source. The driver's buffer samples (`nvml-buffer`) are
 trailing averages: a run of one label spans (the sample before its first, its last sample], its
@@ -108,12 +111,13 @@ def levels(samples: pl.DataFrame) -> pl.DataFrame:
     ).select("gk", "idle_w", "decode_w", "high_w", "prefill_w", "idle_max_w")
 
 
-def detect(samples: pl.DataFrame, lead_ns: int = 0, trailing: bool = True) -> pl.DataFrame:
+def detect(samples: pl.DataFrame, lead_ns: int = 0, trailing: bool = True, prefill: bool = True) -> pl.DataFrame:
     """Runs of one label per GPU at the samples' own instants.
 
     ``samples``: gk (Int64), t_ns (Int64, distinct per gk), power_w (Float64), tdp_w (Float64),
     sorted by gk, t_ns; one source per gk (the caller picks it). ``lead_ns``: the source's onset
-    lead; ``trailing``: its samples are trailing averages (else instants, centred).
+    lead; ``trailing``: its samples are trailing averages (else instants, centred); ``prefill``:
+    false where the GPU shows no prefill plateau (:func:`unresolved`): decode and idle runs only.
     Returns gk, ph (0 idle, 1 decode, 2 prefill), lo, hi (ns; the run is (lo, hi]), peak_w (the
     highest sample of the run and the one before it)."""
     if samples.is_empty():
@@ -128,7 +132,7 @@ def detect(samples: pl.DataFrame, lead_ns: int = 0, trailing: bool = True) -> pl
         # a new gap-free stretch: the GPU's first sample or the first after a gap
         (prev_t.is_null() | (pl.col("gk") != pl.col("gk").shift(1)) | (pl.col("t_ns") - prev_t > GAP_NS)).alias("fresh"),
         (next_t.is_null() | (pl.col("gk") != pl.col("gk").shift(-1)) | (next_t - pl.col("t_ns") > GAP_NS)).alias("last"),
-        (pl.col("power_w") >= pl.col("prefill_w")).alias("high"),
+        ((pl.col("power_w") >= pl.col("prefill_w")) & pl.lit(prefill)).alias("high"),
     ).with_columns(pl.col("fresh").cum_sum().alias("stretch"))
     if trailing:  # the sample's window: (previous sample, sample]
         lo, hi = prev_t, pl.col("t_ns")
@@ -159,7 +163,8 @@ def detect(samples: pl.DataFrame, lead_ns: int = 0, trailing: bool = True) -> pl
     )
 
 
-def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lead_ns: int = 0, trailing: bool = True) -> pl.DataFrame:
+def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lead_ns: int = 0, trailing: bool = True,
+               prefill: bool = True) -> pl.DataFrame:
     """:func:`detect` for one GPU's samples (t_ns sorted and distinct, power_w without NULLs) in
     numpy: the same runs (tests/test_phases_power_native.py holds the two equal), without building
     a frame of the samples. Why: the asset runs the detector one GPU at a time, and the polars
@@ -168,7 +173,7 @@ def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lea
     n = len(t_ns)
     if n == 0 or np.isnan(power_w).any():
         return detect(pl.DataFrame({"gk": np.full(n, gk, dtype=np.int64), "t_ns": t_ns, "power_w": power_w, "tdp_w": np.full(n, tdp_w)},
-                                   schema={"gk": pl.Int64, "t_ns": pl.Int64, "power_w": pl.Float64, "tdp_w": pl.Float64}), lead_ns, trailing)
+                                   schema={"gk": pl.Int64, "t_ns": pl.Int64, "power_w": pl.Float64, "tdp_w": pl.Float64}), lead_ns, trailing, prefill)
     t, w = np.asarray(t_ns, dtype=np.int64), np.asarray(power_w, dtype=np.float64)
     idle_w, decode_w, high_w = _levels_of(np.sort(w), tdp_w)
     prefill_w, idle_max_w = (decode_w + high_w) / 2, (idle_w + decode_w) / 2
@@ -180,7 +185,7 @@ def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lea
     else:  # centred: (midpoint before, midpoint after]
         lo, hi = (prev_t + t) // 2, np.where(last, t, (t + np.r_[t[1:], t[-1]]) // 2)
     lo = np.where(fresh, t, lo)
-    high = w >= prefill_w
+    high = (w >= prefill_w) & prefill
     # the next high sample at or after each one (n: none), its window start if in the same stretch
     nxt = np.minimum.accumulate(np.where(high, np.arange(n), n)[::-1])[::-1]
     k = np.minimum(nxt, n - 1)
@@ -196,3 +201,27 @@ def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lea
     }, schema=RUN_SCHEMA)
     # a run of one lone sample right after a gap has no length: nothing to label
     return runs.filter(pl.col("hi") > pl.col("lo"))
+
+
+PLATEAU_MIN_TDP = 0.15
+"""A prefill must lift the GPU above its decode level by at least this share of its TDP (the high
+level, 99th percentile, minus the larger of the idle and decode levels) to be told from decode
+ripple and sensor noise. The fit captures clear it by far (h200-capture-2: 561 W = 0.80 TDP,
+h200-capture-4: 713 W = 1.02 TDP); a workload whose prefills never load the GPU (a 45 M-parameter
+decoder whose prefill passes take a few ms of GPU time: 3–6 W over 127 W) is refused, not guessed."""
+
+
+def unresolved(t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, interval_ns: int) -> str | None:
+    """Why this GPU's prefills cannot be told from decode by its power alone (then no power-only
+    prefill segments are emitted for it; its decode and idle runs still are), or None where they
+    can: no prefill plateau stands out of decode by ``PLATEAU_MIN_TDP`` of the TDP."""
+    w = np.sort(np.asarray(power_w, dtype=np.float64))
+    w = w[np.isfinite(w)]
+    if len(w) == 0 or not tdp_w or tdp_w <= 0:
+        return None
+    idle_w, decode_w, high_w = _levels_of(w, tdp_w)
+    lift = high_w - max(idle_w, decode_w)
+    if lift < PLATEAU_MIN_TDP * tdp_w:
+        return (f"no prefill plateau: the high level ({high_w:.0f} W) is {lift:.0f} W over decode ({max(idle_w, decode_w):.0f} W), "
+                f"under {PLATEAU_MIN_TDP:.0%} of TDP ({PLATEAU_MIN_TDP * tdp_w:.0f} W)")
+    return None
