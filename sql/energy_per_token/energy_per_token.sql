@@ -77,6 +77,72 @@ SELECT endpoint, replica, t, k,
                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS cum_n
 FROM run;
 
+-- the instants the endpoint's enforced limit changes (a minute start of gpu_limit_minutes whose
+-- limit differs from the minute before it)
+CREATE OR REPLACE TEMP TABLE _limit_changes AS
+SELECT endpoint, from_ns AS t
+FROM (SELECT endpoint, from_ns, limit_w, lag(limit_w) OVER (PARTITION BY endpoint ORDER BY from_ns) AS prev FROM _limits)
+WHERE prev IS NOT NULL AND limit_w <> prev;
+
+-- the day's exact intervals, each cut where the limit in force changes inside it (so every part
+-- goes to its own limit's bucket: its share of the interval's energy from energy_curve, of its
+-- time and of its tokens by duration, the rates being constant inside an interval), with the
+-- output tokens that were logged: phase_intervals weighs the decode of a request that reported
+-- 0 output tokens (or none) as one token, so that its energy is charged; here it counts none
+CREATE OR REPLACE TEMP TABLE _iv AS
+WITH iv AS (
+    SELECT endpoint, start_ns, end_ns, start_ts, phase, n_prefill, n_decode, gpus, energy_j, output_tokens
+    FROM phase_intervals WHERE date = getvariable('partition_date')
+),
+no_tokens AS (  -- decodes without a logged output token: phase_intervals spread one token over each
+    SELECT endpoint, epoch_ns(first_token_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
+    FROM request_phases WHERE output_tokens = 0 AND end_ts > first_token_ts
+),
+not_counted AS (
+    SELECT i.endpoint, i.start_ns,
+           sum((least(i.end_ns, z.b_ns) - greatest(i.start_ns, z.a_ns)) / (z.b_ns - z.a_ns)::DOUBLE) AS tokens
+    FROM iv AS i JOIN no_tokens AS z ON z.endpoint = i.endpoint AND z.a_ns < i.end_ns AND z.b_ns > i.start_ns
+    GROUP BY ALL
+),
+counted AS (
+    SELECT i.* EXCLUDE (output_tokens),
+           CASE WHEN c.tokens IS NULL THEN i.output_tokens ELSE greatest(i.output_tokens - c.tokens, 0) END AS output_tokens
+    FROM iv AS i LEFT JOIN not_counted AS c USING (endpoint, start_ns)
+),
+cuts AS (
+    SELECT i.endpoint, i.start_ns, list_sort(list(c.t)) AS ts
+    FROM iv AS i JOIN _limit_changes AS c ON c.endpoint = i.endpoint AND c.t > i.start_ns AND c.t < i.end_ns
+    GROUP BY ALL
+),
+pieces AS (
+    SELECT endpoint, start_ns, unnest([start_ns] || ts) AS a_ns, unnest(ts || [end_ns]) AS b_ns, end_ns
+    FROM cuts JOIN iv USING (endpoint, start_ns)
+),
+energy_at AS (  -- the endpoint's cumulative energy (its GPUs, each while it held it) at each cut's instants
+    SELECT p.endpoint, p.t,
+           sum(energy_at_ns(a.host, a.gpu, greatest(least(p.t, a.to_ns), a.from_ns))) AS e_j
+    FROM (SELECT DISTINCT endpoint, unnest([a_ns, b_ns]) AS t FROM pieces) AS p
+    JOIN gpu_assignments AS a
+        ON a.name = p.endpoint AND a.kind = 'endpoint' AND a.from_ns < epoch_ns(day_end()) AND a.to_ns > epoch_ns(day_start())
+    GROUP BY ALL
+),
+split AS (
+    SELECT p.endpoint, p.a_ns AS start_ns, p.b_ns AS end_ns, make_timestamptz(p.a_ns // 1000) AS start_ts,
+           c.phase, c.n_prefill, c.n_decode, c.gpus,
+           c.energy_j * coalesce((eb.e_j - ea.e_j) / nullif(e1.e_j - e0.e_j, 0),
+                                 (p.b_ns - p.a_ns) / (c.end_ns - c.start_ns)::DOUBLE) AS energy_j,
+           c.output_tokens * (p.b_ns - p.a_ns) / (c.end_ns - c.start_ns)::DOUBLE AS output_tokens
+    FROM pieces AS p
+    JOIN counted AS c USING (endpoint, start_ns)
+    LEFT JOIN energy_at AS ea ON ea.endpoint = p.endpoint AND ea.t = p.a_ns
+    LEFT JOIN energy_at AS eb ON eb.endpoint = p.endpoint AND eb.t = p.b_ns
+    LEFT JOIN energy_at AS e0 ON e0.endpoint = p.endpoint AND e0.t = c.start_ns
+    LEFT JOIN energy_at AS e1 ON e1.endpoint = p.endpoint AND e1.t = c.end_ns
+)
+SELECT counted.* FROM counted ANTI JOIN cuts USING (endpoint, start_ns)
+UNION ALL BY NAME
+SELECT * FROM split;
+
 WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replica, limit and label, in 100 ms
                  -- GPU-slot units (n): logged endpoints from their exact intervals (phase_intervals: n =
                  -- duration / 100 ms × GPUs, sum_w = energy / 0.1 s, so sum_w / n is the mean per-GPU power), the
@@ -88,11 +154,10 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
            xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus) AS n, xsum(i.energy_j * 10) AS sum_w, coalesce(xsum(i.energy_j), 0) AS energy_j,
            xsum(i.output_tokens) AS output_tokens
-    FROM phase_intervals AS i
+    FROM _iv AS i
     JOIN _ep AS ep USING (endpoint)
     JOIN _rl AS rl USING (endpoint)
     ASOF LEFT JOIN _limits AS l ON l.endpoint = i.endpoint AND i.start_ns >= l.from_ns
-    WHERE i.date = getvariable('partition_date')
     GROUP BY ALL
     UNION ALL  -- the batch_size pieces of the endpoints whose requests name their replica: per interval and
                -- replica with requests in flight, its own count, 1/replicas of the interval (the power samples
@@ -104,14 +169,14 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus / rn.n) AS n, xsum(i.energy_j * 10 / rn.n) AS sum_w,
            coalesce(xsum(i.energy_j / rn.n), 0) AS energy_j,
            xsum(i.output_tokens * b.k / nullif(i.n_prefill + i.n_decode, 0)) AS output_tokens
-    FROM phase_intervals AS i
+    FROM _iv AS i
     JOIN _ep AS ep USING (endpoint)
     JOIN (SELECT endpoint, replica FROM _replica_busy GROUP BY ALL) AS r USING (endpoint)
     JOIN (SELECT r.endpoint, CASE WHEN e.gpus_per_replica IS NOT NULL THEN e.replicas ELSE r.replicas_logged END AS n
           FROM _rl AS r JOIN _ep AS e USING (endpoint) WHERE r.exact) AS rn USING (endpoint)
     ASOF JOIN _replica_busy AS b ON b.endpoint = i.endpoint AND b.replica = r.replica AND i.start_ns >= b.t
     ASOF LEFT JOIN _limits AS l ON l.endpoint = i.endpoint AND i.start_ns >= l.from_ns
-    WHERE i.date = getvariable('partition_date') AND b.k > 0
+    WHERE b.k > 0
     GROUP BY ALL
     UNION ALL
     SELECT t.endpoint, 'power' AS source, hour(t.ts) AS hour, t.n_prefill + t.n_decode AS batch, FALSE AS batch_only,

@@ -1,0 +1,90 @@
+"""energy_per_token where a figure could round the wrong way: a hand-built day with known answers.
+
+One endpoint on one GPU at a constant 300 W for 120 s, its limit reported as 700 W in the first
+minute and 500 W after; three requests, one of which answered with 0 output tokens and one whose
+decode runs across the limit change:
+- r1: prefill 10–11 s, decode 11–20 s, 100 output tokens;
+- r2: prefill 30–31 s, decode 31–40 s, 0 output tokens (a decode of nothing: no token to count);
+- r3: prefill 50–51 s, decode 51–70 s, 190 output tokens (10 per second, 90 of them before 60 s).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from collectors.contract import REQUESTS
+from collectors.inventory import dump_inventory, parse_inventory
+from collectors.parquet_sink import write_dataset
+from pipeline.runner import run_day
+from pipeline.warehouse import read_day
+from tests.builders import DAY, power_table
+from tests.phase_fixtures import T0
+
+DATE = DAY.isoformat()
+S = 1_000_000_000
+SECONDS = 120
+POWER_W = 300.0
+ASSETS = ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "phase_segments",
+          "request_energy", "energy_per_token"]
+# request_id: (prefill start, first token, end) in s after T0, output tokens
+REQS = {"r1": (10, 11, 20, 100), "r2": (30, 31, 40, 0), "r3": (50, 51, 70, 190)}
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory):
+    d = tmp_path_factory.mktemp("exact") / "data"
+    d.mkdir(parents=True)
+    inv = {"fleets": [{"name": "t", "clusters": [{"name": "c0", "hosts": [{
+        "name": "infer-0", "role": "inference", "gpus": [{"index": 0, "tdp_w": 700.0, "model": "H100"}],
+        "endpoints": [{"name": "e", "gpus": [0], "model": "m", "tp": 1}],
+    }]}]}]}
+    dump_inventory(parse_inventory(inv), d / "inventory.yaml")
+    t = T0 + np.arange(SECONDS * 10 + 1, dtype=np.int64) * 100_000_000
+    table = power_table("infer-0", 0, t, np.full(len(t), POWER_W))
+    limit = np.where(t < T0 + 60 * S, 700.0, 500.0).astype(np.float32)
+    table = table.set_column(table.schema.get_field_index("power_limit_w"), "power_limit_w", pa.array(limit))
+    write_dataset(table, d, "power", prefix="g0")
+    ts = pa.timestamp("ns", tz="UTC")
+    rows = [dict(request_id=rid, endpoint="e", arrival_ts=T0 + a * S, prefill_start_ts=T0 + a * S,
+                 first_token_ts=T0 + f * S, end_ts=T0 + b * S, prompt_tokens=50, output_tokens=out, status="ok")
+            for rid, (a, f, b, out) in REQS.items()]
+    cols = {f.name: [r.get(f.name) for r in rows] for f in REQUESTS}
+    write_dataset(pa.table({k: pa.array(v, pa.int64()).cast(ts) if k.endswith("_ts") else v for k, v in cols.items()}).cast(REQUESTS),
+                  d, "requests", prefix="req")
+    outcome = run_day(d, DATE, selection=ASSETS)
+    assert outcome.success, outcome.error
+    con = duckdb.connect()
+    con.register("energy_per_token", read_day(d, "energy_per_token", DATE))
+    con.register("request_energy", read_day(d, "request_energy", DATE))
+    return con
+
+
+def _row(con, kind: str, bucket: str) -> dict:
+    cur = con.execute("SELECT * FROM energy_per_token WHERE endpoint = 'e' AND bucket_kind = ? AND bucket = ?", [kind, bucket])
+    names = [c[0] for c in cur.description]
+    (row,) = cur.fetchall()
+    return dict(zip(names, row, strict=True))
+
+
+def test_a_decode_of_zero_tokens_counts_zero_tokens(day):
+    busy_s = 10 + 10 + 20  # GPU-seconds with a request in flight (1 GPU)
+    assert _row(day, "all", "all")["output_tokens_per_s_per_gpu"] == pytest.approx((100 + 0 + 190) / busy_s, rel=1e-12)
+    # the batch-size bucket holding only r2's lifetime would be the same, so check the whole: r2 adds nothing
+    assert _row(day, "all", "all")["output_tokens"] == 290
+
+
+def test_the_power_limit_bucket_splits_at_the_change(day):
+    """The limit changes at 60 s, inside r3's decode: the part before goes to 700 W, the rest to 500 W."""
+    cap700, cap500 = _row(day, "power_limit", "700 W"), _row(day, "power_limit", "500 W")
+    assert cap700["energy_j"] == pytest.approx(POWER_W * 60, rel=1e-9)
+    assert cap500["energy_j"] == pytest.approx(POWER_W * (SECONDS - 60), rel=1e-9)
+    assert cap700["covered_gpu_h"] == pytest.approx(60 / 3600, rel=1e-9)
+    # busy before 60 s: r1 10 s + r2 10 s + r3 10 s, tokens 100 + 0 + 90; after: 10 s of r3, 100 tokens
+    assert cap700["output_tokens_per_s_per_gpu"] == pytest.approx((100 + 90) / 30, rel=1e-9)
+    assert cap500["output_tokens_per_s_per_gpu"] == pytest.approx(100 / 10, rel=1e-9)
+    assert cap700["decode_mean_w"] == pytest.approx(POWER_W, rel=1e-9) and cap500["decode_mean_w"] == pytest.approx(POWER_W, rel=1e-9)
+    # each request stays in the bucket of the limit at its prefill start
+    assert (cap700["requests"], cap500["requests"]) == (3, 0)
