@@ -1,11 +1,13 @@
 """energy_per_token where a figure could round the wrong way: a hand-built day with known answers.
 
 One endpoint on one GPU at a constant 300 W for 120 s, its limit reported as 700 W in the first
-minute and 500 W after; three requests, one of which answered with 0 output tokens and one whose
-decode runs across the limit change:
+minute and 500 W after; four requests, one of which answered with 0 output tokens, one whose
+decode runs across the limit change and one whose token counts are not logged:
 - r1: prefill 10–11 s, decode 11–20 s, 100 output tokens;
 - r2: prefill 30–31 s, decode 31–40 s, 0 output tokens (a decode of nothing: no token to count);
-- r3: prefill 50–51 s, decode 51–70 s, 190 output tokens (10 per second, 90 of them before 60 s).
+- r3: prefill 50–51 s, decode 51–70 s, 190 output tokens (10 per second, 90 of them before 60 s);
+- r4: prefill 80–81 s, decode 81–90 s, prompt and output tokens not logged (NULL).
+Requests do not overlap, so each one's prefill J is 300 W × 1 s and its decode J 300 W × its decode.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ POWER_W = 300.0
 ASSETS = ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "phase_segments",
           "request_energy", "energy_per_token"]
 # request_id: (prefill start, first token, end) in s after T0, output tokens
-REQS = {"r1": (10, 11, 20, 100), "r2": (30, 31, 40, 0), "r3": (50, 51, 70, 190)}
+REQS = {"r1": (10, 11, 20, 100), "r2": (30, 31, 40, 0), "r3": (50, 51, 70, 190), "r4": (80, 81, 90, None)}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,8 @@ def day(tmp_path_factory):
     write_dataset(table, d, "power", prefix="g0")
     ts = pa.timestamp("ns", tz="UTC")
     rows = [dict(request_id=rid, endpoint="e", arrival_ts=T0 + a * S, prefill_start_ts=T0 + a * S,
-                 first_token_ts=T0 + f * S, end_ts=T0 + b * S, prompt_tokens=50, output_tokens=out, status="ok")
+                 first_token_ts=T0 + f * S, end_ts=T0 + b * S, prompt_tokens=None if out is None else 50,
+                 output_tokens=out, status="ok")
             for rid, (a, f, b, out) in REQS.items()]
     cols = {f.name: [r.get(f.name) for r in rows] for f in REQUESTS}
     write_dataset(pa.table({k: pa.array(v, pa.int64()).cast(ts) if k.endswith("_ts") else v for k, v in cols.items()}).cast(REQUESTS),
@@ -70,10 +73,10 @@ def _row(con, kind: str, bucket: str) -> dict:
 
 
 def test_a_decode_of_zero_tokens_counts_zero_tokens(day):
-    busy_s = 10 + 10 + 20  # GPU-seconds with a request in flight (1 GPU)
-    assert _row(day, "all", "all")["output_tokens_per_s_per_gpu"] == pytest.approx((100 + 0 + 190) / busy_s, rel=1e-12)
-    # the batch-size bucket holding only r2's lifetime would be the same, so check the whole: r2 adds nothing
-    assert _row(day, "all", "all")["output_tokens"] == 290
+    busy_s = 10 + 10 + 20 + 10  # GPU-seconds with a request in flight (1 GPU)
+    got = _row(day, "all", "all")
+    assert got["output_tokens_per_s_per_gpu"] == pytest.approx((100 + 0 + 190) / busy_s, rel=1e-12)
+    assert got["output_tokens"] == 290
 
 
 def test_the_power_limit_bucket_splits_at_the_change(day):
@@ -82,9 +85,21 @@ def test_the_power_limit_bucket_splits_at_the_change(day):
     assert cap700["energy_j"] == pytest.approx(POWER_W * 60, rel=1e-9)
     assert cap500["energy_j"] == pytest.approx(POWER_W * (SECONDS - 60), rel=1e-9)
     assert cap700["covered_gpu_h"] == pytest.approx(60 / 3600, rel=1e-9)
-    # busy before 60 s: r1 10 s + r2 10 s + r3 10 s, tokens 100 + 0 + 90; after: 10 s of r3, 100 tokens
+    # busy before 60 s: r1 10 s + r2 10 s + r3 10 s, tokens 100 + 0 + 90; after: 10 s of r3 (100 tokens), 10 s of r4 (unknown)
     assert cap700["output_tokens_per_s_per_gpu"] == pytest.approx((100 + 90) / 30, rel=1e-9)
-    assert cap500["output_tokens_per_s_per_gpu"] == pytest.approx(100 / 10, rel=1e-9)
+    assert cap500["output_tokens_per_s_per_gpu"] == pytest.approx(100 / 20, rel=1e-9)
     assert cap700["decode_mean_w"] == pytest.approx(POWER_W, rel=1e-9) and cap500["decode_mean_w"] == pytest.approx(POWER_W, rel=1e-9)
     # each request stays in the bucket of the limit at its prefill start
-    assert (cap700["requests"], cap500["requests"]) == (3, 0)
+    assert (cap700["requests"], cap500["requests"]) == (3, 1)
+
+
+def test_token_counts_not_logged_stay_null(day):
+    """r4's counts are unknown: NULL in request_energy, and its joules are not spread over the others' tokens."""
+    r4 = day.execute("""SELECT prompt_tokens, output_tokens, j_per_prompt_token, j_per_output_token, tpot_ms, decode_j
+                        FROM request_energy WHERE request_id = 'r4'""").fetchone()
+    assert r4[:5] == (None, None, None, None, None) and r4[5] == pytest.approx(POWER_W * 9, rel=1e-9)
+    got = _row(day, "all", "all")
+    assert got["j_per_output_token"] == pytest.approx(POWER_W * (9 + 9 + 19) / 290, rel=1e-9)
+    assert got["j_per_prompt_token"] == pytest.approx(POWER_W * 3 / 150, rel=1e-9)
+    assert got["prompt_tokens"] == 150
+    assert _row(day, "output_len", "unknown")["requests"] == 1 and _row(day, "prompt_len", "unknown")["requests"] == 1

@@ -269,7 +269,8 @@ req_buckets AS (
     FROM req_limited AS q
     CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(CASE WHEN q.replica_exact THEN q.replica_batch
                                                                                           ELSE q.mean_batch / q.replicas END), 1))),
-                               ('prompt_len', prompt_len_bucket(q.prompt_tokens)), ('output_len', output_len_bucket(q.output_tokens)),
+                               ('prompt_len', CASE WHEN q.prompt_tokens IS NULL THEN 'unknown' ELSE prompt_len_bucket(q.prompt_tokens) END),
+                               ('output_len', CASE WHEN q.output_tokens IS NULL THEN 'unknown' ELSE output_len_bucket(q.output_tokens) END),
                                ('max_tokens', max_tokens_bucket(q.max_tokens)),
                                ('hour', lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')), ('gpu_model', q.ep_gpu_model),
                                ('model', coalesce(q.ep_model, 'unknown')),
@@ -279,8 +280,11 @@ req_buckets AS (
 request_metrics AS (
     SELECT endpoint, kind, bucket, count(*) AS requests,
            -- over the requests that had power (request_energy.power_coverage > 0): NULL, not 0, where none had
-           xsum(prefill_j) / nullif(sum(CASE WHEN prefill_j IS NOT NULL THEN prompt_tokens END), 0) AS j_per_prompt_token,
-           xsum(decode_j) / nullif(sum(CASE WHEN decode_j IS NOT NULL THEN output_tokens END), 0) AS j_per_output_token,
+           -- and whose token count is logged (a request without one adds neither joules nor tokens)
+           xsum(CASE WHEN prompt_tokens IS NOT NULL THEN prefill_j END)
+               / nullif(sum(CASE WHEN prefill_j IS NOT NULL THEN prompt_tokens END), 0) AS j_per_prompt_token,
+           xsum(CASE WHEN output_tokens IS NOT NULL THEN decode_j END)
+               / nullif(sum(CASE WHEN decode_j IS NOT NULL THEN output_tokens END), 0) AS j_per_output_token,
            xsum(total_j) / nullif(count(total_j), 0) AS j_per_request,
            count(total_j) AS requests_with_power,
            sum(prompt_tokens) AS prompt_tokens, sum(output_tokens) AS output_tokens,
