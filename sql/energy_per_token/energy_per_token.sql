@@ -12,7 +12,7 @@
 -- intervals of phase_intervals, each in its own bucket (batch_size = requests active in it ÷
 -- replicas, rounded up, or where replicas are logged one piece per replica with requests active
 -- on it: its own count, 1/replicas of the interval's GPU time and energy, its share of the output
--- tokens by requests in flight; its hour; the limit in force at its start; intervals are cut at whole hours):
+-- tokens by requests in flight; its hour; the limit in force (intervals are cut at whole hours and where the limit changes, _iv)):
 -- prefill_mean_w / decode_mean_w (per GPU), prefill_time_share and prefill_energy_share (of the
 -- busy = prefill + decode slots), idle_j, output_tokens_per_s_per_gpu (output tokens of the busy
 -- intervals ÷ their GPU-seconds), and tdp_exceedances = prefill segments whose peak exceeded TDP per
@@ -88,15 +88,23 @@ WHERE prev IS NOT NULL AND limit_w <> prev;
 -- goes to its own limit's bucket: its share of the interval's energy from energy_curve, of its
 -- time and of its tokens by duration, the rates being constant inside an interval), with the
 -- output tokens that were logged: phase_intervals weighs the decode of a request that reported
--- 0 output tokens (or none) as one token, so that its energy is charged; here it counts none
+-- 0 output tokens (or none) as one token, so that its energy is charged; here a reported 0 counts
+-- none, and an interval in which a request without a logged count is in flight has unknown (NULL)
+-- output tokens, its time left out of output_tokens_per_s_per_gpu
 CREATE OR REPLACE TEMP TABLE _iv AS
 WITH iv AS (
     SELECT endpoint, start_ns, end_ns, start_ts, phase, n_prefill, n_decode, gpus, energy_j, output_tokens
     FROM phase_intervals WHERE date = getvariable('partition_date')
 ),
-no_tokens AS (  -- decodes without a logged output token: phase_intervals spread one token over each
+no_tokens AS (  -- decodes that reported 0 output tokens: phase_intervals spread one token over each
     SELECT endpoint, epoch_ns(first_token_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
-    FROM request_phases WHERE output_tokens = 0 AND end_ts > first_token_ts
+    FROM request_phases WHERE output_tokens = 0 AND output_tokens_logged AND end_ts > first_token_ts
+),
+unknown AS (  -- intervals in which a request whose output tokens are not logged is in flight
+    SELECT DISTINCT i.endpoint, i.start_ns
+    FROM iv AS i JOIN request_phases AS z
+        ON z.endpoint = i.endpoint AND NOT z.output_tokens_logged
+       AND epoch_ns(z.prefill_start_ts) < i.end_ns AND epoch_ns(z.end_ts) > i.start_ns
 ),
 not_counted AS (
     SELECT i.endpoint, i.start_ns,
@@ -106,8 +114,10 @@ not_counted AS (
 ),
 counted AS (
     SELECT i.* EXCLUDE (output_tokens),
-           CASE WHEN c.tokens IS NULL THEN i.output_tokens ELSE greatest(i.output_tokens - c.tokens, 0) END AS output_tokens
+           CASE WHEN u.start_ns IS NOT NULL THEN NULL
+                WHEN c.tokens IS NULL THEN i.output_tokens ELSE greatest(i.output_tokens - c.tokens, 0) END AS output_tokens
     FROM iv AS i LEFT JOIN not_counted AS c USING (endpoint, start_ns)
+    LEFT JOIN unknown AS u USING (endpoint, start_ns)
 ),
 cuts AS (
     SELECT i.endpoint, i.start_ns, list_sort(list(c.t)) AS ts
@@ -153,7 +163,8 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
            xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus) AS n, xsum(i.energy_j * 10) AS sum_w, coalesce(xsum(i.energy_j), 0) AS energy_j,
-           xsum(i.output_tokens) AS output_tokens
+           xsum(i.output_tokens) AS output_tokens,
+           xsum(CASE WHEN i.output_tokens IS NOT NULL THEN (i.end_ns - i.start_ns) / 1e8 * i.gpus END) AS n_counted
     FROM _iv AS i
     JOIN _ep AS ep USING (endpoint)
     JOIN _rl AS rl USING (endpoint)
@@ -168,7 +179,8 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
            xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus / rn.n) AS n, xsum(i.energy_j * 10 / rn.n) AS sum_w,
            coalesce(xsum(i.energy_j / rn.n), 0) AS energy_j,
-           xsum(i.output_tokens * b.k / nullif(i.n_prefill + i.n_decode, 0)) AS output_tokens
+           xsum(i.output_tokens * b.k / nullif(i.n_prefill + i.n_decode, 0)) AS output_tokens,
+           xsum(CASE WHEN i.output_tokens IS NOT NULL THEN (i.end_ns - i.start_ns) / 1e8 * i.gpus / rn.n END) AS n_counted
     FROM _iv AS i
     JOIN _ep AS ep USING (endpoint)
     JOIN (SELECT endpoint, replica FROM _replica_busy GROUP BY ALL) AS r USING (endpoint)
@@ -184,7 +196,8 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
-           count(t.power_w) AS n, xsum(t.power_w) AS sum_w, coalesce(xsum(t.energy_j), 0) AS energy_j, NULL AS output_tokens
+           count(t.power_w) AS n, xsum(t.power_w) AS sum_w, coalesce(xsum(t.energy_j), 0) AS energy_j, NULL AS output_tokens,
+           NULL AS n_counted
     FROM (SELECT *, epoch_ns(ts) AS t_ns FROM phase_timeline
           WHERE date = getvariable('partition_date') AND phase IS NULL
             AND endpoint NOT IN (SELECT endpoint FROM phase_intervals WHERE date = getvariable('partition_date'))) AS t
@@ -211,7 +224,7 @@ power_metrics AS (
            xsum(energy_j) AS energy_j,
            xsum(n) / 36000.0 AS gpu_hours,
            xsum(CASE WHEN label IN ('prefill', 'decode') THEN output_tokens END)
-               / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN n END) / 10.0, 0) AS output_tokens_per_s_per_gpu,
+               / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN n_counted END) / 10.0, 0) AS output_tokens_per_s_per_gpu,
            min(limit_w) AS limit_lo, max(limit_w) AS limit_hi, list(DISTINCT limit_source) AS limit_sources
     FROM slot_buckets GROUP BY ALL
 ),
