@@ -162,7 +162,7 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            i.phase AS label, coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
-           xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus) AS n, xsum(i.energy_j * 10) AS sum_w, coalesce(xsum(i.energy_j), 0) AS energy_j,
+           xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus) AS n, xsum(i.energy_j * 10) AS sum_w, xsum(i.energy_j) AS energy_j,
            xsum(i.output_tokens) AS output_tokens,
            xsum(CASE WHEN i.output_tokens IS NOT NULL THEN (i.end_ns - i.start_ns) / 1e8 * i.gpus END) AS n_counted
     FROM _iv AS i
@@ -178,7 +178,7 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
            xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus / rn.n) AS n, xsum(i.energy_j * 10 / rn.n) AS sum_w,
-           coalesce(xsum(i.energy_j / rn.n), 0) AS energy_j,
+           xsum(i.energy_j / rn.n) AS energy_j,
            xsum(i.output_tokens * b.k / nullif(i.n_prefill + i.n_decode, 0)) AS output_tokens,
            xsum(CASE WHEN i.output_tokens IS NOT NULL THEN (i.end_ns - i.start_ns) / 1e8 * i.gpus / rn.n END) AS n_counted
     FROM _iv AS i
