@@ -12,7 +12,7 @@
 -- intervals of phase_intervals, each in its own bucket (batch_size = requests active in it ÷
 -- replicas, rounded up, or where replicas are logged one piece per replica with requests active
 -- on it: its own count, 1/replicas of the interval's GPU time and energy, its share of the output
--- tokens by requests in flight; its hour; the limit in force at its start; intervals are cut at whole hours):
+-- tokens by requests in flight; its hour; the limit in force (intervals are cut at whole hours and where the limit changes, _iv)):
 -- prefill_mean_w / decode_mean_w (per GPU), prefill_time_share and prefill_energy_share (of the
 -- busy = prefill + decode slots), idle_j, output_tokens_per_s_per_gpu (output tokens of the busy
 -- intervals ÷ their GPU-seconds), and tdp_exceedances = prefill segments whose peak exceeded TDP per
@@ -75,6 +75,82 @@ SELECT endpoint, replica, t, k,
                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS cum_n
 FROM run;
 
+-- the instants the endpoint's enforced limit changes (a minute start of gpu_limit_minutes whose
+-- limit differs from the minute before it)
+CREATE OR REPLACE TEMP TABLE _limit_changes AS
+SELECT endpoint, from_ns AS t
+FROM (SELECT endpoint, from_ns, limit_w, lag(limit_w) OVER (PARTITION BY endpoint ORDER BY from_ns) AS prev FROM _limits)
+WHERE prev IS NOT NULL AND limit_w <> prev;
+
+-- the day's exact intervals, each cut where the limit in force changes inside it (so every part
+-- goes to its own limit's bucket: its share of the interval's energy from energy_curve, of its
+-- time and of its tokens by duration, the rates being constant inside an interval), with the
+-- output tokens that were logged: phase_intervals weighs the decode of a request that reported
+-- 0 output tokens (or none) as one token, so that its energy is charged; here a reported 0 counts
+-- none, and an interval in which a request without a logged count is in flight has unknown (NULL)
+-- output tokens, its time left out of output_tokens_per_s_per_gpu
+CREATE OR REPLACE TEMP TABLE _iv AS
+WITH iv AS (
+    SELECT endpoint, start_ns, end_ns, start_ts, phase, n_prefill, n_decode, gpus, energy_j, output_tokens
+    FROM phase_intervals WHERE date = getvariable('partition_date')
+),
+no_tokens AS (  -- decodes that reported 0 output tokens: phase_intervals spread one token over each
+    SELECT endpoint, epoch_ns(first_token_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
+    FROM request_phases WHERE output_tokens = 0 AND output_tokens_logged AND end_ts > first_token_ts
+),
+unknown AS (  -- intervals in which a request whose output tokens are not logged is in flight
+    SELECT DISTINCT i.endpoint, i.start_ns
+    FROM iv AS i JOIN request_phases AS z
+        ON z.endpoint = i.endpoint AND NOT z.output_tokens_logged
+       AND epoch_ns(z.prefill_start_ts) < i.end_ns AND epoch_ns(z.end_ts) > i.start_ns
+),
+not_counted AS (
+    SELECT i.endpoint, i.start_ns,
+           sum((least(i.end_ns, z.b_ns) - greatest(i.start_ns, z.a_ns)) / (z.b_ns - z.a_ns)::DOUBLE) AS tokens
+    FROM iv AS i JOIN no_tokens AS z ON z.endpoint = i.endpoint AND z.a_ns < i.end_ns AND z.b_ns > i.start_ns
+    GROUP BY ALL
+),
+counted AS (
+    SELECT i.* EXCLUDE (output_tokens),
+           CASE WHEN u.start_ns IS NOT NULL THEN NULL
+                WHEN c.tokens IS NULL THEN i.output_tokens ELSE greatest(i.output_tokens - c.tokens, 0) END AS output_tokens
+    FROM iv AS i LEFT JOIN not_counted AS c USING (endpoint, start_ns)
+    LEFT JOIN unknown AS u USING (endpoint, start_ns)
+),
+cuts AS (
+    SELECT i.endpoint, i.start_ns, list_sort(list(c.t)) AS ts
+    FROM iv AS i JOIN _limit_changes AS c ON c.endpoint = i.endpoint AND c.t > i.start_ns AND c.t < i.end_ns
+    GROUP BY ALL
+),
+pieces AS (
+    SELECT endpoint, start_ns, unnest([start_ns] || ts) AS a_ns, unnest(ts || [end_ns]) AS b_ns, end_ns
+    FROM cuts JOIN iv USING (endpoint, start_ns)
+),
+energy_at AS (  -- the endpoint's cumulative energy (its GPUs, each while it held it) at each cut's instants
+    SELECT p.endpoint, p.t,
+           sum(energy_at_ns(a.host, a.gpu, greatest(least(p.t, a.to_ns), a.from_ns))) AS e_j
+    FROM (SELECT DISTINCT endpoint, unnest([a_ns, b_ns]) AS t FROM pieces) AS p
+    JOIN gpu_assignments AS a
+        ON a.name = p.endpoint AND a.kind = 'endpoint' AND a.from_ns < epoch_ns(day_end()) AND a.to_ns > epoch_ns(day_start())
+    GROUP BY ALL
+),
+split AS (
+    SELECT p.endpoint, p.a_ns AS start_ns, p.b_ns AS end_ns, make_timestamptz(p.a_ns // 1000) AS start_ts,
+           c.phase, c.n_prefill, c.n_decode, c.gpus,
+           c.energy_j * coalesce((eb.e_j - ea.e_j) / nullif(e1.e_j - e0.e_j, 0),
+                                 (p.b_ns - p.a_ns) / (c.end_ns - c.start_ns)::DOUBLE) AS energy_j,
+           c.output_tokens * (p.b_ns - p.a_ns) / (c.end_ns - c.start_ns)::DOUBLE AS output_tokens
+    FROM pieces AS p
+    JOIN counted AS c USING (endpoint, start_ns)
+    LEFT JOIN energy_at AS ea ON ea.endpoint = p.endpoint AND ea.t = p.a_ns
+    LEFT JOIN energy_at AS eb ON eb.endpoint = p.endpoint AND eb.t = p.b_ns
+    LEFT JOIN energy_at AS e0 ON e0.endpoint = p.endpoint AND e0.t = c.start_ns
+    LEFT JOIN energy_at AS e1 ON e1.endpoint = p.endpoint AND e1.t = c.end_ns
+)
+SELECT counted.* FROM counted ANTI JOIN cuts USING (endpoint, start_ns)
+UNION ALL BY NAME
+SELECT * FROM split;
+
 WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replica, limit and label, in 100 ms
                  -- GPU-slot units (n): logged endpoints from their exact intervals (phase_intervals: n =
                  -- duration / 100 ms × GPUs, sum_w = energy / 0.1 s, so sum_w / n is the mean per-GPU power), the
@@ -84,13 +160,13 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            i.phase AS label, coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
-           xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus) AS n, xsum(i.energy_j * 10) AS sum_w, coalesce(xsum(i.energy_j), 0) AS energy_j,
-           xsum(i.output_tokens) AS output_tokens
-    FROM phase_intervals AS i
+           xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus) AS n, xsum(i.energy_j * 10) AS sum_w, xsum(i.energy_j) AS energy_j,
+           xsum(i.output_tokens) AS output_tokens,
+           xsum(CASE WHEN i.output_tokens IS NOT NULL THEN (i.end_ns - i.start_ns) / 1e8 * i.gpus END) AS n_counted
+    FROM _iv AS i
     JOIN _ep AS ep USING (endpoint)
     JOIN _rl AS rl USING (endpoint)
     ASOF LEFT JOIN _limits AS l ON l.endpoint = i.endpoint AND i.start_ns >= l.from_ns
-    WHERE i.date = getvariable('partition_date')
     GROUP BY ALL
     UNION ALL  -- the batch_size pieces of the endpoints whose requests name their replica: per interval and
                -- replica with requests in flight, its own count, 1/replicas of the interval (the power samples
@@ -100,16 +176,17 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
            xsum((i.end_ns - i.start_ns) / 1e8 * i.gpus / rn.n) AS n, xsum(i.energy_j * 10 / rn.n) AS sum_w,
-           coalesce(xsum(i.energy_j / rn.n), 0) AS energy_j,
-           xsum(i.output_tokens * b.k / nullif(i.n_prefill + i.n_decode, 0)) AS output_tokens
-    FROM phase_intervals AS i
+           xsum(i.energy_j / rn.n) AS energy_j,
+           xsum(i.output_tokens * b.k / nullif(i.n_prefill + i.n_decode, 0)) AS output_tokens,
+           xsum(CASE WHEN i.output_tokens IS NOT NULL THEN (i.end_ns - i.start_ns) / 1e8 * i.gpus / rn.n END) AS n_counted
+    FROM _iv AS i
     JOIN _ep AS ep USING (endpoint)
     JOIN (SELECT endpoint, replica FROM _replica_busy GROUP BY ALL) AS r USING (endpoint)
     JOIN (SELECT r.endpoint, CASE WHEN e.gpus_per_replica IS NOT NULL THEN e.replicas ELSE r.replicas_logged END AS n
           FROM _rl AS r JOIN _ep AS e USING (endpoint) WHERE r.exact) AS rn USING (endpoint)
     ASOF JOIN _replica_busy AS b ON b.endpoint = i.endpoint AND b.replica = r.replica AND i.start_ns >= b.t
     ASOF LEFT JOIN _limits AS l ON l.endpoint = i.endpoint AND i.start_ns >= l.from_ns
-    WHERE i.date = getvariable('partition_date') AND b.k > 0
+    WHERE b.k > 0
     GROUP BY ALL
     UNION ALL
     SELECT t.endpoint, 'power' AS source, hour(t.ts) AS hour, t.n_prefill + t.n_decode AS batch, FALSE AS batch_only,
@@ -117,7 +194,8 @@ WITH slots AS (  -- compact: GPU time per endpoint, hour, concurrency per replic
            coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
            CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
                 WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source,
-           count(t.power_w) AS n, xsum(t.power_w) AS sum_w, coalesce(xsum(t.energy_j), 0) AS energy_j, NULL AS output_tokens
+           count(t.power_w) AS n, xsum(t.power_w) AS sum_w, coalesce(xsum(t.energy_j), 0) AS energy_j, NULL AS output_tokens,
+           NULL AS n_counted
     FROM (SELECT *, epoch_ns(ts) AS t_ns FROM phase_timeline
           WHERE date = getvariable('partition_date') AND phase IS NULL
             AND endpoint NOT IN (SELECT endpoint FROM phase_intervals WHERE date = getvariable('partition_date'))) AS t
@@ -144,7 +222,7 @@ power_metrics AS (
            xsum(energy_j) AS energy_j,
            xsum(n) / 36000.0 AS gpu_hours,
            xsum(CASE WHEN label IN ('prefill', 'decode') THEN output_tokens END)
-               / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN n END) / 10.0, 0) AS output_tokens_per_s_per_gpu,
+               / nullif(xsum(CASE WHEN label IN ('prefill', 'decode') THEN n_counted END) / 10.0, 0) AS output_tokens_per_s_per_gpu,
            min(limit_w) AS limit_lo, max(limit_w) AS limit_hi, list(DISTINCT limit_source) AS limit_sources
     FROM slot_buckets GROUP BY ALL
 ),
@@ -202,7 +280,8 @@ req_buckets AS (
     FROM req_limited AS q
     CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(CASE WHEN q.replica_exact THEN q.replica_batch
                                                                                           ELSE q.mean_batch / q.replicas END), 1))),
-                               ('prompt_len', prompt_len_bucket(q.prompt_tokens)), ('output_len', output_len_bucket(q.output_tokens)),
+                               ('prompt_len', CASE WHEN q.prompt_tokens IS NULL THEN 'unknown' ELSE prompt_len_bucket(q.prompt_tokens) END),
+                               ('output_len', CASE WHEN q.output_tokens IS NULL THEN 'unknown' ELSE output_len_bucket(q.output_tokens) END),
                                ('max_tokens', max_tokens_bucket(q.max_tokens)),
                                ('hour', lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')), ('gpu_model', q.ep_gpu_model),
                                ('model', coalesce(q.ep_model, 'unknown')),
@@ -212,8 +291,11 @@ req_buckets AS (
 request_metrics AS (
     SELECT endpoint, kind, bucket, count(*) AS requests,
            -- over the requests that had power (request_energy.power_coverage > 0): NULL, not 0, where none had
-           xsum(prefill_j) / nullif(sum(CASE WHEN prefill_j IS NOT NULL THEN prompt_tokens END), 0) AS j_per_prompt_token,
-           xsum(decode_j) / nullif(sum(CASE WHEN decode_j IS NOT NULL THEN output_tokens END), 0) AS j_per_output_token,
+           -- and whose token count is logged (a request without one adds neither joules nor tokens)
+           xsum(CASE WHEN prompt_tokens IS NOT NULL THEN prefill_j END)
+               / nullif(sum(CASE WHEN prefill_j IS NOT NULL THEN prompt_tokens END), 0) AS j_per_prompt_token,
+           xsum(CASE WHEN output_tokens IS NOT NULL THEN decode_j END)
+               / nullif(sum(CASE WHEN decode_j IS NOT NULL THEN output_tokens END), 0) AS j_per_output_token,
            xsum(total_j) / nullif(count(total_j), 0) AS j_per_request,
            count(total_j) AS requests_with_power,
            sum(prompt_tokens) AS prompt_tokens, sum(output_tokens) AS output_tokens,

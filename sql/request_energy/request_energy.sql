@@ -83,18 +83,18 @@ SELECT
     CASE WHEN v.power_coverage > 0 THEN coalesce(c.prefill_j, 0) END AS prefill_j,
     CASE WHEN v.power_coverage > 0 THEN coalesce(c.decode_j, 0) END AS decode_j,
     CASE WHEN v.power_coverage > 0 THEN coalesce(c.prefill_j, 0) + coalesce(c.decode_j, 0) END AS total_j,
-    CASE WHEN v.power_coverage > 0 THEN coalesce(c.prefill_j, 0) / nullif(r.prompt_tokens, 0) END AS j_per_prompt_token,
-    CASE WHEN v.power_coverage > 0 THEN coalesce(c.decode_j, 0) / nullif(r.output_tokens, 0) END AS j_per_output_token,
+    CASE WHEN v.power_coverage > 0 AND r.prompt_tokens_logged THEN coalesce(c.prefill_j, 0) / nullif(r.prompt_tokens, 0) END AS j_per_prompt_token,
+    CASE WHEN v.power_coverage > 0 AND r.output_tokens_logged THEN coalesce(c.decode_j, 0) / nullif(r.output_tokens, 0) END AS j_per_output_token,
     r.prefill_start_estimated,
-    r.prompt_tokens,
-    r.output_tokens,
+    CASE WHEN r.prompt_tokens_logged THEN r.prompt_tokens END AS prompt_tokens,  -- NULL, not 0, where the log has none
+    CASE WHEN r.output_tokens_logged THEN r.output_tokens END AS output_tokens,
     r.arrival_ts,
     r.status,
     v.power_coverage,
     r.max_tokens,
     CASE WHEN r.first_token_logged THEN (epoch_ns(r.first_token_ts) - epoch_ns(r.arrival_ts)) / 1e6 END AS ttft_ms,
     CASE WHEN NOT r.prefill_start_estimated THEN (epoch_ns(r.prefill_start_ts) - epoch_ns(r.arrival_ts)) / 1e6 END AS queue_ms,
-    CASE WHEN r.first_token_logged AND r.output_tokens >= 2
+    CASE WHEN r.first_token_logged AND r.output_tokens_logged AND r.output_tokens >= 2
          THEN (epoch_ns(r.end_ts) - epoch_ns(r.first_token_ts)) / 1e6 / (r.output_tokens - 1) END AS tpot_ms,
     (epoch_ns(r.end_ts) - epoch_ns(r.arrival_ts)) / 1e6 AS e2e_ms
 FROM request_phases AS r

@@ -9,14 +9,16 @@
 -- the end of the previous prefill on its endpoint (the latest earlier first token; on its own
 -- replica where the request names one); without
 -- first_token_ts (failed before the first token) the whole request counts as prefill
--- (first_token_logged says which).
+-- (first_token_logged says which). Token counts not logged read 0 here, for the phases' weights
+-- (prompt_tokens_logged / output_tokens_logged say which).
 CREATE OR REPLACE VIEW request_phases AS
 WITH r AS (
     SELECT
         request_id, endpoint, date AS arrival_date, arrival_ts, prefill_start_ts,
         coalesce(first_token_ts, end_ts) AS first_token_ts, end_ts,
         coalesce(prompt_tokens, 0) AS prompt_tokens, coalesce(output_tokens, 0) AS output_tokens, status,
-        first_token_ts IS NOT NULL AS first_token_logged, max_tokens, replica
+        first_token_ts IS NOT NULL AS first_token_logged, max_tokens, replica,
+        prompt_tokens IS NOT NULL AS prompt_tokens_logged, output_tokens IS NOT NULL AS output_tokens_logged
     FROM requests
     WHERE date BETWEEN getvariable('partition_date')::DATE - 1 AND getvariable('partition_date')::DATE
       AND end_ts IS NOT NULL
