@@ -236,7 +236,6 @@ def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tupl
     file that cannot be read is left out here: its own day's run quarantines it and says so."""
     day = con.execute("SELECT getvariable('partition_date')::VARCHAR").fetchall()[0][0]
     if day is None:  # a reader's catalog: job_events holds every day
-        _create_earlier_events(con, JOB_EVENTS.empty_table())
         return con.execute(_JOB_EVENT_RUNS.format(events="job_events")).fetchall()
     midnight = int(dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()) * 10**9
     tables = []
@@ -249,20 +248,12 @@ def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tupl
                 continue
     con.register("_job_events_before", pa.concat_tables(tables) if tables else JOB_EVENTS.empty_table())
     try:
-        con.execute("CREATE OR REPLACE TABLE job_events_earlier AS SELECT * FROM _job_events_before "
+        con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _job_events_before "
                     f"WHERE epoch_ns(end_ts) > {midnight}")
         events = f"(SELECT {', '.join(_EVENT_COLUMNS)} FROM job_events UNION ALL SELECT {', '.join(_EVENT_COLUMNS)} FROM _job_events_before)"
         return [r for r in con.execute(_JOB_EVENT_RUNS.format(events=events)).fetchall() if r[3] > midnight]
     finally:
         con.unregister("_job_events_before")
-
-
-def _create_earlier_events(con: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
-    con.register("_job_events_earlier", table)
-    try:
-        con.execute("CREATE OR REPLACE TABLE job_events_earlier AS SELECT * FROM _job_events_earlier")
-    finally:
-        con.unregister("_job_events_earlier")
 
 
 def _create_gpu_assignments(
@@ -271,11 +262,14 @@ def _create_gpu_assignments(
     """Table `gpu_assignments` (host, gpu, kind, name, from_ts, to_ts, from_ns, to_ns, source): which
     endpoint or job holds each GPU when (collectors/assignments.py), from the inventory, the
     assignments dataset and the job_events this connection sees (for a day: its own and the
-    previous day's runs into it). A computation (partition_date set) stops on a conflict between
+    earlier days' runs into it; temp table ``job_events_earlier``, empty without an inventory). A computation (partition_date set) stops on a conflict between
     sources; the catalog keeps the first, so it still opens. ``inventory`` is the scope's (a
     cluster's hosts); assignments are read from the whole ``full_inventory`` and kept for those
     hosts, so an endpoint another cluster declares can still hold this one's GPUs."""
     held: list[assignments.Held] = []
+    con.register("_no_events", JOB_EVENTS.empty_table())
+    con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _no_events")  # replaced by _job_event_runs
+    con.unregister("_no_events")
     if inventory is not None:
         hosts = {h.name for _, _, h in inventory.iter_hosts()}
         held = [h for h in assignments.static_held(full_inventory or inventory) if h.host in hosts]

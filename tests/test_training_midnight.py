@@ -13,7 +13,8 @@ import pytest
 from collectors.contract import JOB_EVENTS
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
-from collectors.settings import JOB_EVENTS_LOOKBACK_DAYS_ENV
+from collectors.settings import JOB_EVENTS_LOOKBACK_DAYS_ENV, job_events_lookback_days
+from pipeline import remote
 from pipeline.resources import WarehouseResource
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
@@ -145,3 +146,15 @@ def test_a_long_event_adds_its_part_inside_each_day(tmp_path):
     assert coverage == pytest.approx((t[-1] - t[t > MIDNIGHT_NS][0]) / (600 * S), rel=1e-6)  # 00:00:00.5–00:01:59.5
     today = t > MIDNIGHT_NS
     assert kind_w == pytest.approx(trapezoid_between(t[today], p[today], MIDNIGHT_NS, MIDNIGHT_NS + 600 * S) / 600, rel=1e-6)
+
+
+@pytest.mark.parametrize("text", ["-1", "367", "a week"])
+def test_a_bad_lookback_is_a_clear_error(text):
+    with pytest.raises(ValueError, match=r"WATTLINE_JOB_EVENTS_LOOKBACK_DAYS=.*0 to 366 \(default 7\)"):
+        job_events_lookback_days(text)
+
+
+def test_an_s3_cluster_day_stages_the_earlier_days_job_events(monkeypatch):
+    """The work dir of an S3 cluster-day holds the job_events folders of the days the day reads back."""
+    monkeypatch.setenv(JOB_EVENTS_LOOKBACK_DAYS_ENV, "3")
+    assert remote._earlier_days(DAY.isoformat()) == [(DAY - dt.timedelta(days=n)).isoformat() for n in (1, 2, 3)]
