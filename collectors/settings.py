@@ -64,6 +64,13 @@ CAP_ALPHA_ENV = "WATTLINE_CAP_ALPHA"
 """``power_cap_whatif``'s α per GPU model, overriding the built-in ones (``H100=0.3:0.2:0.45,A100=0.2``):
 what ``wattline run --cap-alpha`` sets; a Dagster run config's ``alpha`` takes precedence."""
 
+JOB_EVENTS_LOOKBACK_DAYS_ENV = "WATTLINE_JOB_EVENTS_LOOKBACK_DAYS"
+"""How many earlier days' job_events a day reads for events still running into it (default
+:data:`DEFAULT_JOB_EVENTS_LOOKBACK_DAYS`): a job_events file goes by the day its event starts, so an
+event (or a row marking a whole run) that started up to this many days before still holds its GPUs
+and adds its part of the energy on the day; one that started earlier is not seen."""
+DEFAULT_JOB_EVENTS_LOOKBACK_DAYS = 7
+
 _OFF = ("off", "0", "false", "no")
 
 
@@ -88,6 +95,7 @@ class Settings:
     """The text of WATTLINE_CAP_FACTORS, checked where it is used (pipeline.power_caps)."""
     cap_alpha: str | None = None
     """The text of WATTLINE_CAP_ALPHA, checked where it is used (pipeline.power_caps)."""
+    job_events_lookback_days: int = DEFAULT_JOB_EVENTS_LOOKBACK_DAYS
 
 
 def max_file_rows(value: str | int | None) -> int:
@@ -101,6 +109,20 @@ def max_file_rows(value: str | int | None) -> int:
     if rows <= 0:
         raise ValueError(f"{MAX_FILE_ROWS_ENV}={value!r}: expected a positive number of rows (default {DEFAULT_MAX_FILE_ROWS})")
     return rows
+
+
+def job_events_lookback_days(value: str | int | None) -> int:
+    """Days of earlier job_events a day reads, from a setting's text; a clear error for anything but 0–366."""
+    if value is None or value == "":
+        return DEFAULT_JOB_EVENTS_LOOKBACK_DAYS
+    try:
+        days = int(str(value).strip())
+    except ValueError:
+        days = -1
+    if not 0 <= days <= 366:
+        raise ValueError(f"{JOB_EVENTS_LOOKBACK_DAYS_ENV}={value!r}: expected a whole number of days from 0 to 366 "
+                         f"(default {DEFAULT_JOB_EVENTS_LOOKBACK_DAYS})")
+    return days
 
 
 def grid_step_ms(value: str | int | None) -> int:
@@ -140,4 +162,5 @@ def load() -> Settings:
         first_day=(env(FIRST_DAY_ENV) or "").strip() or None,
         cap_factors=(env(CAP_FACTORS_ENV) or "").strip() or None,
         cap_alpha=(env(CAP_ALPHA_ENV) or "").strip() or None,
+        job_events_lookback_days=job_events_lookback_days(env(JOB_EVENTS_LOOKBACK_DAYS_ENV)),
     )

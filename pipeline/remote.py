@@ -5,8 +5,8 @@ dir the pipeline works in a local *work dir* with the same relative layout as th
 
 - :func:`stage` (before a computation): downloads what the scope reads: ``inventory.yaml``, the
   ``assignments`` dataset (not date-partitioned: every file), the quarantine log, and for a
-  cluster-day its hosts' raw power files, the day's requests and job_events (and the previous
-  day's job_events: a run into the day holds its GPUs) and the cluster's own derived parts; for a
+  cluster-day its hosts' raw power files, the day's requests and job_events (and the earlier
+  days' job_events, $WATTLINE_JOB_EVENTS_LOOKBACK_DAYS back: a run into the day holds its GPUs) and the cluster's own derived parts; for a
   fleet-day the day's derived parts of every table but the per-GPU ones, and the trailing days of
   ``hourly_activity``. Each staged folder is *mirrored*: unchanged files are skipped, files gone
   from the bucket (a re-simulated day, a quarantined file) are deleted locally, so they never
@@ -95,13 +95,13 @@ def stage(root: DataRoot, work: Path, scope: Scope | str | None = None) -> None:
     folders = [ASSIGNMENTS_DIR, f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
     if scope.cluster:
         folders += [inside_key("power", f"date={day}", f"host={h}") for h in _hosts_to_stage(root, work, scope)]
-        folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS] + [f"job_events/date={_previous_day(day)}"]
+        folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS] + [f"job_events/date={d}" for d in _earlier_days(day)]
         folders += [inside_key(DERIVED_DIR, t, f"date={day}", f"cluster={scope.cluster}") for t in sqlfiles.table_names()]
     elif scope.fleet:
         folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in sqlfiles.table_names() if t not in PER_GPU_TABLES]
         folders += [f"{DERIVED_DIR}/hourly_activity/date={d}" for d in _trailing_days(day)]
     else:  # a whole day without a scope (a local-style run of one date)
-        folders += [f"{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)] + [f"job_events/date={_previous_day(day)}"]
+        folders += [f"{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)] + [f"job_events/date={d}" for d in _earlier_days(day)]
         folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in sqlfiles.table_names()]
     mirror_all(root, work, folders)
 
@@ -142,9 +142,10 @@ def mirror_for_readers(value: str | os.PathLike | DataRoot, date: str | None = N
     return work, bool(changed) or not warehouse_path(work).exists()
 
 
-def _previous_day(day: str) -> str:
-    """The day before: its job events that run past midnight hold GPUs on ``day``."""
-    return (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
+def _earlier_days(day: str) -> list[str]:
+    """The days before ``day`` whose job events can still run into it (job_events_lookback_days)."""
+    d = dt.date.fromisoformat(day)
+    return [(d - dt.timedelta(days=n)).isoformat() for n in range(1, load().job_events_lookback_days + 1)]
 
 
 def _trailing_days(day: str) -> list[str]:

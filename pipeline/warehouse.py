@@ -223,32 +223,37 @@ SELECT job, host, min(a), max(b) FROM r GROUP BY job, host, run ORDER BY ALL
 """A job's events on a host merged into runs (events that touch or overlap are one run)."""
 
 _EVENT_COLUMNS = ["job", "host", "start_ts", "end_ts"]
-_EVENT_SCHEMA = pa.schema([JOB_EVENTS.field(c) for c in _EVENT_COLUMNS])
 
 
 def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tuple[str, str, int, int]]:
     """Runs of job events (job, host, start ns, end ns) that can hold a GPU on the computed day:
     those of the day's ``job_events`` and, since a file of job_events goes by the day its event
-    starts, the runs of the previous day's events that reach past midnight, from where they
-    started (a run that started yesterday holds its GPUs today too). A previous-day file that
-    cannot be read is left out here: its own day's run quarantines it and says so."""
+    starts, the runs of earlier days' events that reach past midnight, from where they started (a
+    run that started yesterday holds its GPUs today too). Earlier days are read back
+    ``job_events_lookback_days`` (collectors/settings.py): an event longer than a day still holds
+    its GPUs on the third. Those earlier events that end after midnight are also kept whole in the
+    table ``job_events_earlier`` (training_energy counts their part inside the day). An earlier
+    file that cannot be read is left out here: its own day's run quarantines it and says so."""
     day = con.execute("SELECT getvariable('partition_date')::VARCHAR").fetchall()[0][0]
     if day is None:  # a reader's catalog: job_events holds every day
         return con.execute(_JOB_EVENT_RUNS.format(events="job_events")).fetchall()
-    previous = (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
     midnight = int(dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()) * 10**9
     tables = []
-    for f in raw_files(data_dir, "job_events", previous):
-        try:
-            tables.append(pq.read_table(f, columns=_EVENT_COLUMNS).cast(_EVENT_SCHEMA))
-        except (OSError, pa.ArrowException, ValueError):
-            continue
-    con.register("_previous_day_job_events", pa.concat_tables(tables) if tables else _EVENT_SCHEMA.empty_table())
+    for back in range(1, load().job_events_lookback_days + 1):
+        earlier = (dt.date.fromisoformat(day) - dt.timedelta(days=back)).isoformat()
+        for f in raw_files(data_dir, "job_events", earlier):
+            try:
+                tables.append(pq.read_table(f, columns=JOB_EVENTS.names).cast(JOB_EVENTS))
+            except (OSError, pa.ArrowException, ValueError):
+                continue
+    con.register("_job_events_before", pa.concat_tables(tables) if tables else JOB_EVENTS.empty_table())
     try:
-        events = f"(SELECT {', '.join(_EVENT_COLUMNS)} FROM job_events UNION ALL SELECT * FROM _previous_day_job_events)"
+        con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _job_events_before "
+                    f"WHERE epoch_ns(end_ts) > {midnight}")
+        events = f"(SELECT {', '.join(_EVENT_COLUMNS)} FROM job_events UNION ALL SELECT {', '.join(_EVENT_COLUMNS)} FROM _job_events_before)"
         return [r for r in con.execute(_JOB_EVENT_RUNS.format(events=events)).fetchall() if r[3] > midnight]
     finally:
-        con.unregister("_previous_day_job_events")
+        con.unregister("_job_events_before")
 
 
 def _create_gpu_assignments(
@@ -257,11 +262,14 @@ def _create_gpu_assignments(
     """Table `gpu_assignments` (host, gpu, kind, name, from_ts, to_ts, from_ns, to_ns, source): which
     endpoint or job holds each GPU when (collectors/assignments.py), from the inventory, the
     assignments dataset and the job_events this connection sees (for a day: its own and the
-    previous day's runs into it). A computation (partition_date set) stops on a conflict between
+    earlier days' runs into it; temp table ``job_events_earlier``, empty without an inventory). A computation (partition_date set) stops on a conflict between
     sources; the catalog keeps the first, so it still opens. ``inventory`` is the scope's (a
     cluster's hosts); assignments are read from the whole ``full_inventory`` and kept for those
     hosts, so an endpoint another cluster declares can still hold this one's GPUs."""
     held: list[assignments.Held] = []
+    con.register("_no_events", JOB_EVENTS.empty_table())
+    con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _no_events")  # replaced by _job_event_runs
+    con.unregister("_no_events")
     if inventory is not None:
         hosts = {h.name for _, _, h in inventory.iter_hosts()}
         held = [h for h in assignments.static_held(full_inventory or inventory) if h.host in hosts]

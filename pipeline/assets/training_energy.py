@@ -9,7 +9,8 @@ TRAINING_ENERGY = Table(
     "Per training job and day, one row per gap kind: steps, median iteration time, J per step and "
     "per token, mean power per GPU in steps vs gaps, gap energy/time shares, and the power drop each "
     "kind of boundary causes (median, max W over the job's GPUs). Event energies are E(end) − E(start) "
-    "on energy_curve, exact at the events' own timestamps; the boundary drops and the power-only "
+    "on energy_curve, exact at the events' own timestamps and clipped to the day (earlier days' events still running count "
+    "their part inside it; a step counts on the day it ends); the boundary drops and the power-only "
     "labelling use the 100 ms grid. power_coverage: the share of the events' GPU-time with power samples "
     "(energies NULL where none).",
     "cluster-day",

@@ -3,10 +3,11 @@
 -- and, for each event and each of the job's GPUs on its host while the job held it (gpu_assignments), the energy E(end) − E(start) from
 -- energy_curve (trapezoid between samples, linear inside a sample interval: exact at the
 -- events' own timestamps; a GPU without samples that day adds neither energy nor time):
---   steps              distinct step numbers of the day's `step` events
+--   steps              distinct step numbers of the `step` events that end in the day (a step
+--                      across midnight counts on the day it ends; its energy is split at midnight)
 --   median_step_s      median iteration time: one step's start to the next step's start, per host
 --   j_per_step         energy of the job's GPUs over all its events (steps and gaps) ÷ steps (J)
---   j_per_token        the same energy ÷ the tokens of the step events (hosts log their share)
+--   j_per_token        the same energy ÷ the tokens of the step events ending in the day (hosts log their share)
 --   step_mean_w        mean power per GPU during steps; gap_mean_w during all gap kinds (W)
 --   gap_energy_share   share of the job's event energy / time spent in gaps
 --   kind_mean_w        mean power per GPU during this row's gap kind (W)
@@ -34,12 +35,20 @@ JOIN _job_held AS i ON i.host = g.host AND i.gpu = g.gpu AND epoch_ns(g.ts) >= i
 WHERE g.date = getvariable('partition_date')
 GROUP BY ALL;
 
+-- the day's events and the earlier days' events still running after midnight (job_events_earlier:
+-- a file goes by the day its event starts; pipeline/warehouse.py reads $WATTLINE_JOB_EVENTS_LOOKBACK_DAYS
+-- back), of the hosts this scope holds jobs on
 CREATE OR REPLACE TEMP TABLE _events AS
 SELECT
     job, host, step, kind, tokens, start_ts, end_ts,
     slot_100ms(start_ts) AS s0, slot_100ms(end_ts) AS s1
-FROM job_events
-WHERE date = getvariable('partition_date') AND end_ts > start_ts;
+FROM (
+    SELECT job, host, step, kind, tokens, start_ts, end_ts FROM job_events WHERE date = getvariable('partition_date')
+    UNION ALL
+    SELECT job, host, step, kind, tokens, start_ts, end_ts FROM job_events_earlier
+    WHERE end_ts > day_start() AND host IN (SELECT host FROM _job_held)
+)
+WHERE end_ts > start_ts;
 
 -- Each event × each of the job's GPUs on that host that has samples that day, clipped to the day
 -- and to the time the job held the GPU.
@@ -119,9 +128,9 @@ job_totals AS (
         coalesce(sum(host_s) FILTER (kind <> 'step'), 0) / nullif(sum(host_s), 0) AS gap_time_share
     FROM by_kind GROUP BY ALL
 ),
-steps AS (
+steps AS (  -- a step and its tokens count on the day it ends (its energy is split at midnight)
     SELECT job, count(DISTINCT step) AS steps, sum(tokens) AS tokens
-    FROM _events WHERE kind = 'step' GROUP BY ALL
+    FROM _events WHERE kind = 'step' AND end_ts > day_start() AND end_ts <= day_end() GROUP BY ALL
 ),
 iterations AS (
     SELECT job, median(epoch(next_start) - epoch(start_ts)) AS median_step_s
