@@ -125,7 +125,7 @@ def test_from_power_only(built):
     warned = {c.check: c for c in outcome.failed_checks if c.asset == "training_energy"}
     # and job-a's last event ends 137 ms after its GPUs' last sample (events logged 37 ms late): said, not hidden
     assert set(warned) == {"events_cover_jobs", "power_coverage"}
-    assert warned["power_coverage"].description == "training jobs without full power coverage: job-a: 99.9 % of its events' GPU-time had power samples"
+    assert warned["power_coverage"].description == "training jobs without full power coverage: job-a: 99.901 % of its events' GPU-time had power samples"
     coverage = con.execute("select any_value(power_coverage) from t where job = 'job-a'").fetchone()[0]
     assert coverage == pytest.approx(1 - 0.137 / (len(levels) / 10), abs=1e-9)
 
