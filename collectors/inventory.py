@@ -65,10 +65,10 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "mxfp8", "mxf
 """Number formats of a model's weights (and activations) that later work turns into bytes per parameter;
 written in any case (``BF16`` reads as ``bf16``)."""
 TRAFFIC_PROFILES = ("conv", "code")
+"""The simulator's traffic profiles (``collectors.simulate.traffic.PROFILES``; the core imports nothing of ours)."""
 BATCHING_POLICIES = ("continuous", "static")
 """How an endpoint's engine batches requests: ``continuous`` admits each request between decode steps
 (vLLM, SGLang); ``static`` runs one padded batch to its end before forming the next."""
-"""The simulator's traffic profiles (``collectors.simulate.traffic.PROFILES``; the core imports nothing of ours)."""
 KUBERNETES_LABELS = ("pod", "namespace", "container")
 """dcgm-exporter's Kubernetes labels (its pod-resources mapping): which pod holds a GPU."""
 _PROMETHEUS_LABEL = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -384,9 +384,9 @@ class Inventory(_Strict):
     """Timed assignments written in the inventory: they override the hosts' lists for their GPU and time."""
 
     _specs: dict[tuple[str, str], dict] = PrivateAttr(default_factory=dict)
+    """(kind, name) → the keys of that endpoint or job as a whole, gathered from all its hosts."""
     _uuid_places: dict[str, tuple[str, int]] = PrivateAttr(default_factory=dict)
     """A GPU's UUID (casefolded) → its (host, gpu index)."""
-    """(kind, name) → the keys of that endpoint or job as a whole, gathered from all its hosts."""
 
     @model_validator(mode="after")
     def _names_unique(self) -> Inventory:
@@ -430,7 +430,7 @@ class Inventory(_Strict):
         """(host, gpu index) of a GPU named by its place or its UUID (both given: they must agree);
         None when the inventory has no such GPU."""
         if uuid is not None:
-            found = self._uuid_places.get(uuid.casefold())
+            found = self.place_of_uuid(uuid)
             if found is None or (host is not None and (host, gpu) != found):
                 return None
             return found

@@ -29,19 +29,13 @@ def command() -> None:
 @data_dir_option
 def nvidia_smi(files: tuple[Path, ...], host: str, tz: str | None, power_draw: str, data_dir: Path) -> None:
     """Convert nvidia-smi --query-gpu CSV logs (csv or csv,nounits) to UTC power rows; bad lines are quarantined."""
-    from collectors.inventory import InventoryError, load_inventory
     from collectors.nvidia_smi import ImportError_, import_files
 
     try:  # the host becomes the power/date=D/host=H folder: checked before anything is read
         check_path_name(host, "--host")
     except BadName as exc:
         raise UserError(str(exc)) from None
-    inventory = None  # a GPU whose uuid column it knows goes where it puts that UUID
-    if (Path(data_dir) / "inventory.yaml").is_file():
-        try:
-            inventory = load_inventory(Path(data_dir) / "inventory.yaml")
-        except InventoryError as exc:
-            raise UserError(str(exc)) from None
+    inventory = _local_inventory(data_dir)  # a GPU whose uuid column it knows goes where it puts that UUID
     try:
         res = import_files(list(files), data_dir, host, tz=tz, power_draw=power_draw, inventory=inventory)
     except ImportError_ as exc:
@@ -102,18 +96,15 @@ def prometheus(url, start, end, step, metric, energy_metric, limit_metric, host_
     """Import dcgm-exporter power (and energy) series from Prometheus as `power` rows (source dcgm), and with
     the inventory's `kubernetes:` rules, who held each GPU when (from its pod labels) as `assignments`."""
     from collectors import assignments as asg
-    from collectors.inventory import KUBERNETES_LABELS, InventoryError, load_inventory
+    from collectors.inventory import KUBERNETES_LABELS
     from collectors.prometheus import PrometheusError, assignment_rows, fetch, place_gpus, query_name, store_power, stub_inventory
 
     start_s, end_s = _instant(start, "--start"), _instant(end, "--end")
     step_s = _seconds(step)
     inventory, labels = None, ()
-    if not print_inventory and (Path(data_dir) / "inventory.yaml").is_file():
-        try:
-            inventory = load_inventory(Path(data_dir) / "inventory.yaml")
-        except InventoryError as exc:
-            raise UserError(str(exc)) from None
-        if inventory.kubernetes is not None and inventory.kubernetes.rules:
+    if not print_inventory:
+        inventory = _local_inventory(data_dir)
+        if inventory is not None and inventory.kubernetes is not None and inventory.kubernetes.rules:
             labels = tuple(getattr(inventory.kubernetes.labels, k) for k in KUBERNETES_LABELS)
     try:
         if print_inventory:
@@ -217,6 +208,19 @@ def _quarantine_assignments(data_dir, stem: str, bad: list[tuple[dict, str]]) ->
              for row, why in bad]
     DataRoot.open(data_dir).write_bytes(f"{QUARANTINE_DIR}/assignments/{stem}-{uuid.uuid4().hex[:12]}.jsonl",
                                         "".join(lines).encode())
+
+
+def _local_inventory(data_dir):
+    """The local data dir's inventory.yaml where there is one (None without), or a UserError."""
+    from collectors.inventory import INVENTORY_FILE, InventoryError, load_inventory
+
+    path = Path(data_dir) / INVENTORY_FILE
+    if not path.is_file():
+        return None
+    try:
+        return load_inventory(path)
+    except InventoryError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _root_inventory(root):
