@@ -57,17 +57,22 @@ def clusters(data_dir: Path) -> list[str]:
     return [c.name for f in inventory.fleets for c in f.clusters] if inventory else []
 
 
-def cluster_members(inventory: Inventory, cluster: str, data_dir: Path | None = None) -> tuple[list[str], list[str]]:
+def stored_assignments(inventory: Inventory, data_dir: Path) -> list[dict]:
+    """The rows of the data dir's assignments dataset that the inventory accepts (host and gpu
+    resolved; collectors.assignments.check_rows)."""
+    return assignments.check_rows(inventory, pa.Table.from_pylist(assignments.existing_rows(data_dir), schema=ASSIGNMENTS))[0]
+
+
+def cluster_members(inventory: Inventory, cluster: str, stored: list[dict] | None = None) -> tuple[list[str], list[str]]:
     """The cluster's host names and inference endpoint names: those its hosts list, and those an
-    assignment (the inventory's timed ``assignments:``, and with ``data_dir`` the assignments
-    dataset) puts on one of its GPUs at some time, wherever the inventory declares them; the
-    cluster-day sees those endpoints' requests and counts them only while they held its GPUs."""
+    assignment (the inventory's timed ``assignments:``, and ``stored``: the assignments dataset's
+    rows, :func:`stored_assignments`) puts on one of its GPUs at some time, wherever the inventory
+    declares them; the cluster-day sees those endpoints' requests and counts them only while they
+    held its GPUs."""
     hosts = [h for _, c, h in inventory.iter_hosts() if c.name == cluster]
     names = [h.name for h in hosts]
     endpoints = [e.name for h in hosts for e in h.endpoints]
-    rows = inventory.timed_assignment_rows()
-    if data_dir is not None:
-        rows += assignments.check_rows(inventory, pa.Table.from_pylist(assignments.existing_rows(data_dir), schema=ASSIGNMENTS))[0]
+    rows = inventory.timed_assignment_rows() + (stored or [])
     for row in rows:
         if row["kind"] == "endpoint" and row["host"] in names and row["name"] not in endpoints:
             endpoints.append(row["name"])

@@ -34,13 +34,13 @@ import pyarrow.parquet as pq
 
 from collectors import assignments
 from collectors.atomic import TMP_PREFIX, fsync_dir
-from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS, DATASETS, JOB_EVENTS
+from collectors.contract import ADDED_COLUMNS, DATASETS, JOB_EVENTS
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import load
 from pipeline import columns, file_quarantine, remote, sqlfiles
 from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
-from pipeline.datadir import cluster_members, linked_paths, load_inventory_if_any, raw_files
+from pipeline.datadir import cluster_members, linked_paths, load_inventory_if_any, raw_files, stored_assignments
 from pipeline.entities import entity_rows
 from pipeline.scope import (
     ALWAYS_DEFINED,
@@ -257,7 +257,8 @@ def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tupl
 
 
 def _create_gpu_assignments(
-    con: duckdb.DuckDBPyConnection, data_dir: Path, inventory: Inventory | None, full_inventory: Inventory | None = None
+    con: duckdb.DuckDBPyConnection, data_dir: Path, inventory: Inventory | None, full_inventory: Inventory | None = None,
+    stored: list[dict] | None = None,
 ) -> None:
     """Table `gpu_assignments` (host, gpu, kind, name, from_ts, to_ts, from_ns, to_ns, source): which
     endpoint or job holds each GPU when (collectors/assignments.py), from the inventory, the
@@ -265,7 +266,8 @@ def _create_gpu_assignments(
     earlier days' runs into it; temp table ``job_events_earlier``, empty without an inventory). A computation (partition_date set) stops on a conflict between
     sources; the catalog keeps the first, so it still opens. ``inventory`` is the scope's (a
     cluster's hosts); assignments are read from the whole ``full_inventory`` and kept for those
-    hosts, so an endpoint another cluster declares can still hold this one's GPUs."""
+    hosts, so an endpoint another cluster declares can still hold this one's GPUs. ``stored``: the
+    assignments dataset's accepted rows where the caller has read them already (stored_assignments)."""
     held: list[assignments.Held] = []
     con.register("_no_events", JOB_EVENTS.empty_table())
     con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _no_events")  # replaced by _job_event_runs
@@ -273,8 +275,7 @@ def _create_gpu_assignments(
     if inventory is not None:
         hosts = {h.name for _, _, h in inventory.iter_hosts()}
         held = [h for h in assignments.static_held(full_inventory or inventory) if h.host in hosts]
-        good, _ = assignments.check_rows(full_inventory or inventory,
-                                         pa.Table.from_pylist(assignments.existing_rows(data_dir), schema=ASSIGNMENTS))
+        good = stored if stored is not None else stored_assignments(full_inventory or inventory, data_dir)
         held += [h for h in assignments.rows_held(good) if h.host in hosts]
         held += assignments.job_event_held(inventory, _job_event_runs(con, data_dir))  # only (job, host) pairs this inventory lists
     computing = con.execute("SELECT getvariable('partition_date') IS NOT NULL").fetchall()[0][0]
@@ -383,6 +384,7 @@ def create_views(
     sees no raw power samples and no per-GPU table)."""
     raw_overrides = raw_overrides or {}
     inventory = full_inventory = load_inventory_if_any(data_dir)
+    stored = None  # the assignments dataset, read once for the cluster's members and gpu_assignments
     filters: dict[str, str] = {}
     if scope and scope.cluster == UNASSIGNED:  # hosts missing from the inventory: per GPU only
         known = [h.name for _, _, h in inventory.iter_hosts()] if inventory else []
@@ -391,7 +393,8 @@ def create_views(
     elif scope and scope.cluster:
         if inventory is None:
             raise WarehouseError(f"no {INVENTORY_FILE}: cannot tell which hosts are in cluster {scope.cluster!r}")
-        hosts, endpoints = cluster_members(inventory, scope.cluster, data_dir)
+        stored = stored_assignments(inventory, data_dir)
+        hosts, endpoints = cluster_members(inventory, scope.cluster, stored)
         full_inventory, inventory = inventory, cluster_inventory(inventory, scope.cluster)
         filters = {"power": _in_list("host", hosts), "requests": _in_list("endpoint", endpoints), "job_events": _in_list("host", hosts)}
     for name in DATASETS:
@@ -418,7 +421,7 @@ def create_views(
         if table not in present:
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
     _create_inventory_tables(con, inventory)
-    _create_gpu_assignments(con, data_dir, inventory, full_inventory)
+    _create_gpu_assignments(con, data_dir, inventory, full_inventory, stored)
     con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)
