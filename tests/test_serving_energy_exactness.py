@@ -31,6 +31,7 @@ from tests.builders import DAY, power_table
 from tests.phase_fixtures import T0
 
 DATE = DAY.isoformat()
+FAILED_CHECKS: list = []
 S = 1_000_000_000
 SECONDS = 120
 POWER_W = 300.0
@@ -74,6 +75,7 @@ def day(tmp_path_factory):
                   d, "requests", prefix="req")
     outcome = run_day(d, DATE, selection=ASSETS)
     assert outcome.success, outcome.error
+    FAILED_CHECKS[:] = outcome.failed_checks
     con = duckdb.connect()
     con.register("energy_per_token", read_day(d, "energy_per_token", DATE))
     con.register("request_energy", read_day(d, "request_energy", DATE))
@@ -127,3 +129,17 @@ def test_a_bucket_with_no_gpu_held_has_no_energy_not_zero(day):
     assert batch["requests"] == 1
     assert batch["energy_j"] is None
     assert _row(day, "all", "all", "f")["energy_j"] == pytest.approx(POWER_W * 80, rel=1e-9)  # the 80 s it held GPU 1
+
+
+def test_a_request_while_its_endpoint_holds_no_gpu_has_no_energy(day):
+    """f1 runs 50-60 s; f holds GPU 1 only from 80 s: nothing of f was measured while it ran, so its
+    coverage is 0 and its energies NULL (not 1.0 and 0 J, which read as a free request)."""
+    got = day.execute("SELECT power_coverage, prefill_j, decode_j, total_j, j_per_output_token FROM request_energy "
+                      "WHERE request_id = 'f1'").fetchone()
+    assert got == (0.0, None, None, None, None)
+    batch = _row(day, "batch_size", "1", "f")
+    assert batch["j_per_output_token"] is None and batch["j_per_prompt_token"] is None
+    # an assignment, not a clock: the coverage WARN says so, and no ERROR blocks the day
+    warned = {c.check: c for c in FAILED_CHECKS if c.asset == "request_energy"}
+    assert "requests_meet_power" not in warned
+    assert "1 ran while f held no GPU" in warned["power_coverage"].description

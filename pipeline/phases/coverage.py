@@ -14,6 +14,8 @@ the ERROR check estimates that offset so the message can say how to re-import.
   correlation on a 1 s grid (FFT), refined on the samples' own instants.
 - requests_meet_power (python check, ERROR): per endpoint with requests and no coverage at all
   while its GPUs have power within ±14 h (that day or the days either side), the offset estimate.
+  An endpoint that held no GPU while any of its requests ran, and whose requests no offset lines
+  up with its power, is left to the power_coverage WARN: its assignments say so, not its clock.
 """
 
 from __future__ import annotations
@@ -226,6 +228,12 @@ _REQUESTS = """
 SELECT epoch_ns(prefill_start_ts) AS a, epoch_ns(first_token_ts) AS ft, epoch_ns(end_ts) AS b
 FROM request_phases WHERE endpoint = $endpoint AND arrival_ts >= day_start()
 """
+_HELD_WHILE_RUNNING = """
+SELECT count(*) FROM request_phases AS r
+WHERE r.endpoint = $endpoint AND r.arrival_ts >= day_start() AND EXISTS (
+    SELECT 1 FROM gpu_assignments AS a WHERE a.kind = 'endpoint' AND a.name = r.endpoint
+      AND a.from_ns <= epoch_ns(r.end_ts) AND a.to_ns > epoch_ns(r.prefill_start_ts))
+"""
 
 
 def _endpoint_power(con, endpoint: str, files: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -260,7 +268,10 @@ def requests_meet_power(con, adjacent_power_files: list[str] | None = None, **_)
         if not len(t):
             continue  # no power at all near these requests: incomplete (power_coverage WARNs), not wrong
         est = estimate_offset(a, ft, b, t, w)
-        if est is None or est["correlation"] < MIN_CORRELATION:
+        unaligned = est is None or est["correlation"] < MIN_CORRELATION
+        if unaligned and con.execute(_HELD_WHILE_RUNNING, {"endpoint": endpoint}).fetchone()[0] == 0:
+            continue  # it held no GPU while they ran (an assignment, not a clock): power_coverage WARNs
+        if unaligned:
             text = f"endpoint {endpoint}: none of its {n_requests} requests overlaps its GPUs' power, and no clock offset within ±14 h lines them up"
         else:
             text = f"endpoint {endpoint}: {describe_offset(est['offset_s'])}"

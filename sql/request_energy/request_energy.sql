@@ -39,7 +39,8 @@ covered AS (
     GROUP BY ALL
 )
 SELECT r.request_id, r.endpoint,
-       coalesce(least(coalesce(c.gpu_ns, 0) / h.held_ns::DOUBLE, 1.0), 0.0) AS power_coverage
+       -- least() skips NULLs: without this CASE a request whose endpoint held no GPU read 1.0
+       CASE WHEN h.held_ns > 0 THEN least(coalesce(c.gpu_ns, 0) / h.held_ns::DOUBLE, 1.0) ELSE 0.0 END AS power_coverage
 FROM req AS r LEFT JOIN held AS h USING (request_id, endpoint) LEFT JOIN covered AS c USING (request_id, endpoint);
 
 CREATE OR REPLACE TEMP TABLE _charged AS
