@@ -25,6 +25,7 @@ import pytest
 from collectors.contract import REQUESTS
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
+from pipeline.readonly import connect_readonly
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
@@ -32,6 +33,7 @@ from tests.phase_fixtures import T0
 
 DATE = DAY.isoformat()
 FAILED_CHECKS: list = []
+DATA_DIRS: list = []
 S = 1_000_000_000
 SECONDS = 120
 POWER_W = 300.0
@@ -76,6 +78,7 @@ def day(tmp_path_factory):
     outcome = run_day(d, DATE, selection=ASSETS)
     assert outcome.success, outcome.error
     FAILED_CHECKS[:] = outcome.failed_checks
+    DATA_DIRS[:] = [d]
     con = duckdb.connect()
     con.register("energy_per_token", read_day(d, "energy_per_token", DATE))
     con.register("request_energy", read_day(d, "request_energy", DATE))
@@ -143,3 +146,10 @@ def test_a_request_while_its_endpoint_holds_no_gpu_has_no_energy(day):
     warned = {c.check: c for c in FAILED_CHECKS if c.asset == "request_energy"}
     assert "requests_meet_power" not in warned
     assert "1 ran while f held no GPU" in warned["power_coverage"].description
+
+
+def test_length_buckets_of_a_count_not_logged_read_unknown_in_ad_hoc_sql(day):
+    """The catalog's bucket macros give 'unknown' for NULL (they put it in the top bucket)."""
+    con = connect_readonly(DATA_DIRS[0])
+    got = con.execute("SELECT prompt_len_bucket(NULL), output_len_bucket(NULL), prompt_len_bucket(20000), output_len_bucket(2000)").fetchone()
+    assert got == ("unknown", "unknown", "16k+", "1k+")

@@ -280,8 +280,8 @@ req_buckets AS (
     FROM req_limited AS q
     CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(CASE WHEN q.replica_exact THEN q.replica_batch
                                                                                           ELSE q.mean_batch / q.replicas END), 1))),
-                               ('prompt_len', CASE WHEN q.prompt_tokens IS NULL THEN 'unknown' ELSE prompt_len_bucket(q.prompt_tokens) END),
-                               ('output_len', CASE WHEN q.output_tokens IS NULL THEN 'unknown' ELSE output_len_bucket(q.output_tokens) END),
+                               ('prompt_len', prompt_len_bucket(q.prompt_tokens)),
+                               ('output_len', output_len_bucket(q.output_tokens)),
                                ('max_tokens', max_tokens_bucket(q.max_tokens)),
                                ('hour', lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')), ('gpu_model', q.ep_gpu_model),
                                ('model', coalesce(q.ep_model, 'unknown')),

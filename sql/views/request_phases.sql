@@ -62,20 +62,20 @@ WITH iv AS (
 SELECT *, a_ns // 100000000 AS sa, (b_ns - 1) // 100000000 AS sb, weight_tokens / (b_ns - a_ns)::DOUBLE AS rate
 FROM iv;
 
--- Bucket labels of energy_per_token (the "From Words to Watts" axes).
+-- Bucket labels of energy_per_token (the "From Words to Watts" axes); a count not logged is 'unknown'.
 CREATE OR REPLACE MACRO batch_bucket(n) AS
     CASE WHEN n IS NULL OR n < 1 THEN NULL WHEN n <= 1 THEN '1' WHEN n <= 2 THEN '2' WHEN n <= 4 THEN '3-4'
          WHEN n <= 8 THEN '5-8' WHEN n <= 16 THEN '9-16' WHEN n <= 32 THEN '17-32' WHEN n <= 64 THEN '33-64' ELSE '65+' END;
 
 CREATE OR REPLACE MACRO prompt_len_bucket(n) AS
-    CASE WHEN n < 256 THEN '<256' WHEN n < 1024 THEN '256-1k' WHEN n < 4096 THEN '1k-4k' WHEN n < 16384 THEN '4k-16k' ELSE '16k+' END;
+    CASE WHEN n IS NULL THEN 'unknown' WHEN n < 256 THEN '<256' WHEN n < 1024 THEN '256-1k' WHEN n < 4096 THEN '1k-4k' WHEN n < 16384 THEN '4k-16k' ELSE '16k+' END;
 
 CREATE OR REPLACE MACRO max_tokens_bucket(n) AS
     CASE WHEN n IS NULL THEN 'unknown' WHEN n <= 256 THEN '≤256' WHEN n <= 1024 THEN '257-1024'
          WHEN n <= 4096 THEN '1025-4096' ELSE '4097+' END;
 
 CREATE OR REPLACE MACRO output_len_bucket(n) AS
-    CASE WHEN n < 64 THEN '<64' WHEN n < 256 THEN '64-256' WHEN n < 1024 THEN '256-1k' ELSE '1k+' END;
+    CASE WHEN n IS NULL THEN 'unknown' WHEN n < 64 THEN '<64' WHEN n < 256 THEN '64-256' WHEN n < 1024 THEN '256-1k' ELSE '1k+' END;
 
 -- A float sum that does not depend on how the rows were split across threads (exact in DECIMAL),
 -- so re-materializing a day gives identical tables. Use CASE instead of FILTER with it.
