@@ -554,14 +554,15 @@ def assignment_rows(res: ImportResult, inventory: Inventory) -> tuple[list[dict]
     """Who held each GPU when, from its series' pod labels and the inventory's ``kubernetes:``
     rules: runs of steps whose series map to one endpoint or job, each [first step, last step +
     step). A GPU is named by its UUID where the inventory knows it, else by its host and index
-    labels (:func:`place_gpus`, as the power rows are). Also the steps whose pod no rule maps, per
-    ``namespace/pod``."""
+    labels (:func:`place_gpus`, as the power rows are; placed here unless the caller already did).
+    Also the steps whose pod no rule maps, per ``namespace/pod``."""
     rules = inventory.kubernetes
     rows: list[dict] = []
     unmatched: Counter = Counter()
     if rules is None or not rules.rules:
         return rows, unmatched
-    place_gpus(res, inventory)
+    if res.places is None:
+        place_gpus(res, inventory)
     step_ms = int(round(res.step_s * 1000))
     owner = [rules.workload_for(labels) for labels in res.series_labels]
     pod, namespace = rules.labels.pod, rules.labels.namespace
