@@ -158,6 +158,14 @@ def test_job_steps_and_the_rest_under_the_hosts_limit(known, factor):
         assert (row["gpus"], row["enforced_limit_w"]) == (2, 350.0)
 
 
+def test_each_row_says_where_its_limit_came_from(known):
+    """No GPU here reports a limit: the inference GPU's is its TDP, the training host's its inventory
+    power_limit_w, and the cluster mixes both."""
+    _, con, _, _ = known
+    got = dict(con.execute("SELECT entity, any_value(limit_source) FROM t WHERE phase = 'all' GROUP BY ALL").fetchall())
+    assert got == {"ep-a": "tdp", "job-a": "inventory", "inf-0": "tdp", "trn-0": "inventory", "c0": "inventory; tdp"}
+
+
 def test_hosts_and_cluster_capped_power_and_hosts_that_fit(known):
     _, con, _, levels = known
     for factor in (1.0, 0.7):

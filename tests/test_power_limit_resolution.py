@@ -59,6 +59,7 @@ def test_caps_follow_the_reported_limit_in_force(day, factor):
         "SELECT cap_w, enforced_limit_w, energy_above_cap_j, time_above_share, est_energy_j, energy_j FROM t "
         "WHERE level = 'endpoint' AND entity = 'ep-a' AND phase = 'all' AND cap_factor = ?", [factor]).fetchone()
     assert enforced == pytest.approx(np.median(limits))
+    assert con.execute("SELECT DISTINCT limit_source FROM t").fetchall() == [("reported",)]
     assert cap_w == pytest.approx(np.median(caps))
     assert above_j == pytest.approx(np.maximum(levels - caps, 0).sum(), rel=1e-6)
     assert time_share == pytest.approx((levels > caps).mean(), rel=1e-9)

@@ -63,7 +63,9 @@ CREATE OR REPLACE TEMP TABLE _cap_gpu_limits AS SELECT * FROM gpu_limit_minutes;
 CREATE OR REPLACE TEMP TABLE _cap_s AS
 SELECT p.host, p.gpu, epoch_ns(p.ts) // 1000000000 AS sec, p.mean_w::DOUBLE AS w, p.energy_j AS e,
        i.cluster, he.name AS endpoint, hj.name AS job, coalesce(i.gpu_model, 'unknown') AS gpu_model,
-       coalesce(l.limit_w, f.first_w, i.power_limit_w, i.tdp_w)::DOUBLE AS limit_w
+       coalesce(l.limit_w, f.first_w, i.power_limit_w, i.tdp_w)::DOUBLE AS limit_w,
+       CASE WHEN coalesce(l.limit_w, f.first_w) IS NOT NULL THEN 'reported'
+            WHEN i.power_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source
 FROM power_1s AS p
 JOIN inventory_gpus AS i USING (host, gpu)
 LEFT JOIN held_gpus('endpoint') AS he
@@ -127,7 +129,7 @@ SELECT 'cluster', cluster, * EXCLUDE (endpoint, job, cluster) FROM labelled WHER
 
 CREATE OR REPLACE TEMP TABLE _cap_rows AS
 WITH per_second AS (
-    SELECT x.level, x.entity, x.phase, x.host, x.gpu, x.gpu_model, x.limit_w, f.cap_factor, x.weight, x.e, x.w,
+    SELECT x.level, x.entity, x.phase, x.host, x.gpu, x.gpu_model, x.limit_w, x.limit_source, f.cap_factor, x.weight, x.e, x.w,
            f.cap_factor * x.limit_w AS cap_w,
            x.w > f.cap_factor * x.limit_w AS above,
            f.cap_factor < 1 AND x.w > f.cap_factor * x.limit_w AS stretched,
@@ -141,6 +143,7 @@ SELECT level, entity, phase, cap_factor,
        CASE WHEN count(DISTINCT gpu_model) = 1 THEN any_value(gpu_model) ELSE 'mixed' END AS gpu_model,
        count(DISTINCT (host, gpu))::INTEGER AS gpus,
        median(limit_w) AS enforced_limit_w,
+       string_agg(DISTINCT limit_source, '; ' ORDER BY limit_source) AS limit_source,
        median(cap_w) AS cap_w,
        xsum(weight) AS gpu_seconds,
        xsum(weight * e) AS energy_j,
@@ -197,6 +200,7 @@ SELECT
     r.cap_factor,
     r.cap_w::FLOAT AS cap_w,
     r.enforced_limit_w::FLOAT AS enforced_limit_w,
+    r.limit_source,
     r.gpu_model,
     r.gpus,
     r.gpu_seconds,
