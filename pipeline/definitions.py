@@ -28,6 +28,7 @@ from collectors.settings import Settings, load
 from pipeline import daily_report
 from pipeline.jobs import build_jobs, keys_partitioned_by
 from pipeline.partitions import daily_partitions
+from pipeline.remote import DataDir
 from pipeline.resources import WarehouseResource
 from pipeline.schedules import AUTOMATION_ON, daily_schedule
 from pipeline.sensors import new_parquet_sensor
@@ -40,7 +41,7 @@ def _asset_modules():
     ]
 
 
-def build_definitions(data_dir: str | None = None, settings: Settings | None = None) -> Definitions:
+def build_definitions(data_dir: DataDir | None = None, settings: Settings | None = None) -> Definitions:
     """The code location on ``data_dir`` (None: the settings') for a run with ``settings`` (the
     warehouse resource's fields): an entry point, so None reads them from the environment now; the
     runner's worker processes pass theirs, with their share of threads and memory."""

@@ -49,10 +49,18 @@ def is_s3(value: object) -> bool:
     return isinstance(value, str) and value.startswith("s3://")
 
 
-def open_root(value: str | os.PathLike | DataRoot | None) -> DataRoot:
-    """The data dir as a root: a local path (resolved like the CLI), or an ``s3://`` URL."""
+DataDir = Path | str
+"""A data dir as an entry point resolved it (the CLI's ``--data-dir`` / $WATTLINE_DATA_DIR, the
+settings' ``data_dir``): a local folder's Path, or an ``s3://bucket/prefix`` URL string."""
+
+
+def open_root(value: DataDir | os.PathLike | DataRoot) -> DataRoot:
+    """The data dir as a root: a local path (resolved like the CLI), or an ``s3://`` URL. Never
+    empty: the entry point has resolved it (no fallback to the environment here)."""
     if isinstance(value, DataRoot):
         return value
+    if not str(value):
+        raise ValueError("no data dir given: the entry point resolves it (--data-dir, WATTLINE_DATA_DIR)")
     return DataRoot.open(resolve_data_root(value))
 
 
@@ -67,7 +75,7 @@ def work_dir(root: DataRoot) -> Path:
     return work
 
 
-def local_dir(value: str | os.PathLike | DataRoot) -> Path:
+def local_dir(value: DataDir | os.PathLike | DataRoot) -> Path:
     """The local dir for a data dir value (a Path stays as given; a URL gives its work dir)."""
     if not is_s3(value) and not isinstance(value, DataRoot):
         return Path(value)

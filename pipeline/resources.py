@@ -56,7 +56,7 @@ class WarehouseResource(ConfigurableResource):
         return settings_mod.job_events_lookback_days(value)
 
     @classmethod
-    def from_settings(cls, settings: Settings, data_dir: str | Path | None = None) -> WarehouseResource:
+    def from_settings(cls, settings: Settings, data_dir: remote.DataDir | None = None) -> WarehouseResource:
         """The resource for a run with these settings; ``data_dir``: the data dir given (a CLI
         flag), else the settings'."""
         return cls(

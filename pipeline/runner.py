@@ -29,7 +29,7 @@ from pipeline.datadir import day_clusters, linked_paths
 from pipeline.definitions import build_definitions
 from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
 from pipeline.partitions import cluster_day_key, register_clusters
-from pipeline.remote import local_dir
+from pipeline.remote import DataDir, local_dir
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
 from pipeline.sensors import RAW_FILES_TAG, day_signature
 
@@ -75,7 +75,7 @@ class RunOutcome:
         return self.success and not self.error_checks
 
 
-def dagster_home(data_dir: Path | str) -> Path:
+def dagster_home(data_dir: DataDir) -> Path:
     """``<data-dir>/.dagster`` (for an S3 data dir ``<work dir>/.dagster``) holding a copy of
     the repo's dagster.yaml (refreshed if it changed)."""
     home = local_dir(data_dir) / DAGSTER_HOME_DIR
@@ -122,7 +122,7 @@ def default_workers(clusters: int, settings: Settings) -> int:
 
 
 def run_day(
-    data_dir: Path | str, date: str, *, selection: list[str] | None = None, workers: int | None = None, fleet_day: bool = True,
+    data_dir: DataDir, date: str, *, selection: list[str] | None = None, workers: int | None = None, fleet_day: bool = True,
     settings: Settings | None = None,
 ) -> RunOutcome:
     """Materialize day ``date``: one run of ``cluster_day_job`` per cluster of the inventory
@@ -184,7 +184,7 @@ def _tag_raw_files(data_dir: Path, date: str, run_ids: list[str]) -> None:
             instance.add_run_tags(run_id, {RAW_FILES_TAG: signature})
 
 
-def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:
+def _work_dir(data_dir: DataDir, date: str) -> tuple[str, Path]:
     """(what workers get: the data dir as given or its URL, the local dir the runner works in);
     for S3, what the day's cluster list comes from is staged first (pipeline/remote.py)."""
     if not remote.is_s3(data_dir):
