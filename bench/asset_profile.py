@@ -80,8 +80,11 @@ def profile_asset(resource, table: str, date, profile: Path | None, top: int) ->
     spec = _table(table)
     with resource.connection(date) as con:
         w0, c0 = time.perf_counter(), time.process_time()
+        on_grid = {"grid_step_ms": resource.grid_step_ms} if spec.grid_step else {}
+        for name, value in on_grid.items():  # as Table.compute: the grid's tables hold the step as a variable too
+            con.execute(f"SET VARIABLE {name} = ?", [value])
         if spec.before is not None:  # the table's hook (a polars kernel), timed with the write
-            spec.before(con)
+            spec.before(con, **on_grid)
         kernel_cpu = time.process_time() - c0
         prepare, query = statements(spec.sql_name())
         if spec.write is None:
@@ -115,10 +118,11 @@ def main() -> None:
     parser.add_argument("--cluster", default=None, help="profile this cluster-day (the layout `wattline run` writes when the inventory has clusters)")
     parser.add_argument("--json", type=Path, help="write the measurements here")
     args = parser.parse_args()
+    from collectors.settings import load
     from pipeline.resources import WarehouseResource
     from pipeline.scope import Scope
 
-    resource = WarehouseResource(data_dir=str(args.data_dir.resolve()))
+    resource = WarehouseResource.from_settings(load(), args.data_dir.resolve())  # WATTLINE_GRID_STEP_MS and the DuckDB bound apply
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     results = []

@@ -1,9 +1,10 @@
 """Wattline's settings: every environment variable a deployment sets, read in this one module.
 
-Core (imports nothing of ours). :func:`load` reads them all at once into a :class:`Settings`; the
-Dagster resource takes the pipeline's as fields (pipeline/definitions.py builds it from
-:func:`load`), and the CLI, the runner and library code call :func:`load` where they start work,
-so a variable set before a run (or by the runner for its worker processes) applies to that run.
+Core (imports nothing of ours). :func:`load` reads them all at once into a :class:`Settings`, a
+plain value. It is called where work starts (a CLI command, the Dagster code location in
+pipeline/definitions.py, ``runner.run_day``, a reader's connection) and the value travels from
+there as typed arguments and resource fields: a run's worker processes get theirs as an argument,
+and no code below an entry point reads the environment or a DuckDB variable back for them.
 Nothing else in the code base reads ``os.environ`` for these names.
 """
 
@@ -74,20 +75,28 @@ DEFAULT_JOB_EVENTS_LOOKBACK_DAYS = 7
 _OFF = ("off", "0", "false", "no")
 
 
+DEFAULT_SCHEDULE_HOUR = 1
+DEFAULT_LOG_LEVEL = "CRITICAL"
+
+
 @dataclass(frozen=True)
 class Settings:
-    data_dir: str
-    duckdb_memory: str | None
-    duckdb_threads: int | None
-    workers: int | None
-    work_dir: str | None
-    state_dir: str | None
-    reports_dir: str | None
-    report_png: bool
-    automation: bool
-    schedule_hour: int
-    log_level: str
-    sim_workers: int | None
+    """Every setting of a deployment as one value; ``Settings()`` holds the defaults."""
+
+    data_dir: str = DEFAULT_DATA_DIR
+    duckdb_memory: str | None = None
+    """None: the default bound (pipeline.warehouse.default_memory_mb)."""
+    duckdb_threads: int | None = None
+    """None: DuckDB's default, every core."""
+    workers: int | None = None
+    work_dir: str | None = None
+    state_dir: str | None = None
+    reports_dir: str | None = None
+    report_png: bool = True
+    automation: bool = True
+    schedule_hour: int = DEFAULT_SCHEDULE_HOUR
+    log_level: str = DEFAULT_LOG_LEVEL
+    sim_workers: int | None = None
     grid_step_ms: int = DEFAULT_GRID_STEP_MS
     first_day: str | None = None
     max_file_rows: int = DEFAULT_MAX_FILE_ROWS
@@ -154,8 +163,8 @@ def load() -> Settings:
         reports_dir=env(REPORTS_DIR_ENV) or None,
         report_png=env(REPORT_PNG_ENV, "on").lower() not in _OFF,
         automation=env(AUTOMATION_ENV, "on").lower() != "off",
-        schedule_hour=int(env(SCHEDULE_HOUR_ENV) or 1),
-        log_level=env(LOG_LEVEL_ENV) or "CRITICAL",
+        schedule_hour=int(env(SCHEDULE_HOUR_ENV) or DEFAULT_SCHEDULE_HOUR),
+        log_level=env(LOG_LEVEL_ENV) or DEFAULT_LOG_LEVEL,
         sim_workers=int(env(SIM_WORKERS_ENV) or 0) or None,
         grid_step_ms=grid_step_ms(env(GRID_STEP_MS_ENV)),
         max_file_rows=max_file_rows(env(MAX_FILE_ROWS_ENV)),

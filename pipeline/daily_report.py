@@ -15,6 +15,7 @@ from typing import Any
 from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, MaterializeResult, MetadataValue, asset
 
 import pipeline.assets
+from pipeline import readonly
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
 from reports.daily import build_report, default_out_dir
@@ -49,6 +50,7 @@ def daily_report(context: AssetExecutionContext, warehouse: WarehouseResource) -
     profile, data quality. Output dir: $WATTLINE_REPORTS_DIR, else the repo's reports/out.
     Sections whose table does not exist yet say "not available yet"."""
     date = context.partition_key
+    readonly.set_limits(warehouse.duckdb_memory or None, warehouse.duckdb_threads or None)  # the run's bound for the report's reads
     report = build_report(warehouse.path, date, default_out_dir(), instance=context.instance)
     partial = {s.key: s.missing for s in report.sections if s.missing}
     errors = {s.key: s.error for s in report.sections if s.error}

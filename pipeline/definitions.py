@@ -24,10 +24,11 @@ from dagster import (
 
 import pipeline.assets
 from collectors.contract import DATASETS
-from collectors.settings import load
+from collectors.settings import Settings, load
 from pipeline import daily_report
 from pipeline.jobs import build_jobs, keys_partitioned_by
 from pipeline.partitions import daily_partitions
+from pipeline.remote import DataDir
 from pipeline.resources import WarehouseResource
 from pipeline.schedules import AUTOMATION_ON, daily_schedule
 from pipeline.sensors import new_parquet_sensor
@@ -40,15 +41,11 @@ def _asset_modules():
     ]
 
 
-def warehouse_resource(data_dir: str = "") -> WarehouseResource:
-    """The resource, its fields from the settings as they are now (collectors/settings.py); the
-    runner's worker processes build their definitions after setting their share of threads and memory."""
-    settings = load()
-    return WarehouseResource(data_dir=data_dir, duckdb_memory=settings.duckdb_memory or "", duckdb_threads=settings.duckdb_threads or 0,
-                             grid_step_ms=settings.grid_step_ms)
-
-
-def build_definitions(data_dir: str = "") -> Definitions:
+def build_definitions(data_dir: DataDir | None = None, settings: Settings | None = None) -> Definitions:
+    """The code location on ``data_dir`` (None: the settings') for a run with ``settings`` (the
+    warehouse resource's fields): an entry point, so None reads them from the environment now; the
+    runner's worker processes pass theirs, with their share of threads and memory."""
+    settings = settings if settings is not None else load()
     modules = [*_asset_modules(), daily_report]
     assets = [_follow_cluster_days(a) for a in load_assets_from_modules(modules)]
     fleet_day = AutomationConditionSensorDefinition(
@@ -63,7 +60,7 @@ def build_definitions(data_dir: str = "") -> Definitions:
         jobs=list(build_jobs(assets)),
         schedules=[daily_schedule],
         sensors=[new_parquet_sensor, fleet_day],
-        resources={"warehouse": warehouse_resource(data_dir)},
+        resources={"warehouse": WarehouseResource.from_settings(settings, data_dir)},
     )
 
 
@@ -89,3 +86,5 @@ def _follow_cluster_days(a):
 
 
 defs = build_definitions()
+"""The code location of `wattline ui` and `dagster dev`: the settings as the environment holds them
+when it loads."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from collectors.settings import CAP_ALPHA_ENV, CAP_FACTORS_ENV, load
+from collectors.settings import CAP_ALPHA_ENV, CAP_FACTORS_ENV
 
 DEFAULT_CAP_FACTORS = (1.0, 0.9, 0.8, 0.7, 0.6)
 
@@ -37,15 +37,15 @@ def parse_cap_factors(text: str) -> str:
     return ",".join(repr(v) for v in values)
 
 
-def cap_variables(cap_factors: str = "", alpha: str = "") -> dict[str, str]:
-    """The SQL variables of ``power_cap_whatif``: the run's Dagster config where it gives a value,
-    else the settings (WATTLINE_CAP_FACTORS, WATTLINE_CAP_ALPHA: what ``wattline run --cap-factors /
-    --cap-alpha`` set), else the defaults; each checked (ValueError naming the setting)."""
-    settings = load()
-    factors = cap_factors or settings.cap_factors or ",".join(str(f) for f in DEFAULT_CAP_FACTORS)
+def cap_variables(cap_factors: str | None = None, alpha: str | None = None) -> dict[str, str]:
+    """The SQL variables of ``power_cap_whatif`` from the values the caller resolved (the run's
+    Dagster config where it gives one, else the resource's fields: WATTLINE_CAP_FACTORS /
+    WATTLINE_CAP_ALPHA or ``wattline run --cap-factors / --cap-alpha``); empty: the defaults. Each
+    checked (ValueError naming the setting)."""
+    factors = cap_factors or ",".join(str(f) for f in DEFAULT_CAP_FACTORS)
     try:
         factors = parse_cap_factors(factors)
-        alpha = parse_alpha(alpha or settings.cap_alpha or "")
+        alpha = parse_alpha(alpha or "")
     except ValueError as exc:
         raise ValueError(f"{exc} ({CAP_FACTORS_ENV} / {CAP_ALPHA_ENV} or the run config)") from None
     return {"cap_factors": factors, "cap_alpha": alpha}

@@ -107,19 +107,21 @@ def _config() -> dict:
     """No extension installs, and the pipeline's bound (memory_limit, threads), so an ad-hoc query
     spills or fails instead of taking DuckDB's default of 80 % of RAM."""
     config = dict(_CONFIG)
-    config.update({k: v for k, v in warehouse.duckdb_config(_memory_limit).items() if k in ("memory_limit", "threads")})
+    config.update({k: v for k, v in warehouse.duckdb_config(*_limits).items() if k in ("memory_limit", "threads")})
     return config
 
 
-_memory_limit: str | None = None
-"""DuckDB's memory_limit for this process's read-only connections; None: the pipeline's."""
+_limits: tuple[str | None, int | None] = (None, None)
+"""DuckDB's memory_limit and threads for this process's read-only connections, as its entry point
+resolved them (:func:`set_limits`); None: the defaults (warehouse.duckdb_config)."""
 
 
-def set_memory_limit(limit: str | None) -> None:
-    """Connections opened after this use ``limit`` (a DuckDB size, e.g. "1536MiB") as DuckDB's
-    memory_limit: `wattline sql --memory-limit` lowers or raises it with the process's bound."""
-    global _memory_limit
-    _memory_limit = limit
+def set_limits(memory: str | None, threads: int | None = None) -> None:
+    """Connections opened after this use ``memory`` (a DuckDB size, e.g. "1536MiB") as DuckDB's
+    memory_limit and ``threads`` threads: `wattline sql` passes the settings' (or --memory-limit's),
+    a report the run's."""
+    global _limits
+    _limits = (memory, threads)
 
 
 def _memory_catalog(data_dir: Path) -> duckdb.DuckDBPyConnection:

@@ -30,7 +30,7 @@ from pathlib import Path
 from collectors.contract import ASSIGNMENTS_DIR, QUARANTINE_DIR
 from collectors.inventory import INVENTORY_FILE
 from collectors.names import inside_key
-from collectors.settings import load
+from collectors.settings import DEFAULT_JOB_EVENTS_LOOKBACK_DAYS, load
 from collectors.storage import DataRoot, LocalRoot, resolve_data_root
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, DIURNAL_TRAILING_DAYS, warehouse_path
@@ -49,10 +49,18 @@ def is_s3(value: object) -> bool:
     return isinstance(value, str) and value.startswith("s3://")
 
 
-def open_root(value: str | os.PathLike | DataRoot | None) -> DataRoot:
-    """The data dir as a root: a local path (resolved like the CLI), or an ``s3://`` URL."""
+DataDir = Path | str
+"""A data dir as an entry point resolved it (the CLI's ``--data-dir`` / $WATTLINE_DATA_DIR, the
+settings' ``data_dir``): a local folder's Path, or an ``s3://bucket/prefix`` URL string."""
+
+
+def open_root(value: DataDir | os.PathLike | DataRoot) -> DataRoot:
+    """The data dir as a root: a local path (resolved like the CLI), or an ``s3://`` URL. Never
+    empty: the entry point has resolved it (no fallback to the environment here)."""
     if isinstance(value, DataRoot):
         return value
+    if not str(value):
+        raise ValueError("no data dir given: the entry point resolves it (--data-dir, WATTLINE_DATA_DIR)")
     return DataRoot.open(resolve_data_root(value))
 
 
@@ -67,7 +75,7 @@ def work_dir(root: DataRoot) -> Path:
     return work
 
 
-def local_dir(value: str | os.PathLike | DataRoot) -> Path:
+def local_dir(value: DataDir | os.PathLike | DataRoot) -> Path:
     """The local dir for a data dir value (a Path stays as given; a URL gives its work dir)."""
     if not is_s3(value) and not isinstance(value, DataRoot):
         return Path(value)
@@ -83,8 +91,10 @@ def key_of(work: Path, path: Path) -> str:
     return Path(path).resolve().relative_to(work.resolve()).as_posix()
 
 
-def stage(root: DataRoot, work: Path, scope: Scope | str | None = None) -> None:
-    """Bring into ``work`` what a computation of ``scope`` reads (module docstring); no-op locally."""
+def stage(root: DataRoot, work: Path, scope: Scope | str | None = None,
+          lookback_days: int = DEFAULT_JOB_EVENTS_LOOKBACK_DAYS) -> None:
+    """Bring into ``work`` what a computation of ``scope`` reads (module docstring), job_events
+    ``lookback_days`` back (the job_events_lookback_days setting); no-op locally."""
     if root.is_local:
         return
     _mirror_file(root, work, INVENTORY_FILE)
@@ -95,13 +105,13 @@ def stage(root: DataRoot, work: Path, scope: Scope | str | None = None) -> None:
     folders = [ASSIGNMENTS_DIR, f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
     if scope.cluster:
         folders += [inside_key("power", f"date={day}", f"host={h}") for h in _hosts_to_stage(root, work, scope)]
-        folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS] + [f"job_events/date={d}" for d in _earlier_days(day)]
+        folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS] + [f"job_events/date={d}" for d in _earlier_days(day, lookback_days)]
         folders += [inside_key(DERIVED_DIR, t, f"date={day}", f"cluster={scope.cluster}") for t in sqlfiles.table_names()]
     elif scope.fleet:
         folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in sqlfiles.table_names() if t not in PER_GPU_TABLES]
         folders += [f"{DERIVED_DIR}/hourly_activity/date={d}" for d in _trailing_days(day)]
     else:  # a whole day without a scope (a local-style run of one date)
-        folders += [f"{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)] + [f"job_events/date={d}" for d in _earlier_days(day)]
+        folders += [f"{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)] + [f"job_events/date={d}" for d in _earlier_days(day, lookback_days)]
         folders += [f"{DERIVED_DIR}/{t}/date={day}" for t in sqlfiles.table_names()]
     mirror_all(root, work, folders)
 
@@ -142,10 +152,10 @@ def mirror_for_readers(value: str | os.PathLike | DataRoot, date: str | None = N
     return work, bool(changed) or not warehouse_path(work).exists()
 
 
-def _earlier_days(day: str) -> list[str]:
-    """The days before ``day`` whose job events can still run into it (job_events_lookback_days)."""
+def _earlier_days(day: str, lookback_days: int) -> list[str]:
+    """The days before ``day`` whose job events can still run into it."""
     d = dt.date.fromisoformat(day)
-    return [(d - dt.timedelta(days=n)).isoformat() for n in range(1, load().job_events_lookback_days + 1)]
+    return [(d - dt.timedelta(days=n)).isoformat() for n in range(1, lookback_days + 1)]
 
 
 def _trailing_days(day: str) -> list[str]:

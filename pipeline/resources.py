@@ -8,10 +8,12 @@ from pathlib import Path
 
 import duckdb
 from dagster import ConfigurableResource
+from pydantic import field_validator
 
+from collectors import settings as settings_mod
 from collectors.contract import DATASETS
-from collectors.settings import grid_step_ms, load
-from collectors.storage import DataRoot
+from collectors.settings import DEFAULT_GRID_STEP_MS, DEFAULT_JOB_EVENTS_LOOKBACK_DAYS, Settings
+from collectors.storage import DataRoot, resolve_data_root
 from pipeline import file_quarantine, remote, warehouse
 from pipeline.datadir import host_filter, host_of, link_reason, linked_paths, load_inventory_if_any, scope_host_filter
 from pipeline.scope import UNASSIGNED, Scope
@@ -20,25 +22,57 @@ from pipeline.scope import UNASSIGNED, Scope
 class WarehouseResource(ConfigurableResource):
     """Where the data lives and how assets get a DuckDB connection over it.
 
-    ``data_dir`` empty means $WATTLINE_DATA_DIR, else ./data (resolved when used, so the
-    same definitions serve the CLI, the UI and the tests).
+    Its fields are the run's settings as the entry point resolved them (:func:`from_settings`:
+    pipeline/definitions.py for the UI and the daemon, the runner for `wattline run`); nothing
+    below reads the environment for them.
     """
 
-    data_dir: str = ""
+    data_dir: str
+    """The data dir: a local folder or an ``s3://bucket/prefix`` URL."""
     duckdb_memory: str = ""
-    """Memory bound of each compute connection (e.g. ``2GB``); empty: $WATTLINE_DUCKDB_MEMORY, else
-    a quarter of RAM capped at 2 GiB. pipeline/definitions.py fills it from collectors/settings.py."""
+    """Memory bound of each compute connection (e.g. ``2GB``); empty: the default bound, a
+    quarter of RAM capped at 2 GiB (pipeline.warehouse.default_memory_mb)."""
     duckdb_threads: int = 0
-    """DuckDB threads per compute connection; 0: $WATTLINE_DUCKDB_THREADS, else all cores."""
-    grid_step_ms: int = 0
+    """DuckDB threads per compute connection; 0: all cores."""
+    grid_step_ms: int = DEFAULT_GRID_STEP_MS
     """Step (ms) of the common grid the host-and-above swings use, a divisor of 1000 from 10 to
-    1000; 0: $WATTLINE_GRID_STEP_MS, else 100. Each connection holds it as the DuckDB variable
-    ``grid_step_ms``."""
+    1000. The tables on the grid get it as an argument and their SQL as the DuckDB variable
+    ``grid_step_ms`` (pipeline.tables.Table.grid_step)."""
+    job_events_lookback_days: int = DEFAULT_JOB_EVENTS_LOOKBACK_DAYS
+    """How many earlier days' job_events a day reads for events still running into it."""
+    cap_factors: str = ""
+    """power_cap_whatif's candidate caps (the run config's ``cap_factors`` comes first); empty: the defaults."""
+    cap_alpha: str = ""
+    """power_cap_whatif's α per GPU model (the run config's ``alpha`` comes first); empty: the built-in ones."""
+
+    @field_validator("grid_step_ms")
+    @classmethod
+    def _grid_step(cls, value: int) -> int:
+        return settings_mod.grid_step_ms(value)
+
+    @field_validator("job_events_lookback_days")
+    @classmethod
+    def _lookback(cls, value: int) -> int:
+        return settings_mod.job_events_lookback_days(value)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, data_dir: remote.DataDir | None = None) -> WarehouseResource:
+        """The resource for a run with these settings; ``data_dir``: the data dir given (a CLI
+        flag), else the settings'."""
+        return cls(
+            data_dir=str(resolve_data_root(data_dir or settings.data_dir)),
+            duckdb_memory=settings.duckdb_memory or "",
+            duckdb_threads=settings.duckdb_threads or 0,
+            grid_step_ms=settings.grid_step_ms,
+            job_events_lookback_days=settings.job_events_lookback_days,
+            cap_factors=settings.cap_factors or "",
+            cap_alpha=settings.cap_alpha or "",
+        )
 
     @property
     def root(self) -> DataRoot:
         """The data dir: a local folder, or an ``s3://bucket/prefix`` (pipeline/remote.py)."""
-        return remote.open_root(self.data_dir or None)
+        return remote.open_root(self.data_dir)
 
     @property
     def path(self) -> Path:
@@ -104,15 +138,15 @@ class WarehouseResource(ConfigurableResource):
         them), so no asset reads an unchecked file."""
         scope = date if isinstance(date, Scope) else None
         day = date.date if isinstance(date, Scope) else date
-        remote.stage(self.root, self.path, scope or day)  # S3: the working copy (no-op locally)
+        remote.stage(self.root, self.path, scope or day, self.job_events_lookback_days)  # S3: the working copy (no-op locally)
         overrides = dict(raw_files or {})
         if day is not None:
             for name, files in self.scoped_files(day, scope).items():
                 overrides.setdefault(name, files)
         with warehouse.compute_connection(
-            self.path, day, raw_overrides=overrides, scope=scope, memory=self.duckdb_memory or None, threads=self.duckdb_threads or None
+            self.path, day, raw_overrides=overrides, scope=scope, memory=self.duckdb_memory or None, threads=self.duckdb_threads or None,
+            lookback_days=self.job_events_lookback_days,
         ) as con:
-            con.execute("SET VARIABLE grid_step_ms = ?", [grid_step_ms(self.grid_step_ms) if self.grid_step_ms else load().grid_step_ms])
             yield con
 
     def write_and_publish(self, con: duckdb.DuckDBPyConnection, table: str, date: str | Scope, query: str) -> int:
@@ -126,7 +160,8 @@ class WarehouseResource(ConfigurableResource):
             # footer check: find it, quarantine it and compute the rest of the day once more.
             if not sum(file_quarantine.quarantine_damaged(self.path, name, scope.date) for name in DATASETS):
                 raise
-            warehouse.create_views(con, self.path, raw_overrides=self.scoped_files(scope.date, scope), scope=scope if scope.cluster or scope.fleet else None)
+            warehouse.create_views(con, self.path, raw_overrides=self.scoped_files(scope.date, scope), scope=scope if scope.cluster or scope.fleet else None,
+                                   lookback_days=self.job_events_lookback_days)
             rows = warehouse.write_partition(con, self.path, table, scope.date, query, scope)
         remote.publish_part(self.root, self.path, scope.part_dir(self.path, table) / "part-0.parquet")
         warehouse.publish(self.path)

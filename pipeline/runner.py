@@ -15,20 +15,21 @@ import os
 import shutil
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from dagster import DagsterInstance
 
 from collectors.contract import DATASETS
-from collectors.settings import DUCKDB_MEMORY_ENV, DUCKDB_THREADS_ENV, load
+from collectors.settings import Settings, load
 from pipeline import file_quarantine, remote, warehouse
 from pipeline.constants import DAGSTER_HOME_DIR, REPO_DAGSTER_YAML
 from pipeline.datadir import day_clusters, linked_paths
 from pipeline.definitions import build_definitions
 from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
 from pipeline.partitions import cluster_day_key, register_clusters
-from pipeline.remote import local_dir
+from pipeline.remote import DataDir, local_dir
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
 from pipeline.sensors import RAW_FILES_TAG, day_signature
 
@@ -74,7 +75,7 @@ class RunOutcome:
         return self.success and not self.error_checks
 
 
-def dagster_home(data_dir: Path | str) -> Path:
+def dagster_home(data_dir: DataDir) -> Path:
     """``<data-dir>/.dagster`` (for an S3 data dir ``<work dir>/.dagster``) holding a copy of
     the repo's dagster.yaml (refreshed if it changed)."""
     home = local_dir(data_dir) / DAGSTER_HOME_DIR
@@ -110,11 +111,10 @@ WORKER_MIN_MEMORY_MB = 2048
 64 GPU-days completes with 2 GiB (docs/benchmarks.md)."""
 
 
-def default_workers(clusters: int) -> int:
-    """$WATTLINE_WORKERS, else one worker process per core, at most one per cluster and, under
-    the default memory bound, one per WORKER_MIN_MEMORY_MB of it ($WATTLINE_DUCKDB_MEMORY gives
-    each worker that much, so it does not limit them)."""
-    settings = load()
+def default_workers(clusters: int, settings: Settings) -> int:
+    """The workers setting ($WATTLINE_WORKERS), else one worker process per core, at most one per
+    cluster and, under the default memory bound, one per WORKER_MIN_MEMORY_MB of it (a memory
+    setting, $WATTLINE_DUCKDB_MEMORY, gives each worker that much, so it does not limit them)."""
     if settings.workers:
         return max(1, settings.workers)
     by_memory = clusters if settings.duckdb_memory else warehouse.default_memory_mb() // WORKER_MIN_MEMORY_MB
@@ -122,7 +122,8 @@ def default_workers(clusters: int) -> int:
 
 
 def run_day(
-    data_dir: Path | str, date: str, *, selection: list[str] | None = None, workers: int | None = None, fleet_day: bool = True
+    data_dir: DataDir, date: str, *, selection: list[str] | None = None, workers: int | None = None, fleet_day: bool = True,
+    settings: Settings | None = None,
 ) -> RunOutcome:
     """Materialize day ``date``: one run of ``cluster_day_job`` per cluster of the inventory
     (``workers`` of them at a time, each in its own process), then one run of ``fleet_day_job``.
@@ -134,12 +135,15 @@ def run_day(
     deployment (docs/scale-out.md); each runs the in-process executor on its cluster-day.
     ``data_dir``: a local folder or an ``s3://`` URL (then the runs, lock and Dagster home are
     in its local work dir, and the workers stage and publish through the bucket).
+    ``settings``: the run's (collectors/settings.py); None reads them from the environment now,
+    once: each worker process gets them as an argument, with its share of threads and memory.
     """
+    settings = settings if settings is not None else load()
     url, data_dir = _work_dir(data_dir, date)
     os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
     warnings.filterwarnings("ignore", module="dagster")
     clusters = day_clusters(data_dir, date)
-    workers = workers or default_workers(len(clusters))
+    workers = workers or default_workers(len(clusters), settings)
     outcome = RunOutcome(date=date, success=True, run_id="")
     with run_lock(data_dir):
         warehouse.remove_stale_tmp(data_dir)
@@ -147,7 +151,7 @@ def run_day(
             warehouse.remove_stale_parts(data_dir, date, clusters, url)
         with DagsterInstance.get() as instance:
             register_clusters(instance, clusters)
-        parts = [(url, date, c, selection, _worker_threads(workers)) for c in clusters]
+        parts = [(url, date, c, selection, worker_settings(settings, workers)) for c in clusters]
         if workers > 1 and len(parts) > 1:
             ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked DuckDB or Dagster state
             with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -157,7 +161,7 @@ def run_day(
         if not selection and not remote.is_s3(url):
             _tag_raw_files(data_dir, date, [r["run_id"] for r in results if r["run_id"]])
         if fleet_day and (all(r["success"] for r in results) or not results):
-            results.append(_run_part((url, date, None, selection, None)))
+            results.append(_run_part((url, date, None, selection, settings)))
     for r in results:
         _merge(outcome, r)
     logged = file_quarantine.entries(data_dir, date)
@@ -180,7 +184,7 @@ def _tag_raw_files(data_dir: Path, date: str, run_ids: list[str]) -> None:
             instance.add_run_tags(run_id, {RAW_FILES_TAG: signature})
 
 
-def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:
+def _work_dir(data_dir: DataDir, date: str) -> tuple[str, Path]:
     """(what workers get: the data dir as given or its URL, the local dir the runner works in);
     for S3, what the day's cluster list comes from is staged first (pipeline/remote.py)."""
     if not remote.is_s3(data_dir):
@@ -191,32 +195,30 @@ def _work_dir(data_dir: Path | str, date: str) -> tuple[str, Path]:
     return root.url, work
 
 
-def _worker_threads(workers: int) -> dict[str, str]:
-    """Each worker's share of the cores (DuckDB threads) and of the memory bound, unless
-    $WATTLINE_DUCKDB_THREADS / $WATTLINE_DUCKDB_MEMORY say: N workers use what one would."""
-    env = {}
-    settings = load()
+def worker_settings(settings: Settings, workers: int) -> Settings:
+    """A worker's settings: its share of the cores (DuckDB threads) and of the memory bound, unless
+    the settings give them (then each of N workers uses what one would)."""
     if workers > 1 and not settings.duckdb_threads:
-        env[DUCKDB_THREADS_ENV] = str(max(1, (os.cpu_count() or 1) // workers))
+        settings = replace(settings, duckdb_threads=max(1, (os.cpu_count() or 1) // workers))
     if workers > 1 and not settings.duckdb_memory:
-        env[DUCKDB_MEMORY_ENV] = f"{max(256, warehouse.default_memory_mb() // workers)}MB"
-    return env
+        settings = replace(settings, duckdb_memory=f"{max(256, warehouse.default_memory_mb() // workers)}MB")
+    return settings
 
 
-def _run_part(args) -> dict:
-    """One Dagster run: a cluster-day (``cluster`` given) or the fleet-day. Returns plain data,
-    so it can come back from a worker process."""
-    data_dir, date, cluster, selection, env = args
-    os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))
-    os.environ.update(env or {})
+def _run_part(args: tuple[str, str, str | None, list[str] | None, Settings]) -> dict:
+    """One Dagster run: a cluster-day (``cluster`` given) or the fleet-day, with the run's
+    ``settings`` (a value: a worker process gets them as this argument). Returns plain data, so it
+    can come back from a worker process."""
+    data_dir, date, cluster, selection, settings = args
+    os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))  # Dagster's own variable: where DagsterInstance.get() looks
     warnings.filterwarnings("ignore", module="dagster")
 
-    defs = build_definitions(data_dir)
+    defs = build_definitions(data_dir, settings)
     job = defs.resolve_job_def(CLUSTER_JOB if cluster else FLEET_JOB)
     selected = _select(job, selection)
     if cluster == UNASSIGNED:  # hosts missing from the inventory: their per-GPU tables only
         selected = [k for k in (selected or job.asset_layer.selected_asset_keys) if k.path[-1] in PER_GPU_TABLES]
-    part = {"cluster": cluster, "success": True, "run_id": "", "materialized": [], "failed_checks": [], "error": None, "step_seconds": {},
+    part: dict[str, Any] = {"cluster": cluster, "success": True, "run_id": "", "materialized": [], "failed_checks": [], "error": None, "step_seconds": {},
             "step_peak_rss_mb": {}}
     if selection and not selected:
         return part
@@ -227,7 +229,7 @@ def _run_part(args) -> dict:
             raise_on_error=False,
             # Dagster's console logger prints stack traces for failed steps: the CLI reports
             # failures and quarantined files itself in one line each; the UI keeps the details.
-            run_config={"loggers": {"console": {"config": {"log_level": load().log_level}}}},
+            run_config={"loggers": {"console": {"config": {"log_level": settings.log_level}}}},
             asset_selection=selected,
         )
     part["success"], part["run_id"] = result.success, result.run_id
@@ -255,7 +257,7 @@ def asset_names() -> list[str]:
     """Every name ``selection`` takes: asset names, and the full keys of assets whose key is more
     than a name (``fleet/swing_stats``)."""
     warnings.filterwarnings("ignore", module="dagster")
-    defs = build_definitions()
+    defs = build_definitions(settings=Settings())  # names only: no setting changes them
     keys = {k for job in (CLUSTER_JOB, FLEET_JOB) for k in defs.resolve_job_def(job).asset_layer.selected_asset_keys}
     return sorted({k.path[-1] for k in keys} | {k.to_user_string() for k in keys if len(k.path) > 1})
 

@@ -59,12 +59,12 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
-def default_bound_bytes() -> int:
-    """The pipeline's DuckDB memory bound (WATTLINE_DUCKDB_MEMORY, else a quarter of RAM up to
-    2 GiB) plus :data:`HEADROOM_MIB` for the rest of the process."""
+def default_bound_bytes(duckdb_memory: str | None) -> int:
+    """The pipeline's DuckDB memory bound (``duckdb_memory``: the setting, WATTLINE_DUCKDB_MEMORY;
+    None: a quarter of RAM up to 2 GiB) plus :data:`HEADROOM_MIB` for the rest of the process."""
     from pipeline.warehouse import duckdb_config
 
-    return parse_size(duckdb_config()["memory_limit"]) + HEADROOM_MIB * 2**20
+    return parse_size(duckdb_config(duckdb_memory)["memory_limit"]) + HEADROOM_MIB * 2**20
 
 
 def duckdb_limit(bound_bytes: int) -> str:
@@ -93,14 +93,15 @@ def mib(n: int) -> str:
 
 
 def run(data_dir: Path, query: str, fmt: str, max_rows: int, timeout_s: float, bound_bytes: int,
-        workdir: Path, duckdb_memory: str | None = None) -> Result:
+        workdir: Path, duckdb_memory: str | None = None, duckdb_threads: int | None = None) -> Result:
     """Run ``query`` in a child process, the child and this one's growth under ``bound_bytes`` of RSS, and ``timeout_s`` seconds
     (counted from when the query starts, after the catalog is open), its result formatted as
-    ``fmt`` into a file under ``workdir``; DuckDB's memory_limit is ``duckdb_memory`` (None: the
-    pipeline's). Raises :class:`QueryStopped`."""
+    ``fmt`` into a file under ``workdir``; DuckDB's memory_limit is ``duckdb_memory`` and its threads
+    ``duckdb_threads`` (None: the defaults; the child gets them in its arguments). Raises :class:`QueryStopped`."""
     out, status = workdir / f"result.{fmt}", workdir / "status.json"
     spec = {"data_dir": str(data_dir), "query": query, "format": fmt, "max_rows": max_rows,
-            "out": str(out), "status": str(status), "bound_bytes": bound_bytes, "duckdb_memory": duckdb_memory}
+            "out": str(out), "status": str(status), "bound_bytes": bound_bytes, "duckdb_memory": duckdb_memory,
+            "duckdb_threads": duckdb_threads}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.sqlworker", json.dumps(spec)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
     stop: list[str] = []
@@ -223,7 +224,7 @@ def _worker(spec: dict) -> dict:
     from pipeline import readonly, sqlout
 
     bound = spec["bound_bytes"]
-    readonly.set_memory_limit(spec["duckdb_memory"])
+    readonly.set_limits(spec["duckdb_memory"], spec.get("duckdb_threads"))
     limited: list[bool] = []
 
     def on_start() -> None:

@@ -199,7 +199,8 @@ def headline(con: Connection, name: str) -> dict:
     return out
 
 
-Hook = Callable[[Connection], None]
+Hook = Callable[..., None]
+"""Called with the connection; a table on the grid (``grid_step``) also passes ``grid_step_ms=``."""
 
 
 @dataclass(frozen=True)
@@ -216,8 +217,12 @@ class Table:
     """Also a ``fleet/<name>`` asset: the fleet-day part, from ``rollup.sql`` (else ``<name>.sql``)."""
     rollup_deps: Sequence[Any] = ()
     config: type[Config] | None = None
-    """Dagster run config of the table; ``variables`` maps it to the DuckDB variables the SQL reads."""
-    variables: Callable[[Any], Mapping[str, float | str]] | None = None
+    """Dagster run config of the table; ``variables`` maps it and the resource (the run's settings)
+    to the DuckDB variables the SQL reads."""
+    variables: Callable[[Any, WarehouseResource], Mapping[str, float | str]] | None = None
+    grid_step: bool = False
+    """The table is on the ``grid_step_ms`` setting: its connection holds the resource's value as the
+    DuckDB variable ``grid_step_ms`` (its SQL reads it) and its hooks get it as ``grid_step_ms=``."""
     before: Hook | None = None
     """Hook run on the connection before the SQL (e.g. a polars kernel leaving a temp table).
     Hooks (``before``, ``write``, ``inputs``, ``python_headline``) serve the table's own asset,
@@ -261,11 +266,14 @@ class Table:
         process_memory.return_freed_memory()
         process_memory.reset_peak()
         with warehouse.connection(scope) as con:
-            for name, value in (self.variables(config) if self.variables and config is not None else {}).items():
+            variables = dict(self.variables(config, warehouse) if self.variables and config is not None else {})
+            if self.grid_step:
+                variables["grid_step_ms"] = warehouse.grid_step_ms
+            for name, value in variables.items():
                 con.execute(f"SET VARIABLE {name} = ?", [value])
             before = self.rollup_before if rollup else self.before
             if before is not None:
-                before(con)
+                before(con, **({"grid_step_ms": warehouse.grid_step_ms} if self.grid_step else {}))
             prepare, query = statements(self.sql_name(rollup))
 
             def write(sql: str) -> int:

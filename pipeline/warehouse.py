@@ -37,7 +37,7 @@ from collectors.atomic import TMP_PREFIX, fsync_dir
 from collectors.contract import ADDED_COLUMNS, DATASETS, JOB_EVENTS
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
-from collectors.settings import load
+from collectors.settings import DEFAULT_JOB_EVENTS_LOOKBACK_DAYS
 from pipeline import columns, file_quarantine, remote, sqlfiles
 from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
 from pipeline.datadir import cluster_members, linked_paths, load_inventory_if_any, raw_files, stored_assignments
@@ -90,16 +90,14 @@ def default_memory_mb() -> int:
 def duckdb_config(memory: str | None = None, threads: int | None = None) -> dict:
     """Settings for compute connections: bounded memory that spills, all cores unless told.
 
-    ``memory`` / ``threads``: the resource's fields; unset, the settings ($WATTLINE_DUCKDB_MEMORY,
-    $WATTLINE_DUCKDB_THREADS, collectors/settings.py). memory_limit defaults to a quarter of
-    physical RAM capped at 2 GiB.
+    ``memory`` / ``threads``: the values the caller's entry point resolved (the resource's fields,
+    from $WATTLINE_DUCKDB_MEMORY / $WATTLINE_DUCKDB_THREADS); None: memory_limit is
+    :func:`default_memory_mb` (a quarter of physical RAM capped at 2 GiB), threads DuckDB's own.
     DuckDB's own default (80 % of RAM) let one day of 64 GPUs reach 15 GB RSS; with the bound,
     larger intermediates (sorts, hash tables) spill to the temp directory and a day's run stays
     under 4 GB RSS whatever its size (bench/results/memory.json: peak RSS and CPU cost).
     """
-    settings = load()
-    memory = memory or settings.duckdb_memory or f"{default_memory_mb()}MB"
-    threads = threads or settings.duckdb_threads
+    memory = memory or f"{default_memory_mb()}MB"
     config: dict = {"preserve_insertion_order": False, "memory_limit": memory}
     if threads:
         config["threads"] = threads
@@ -225,12 +223,12 @@ SELECT job, host, min(a), max(b) FROM r GROUP BY job, host, run ORDER BY ALL
 _EVENT_COLUMNS = ["job", "host", "start_ts", "end_ts"]
 
 
-def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tuple[str, str, int, int]]:
+def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path, lookback_days: int) -> list[tuple[str, str, int, int]]:
     """Runs of job events (job, host, start ns, end ns) that can hold a GPU on the computed day:
     those of the day's ``job_events`` and, since a file of job_events goes by the day its event
     starts, the runs of earlier days' events that reach past midnight, from where they started (a
-    run that started yesterday holds its GPUs today too). Earlier days are read back
-    ``job_events_lookback_days`` (collectors/settings.py): an event longer than a day still holds
+    run that started yesterday holds its GPUs today too). Earlier days are read ``lookback_days``
+    back (the job_events_lookback_days setting, collectors/settings.py): an event longer than a day still holds
     its GPUs on the third. Those earlier events that end after midnight are also kept whole in the
     table ``job_events_earlier`` (training_energy counts their part inside the day). An earlier
     file that cannot be read is left out here: its own day's run quarantines it and says so."""
@@ -239,7 +237,7 @@ def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tupl
         return con.execute(_JOB_EVENT_RUNS.format(events="job_events")).fetchall()
     midnight = int(dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()) * 10**9
     tables = []
-    for back in range(1, load().job_events_lookback_days + 1):
+    for back in range(1, lookback_days + 1):
         earlier = (dt.date.fromisoformat(day) - dt.timedelta(days=back)).isoformat()
         for f in raw_files(data_dir, "job_events", earlier):
             try:
@@ -258,7 +256,7 @@ def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path) -> list[tupl
 
 def _create_gpu_assignments(
     con: duckdb.DuckDBPyConnection, data_dir: Path, inventory: Inventory | None, full_inventory: Inventory | None = None,
-    stored: list[dict] | None = None,
+    stored: list[dict] | None = None, lookback_days: int = DEFAULT_JOB_EVENTS_LOOKBACK_DAYS,
 ) -> None:
     """Table `gpu_assignments` (host, gpu, kind, name, from_ts, to_ts, from_ns, to_ns, source): which
     endpoint or job holds each GPU when (collectors/assignments.py), from the inventory, the
@@ -277,7 +275,7 @@ def _create_gpu_assignments(
         held = [h for h in assignments.static_held(full_inventory or inventory) if h.host in hosts]
         good = stored if stored is not None else stored_assignments(full_inventory or inventory, data_dir)
         held += [h for h in assignments.rows_held(good) if h.host in hosts]
-        held += assignments.job_event_held(inventory, _job_event_runs(con, data_dir))  # only (job, host) pairs this inventory lists
+        held += assignments.job_event_held(inventory, _job_event_runs(con, data_dir, lookback_days))  # only (job, host) pairs this inventory lists
     computing = con.execute("SELECT getvariable('partition_date') IS NOT NULL").fetchall()[0][0]
     try:
         resolved = assignments.resolve(held, strict=bool(computing))
@@ -378,10 +376,12 @@ def create_views(
     kind: str = "VIEW",
     raw_overrides: dict[str, list[Path]] | None = None,
     scope: Scope | None = None,
+    lookback_days: int = DEFAULT_JOB_EVENTS_LOOKBACK_DAYS,
 ) -> None:
     """Define the raw datasets, derived tables, inventory tables and shared macros on ``con``;
     with a ``scope``, as that cluster-day or fleet-day sees them (pipeline/scope.py: a fleet-day
-    sees no raw power samples and no per-GPU table)."""
+    sees no raw power samples and no per-GPU table). ``lookback_days``: how many earlier days'
+    job_events a computed day reads (the job_events_lookback_days setting)."""
     raw_overrides = raw_overrides or {}
     inventory = full_inventory = load_inventory_if_any(data_dir)
     stored = None  # the assignments dataset, read once for the cluster's members and gpu_assignments
@@ -421,7 +421,7 @@ def create_views(
         if table not in present:
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
     _create_inventory_tables(con, inventory)
-    _create_gpu_assignments(con, data_dir, inventory, full_inventory, stored)
+    _create_gpu_assignments(con, data_dir, inventory, full_inventory, stored, lookback_days)
     con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")
     for statement in sqlfiles.macros():
         con.execute(statement)
@@ -455,9 +455,11 @@ def compute_connection(
     *,
     memory: str | None = None,
     threads: int | None = None,
+    lookback_days: int = DEFAULT_JOB_EVENTS_LOOKBACK_DAYS,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """An in-memory DuckDB with every dataset as a view and ``partition_date`` set; ``memory``
-    and ``threads`` bound it (unset: the settings, see :func:`duckdb_config`)."""
+    and ``threads`` bound it (None: the defaults, see :func:`duckdb_config`); ``lookback_days``
+    as :func:`create_views` takes it."""
     config = duckdb_config(memory, threads)
     spill = data_dir / ".duckdb_tmp"
     spill.mkdir(parents=True, exist_ok=True)
@@ -475,7 +477,7 @@ def compute_connection(
                 raise ValueError(f"bad partition date {date!r}")
             con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
         con.execute(f"SET VARIABLE data_dir = {literal(str(data_dir))}")
-        create_views(con, data_dir, raw_overrides=raw_overrides, scope=scope)
+        create_views(con, data_dir, raw_overrides=raw_overrides, scope=scope, lookback_days=lookback_days)
         yield con
     finally:
         con.close()

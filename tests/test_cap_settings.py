@@ -8,9 +8,10 @@ import pytest
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
-from collectors.settings import CAP_ALPHA_ENV, CAP_FACTORS_ENV
-from pipeline.assets.power_cap_whatif import CapConfig
+from collectors.settings import CAP_ALPHA_ENV, CAP_FACTORS_ENV, load
+from pipeline.assets.power_cap_whatif import POWER_CAP_WHATIF, CapConfig
 from pipeline.power_caps import cap_variables
+from pipeline.resources import WarehouseResource
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
 from tests.cli_util import invoke, one_line_error
@@ -75,9 +76,11 @@ def test_a_bad_value_is_one_error_line(tmp_path, args, env, fragments):
     assert not (d / "derived").exists()  # said before anything ran
 
 
-def test_dagster_run_config_comes_first(monkeypatch):
+def test_dagster_run_config_comes_first(monkeypatch, tmp_path):
     monkeypatch.setenv(CAP_FACTORS_ENV, "0.5")
     monkeypatch.setenv(CAP_ALPHA_ENV, "H100=0.3")
+    resource = WarehouseResource.from_settings(load(), tmp_path)  # the settings resolved where a run starts
     config = CapConfig(cap_factors="0.9", alpha="")
-    assert cap_variables(config.cap_factors, config.alpha) == {"cap_factors": "0.9", "cap_alpha": "H100=0.3:0.3:0.3"}
-    assert cap_variables() == {"cap_factors": "0.5", "cap_alpha": "H100=0.3:0.3:0.3"}
+    assert POWER_CAP_WHATIF.variables(config, resource) == {"cap_factors": "0.9", "cap_alpha": "H100=0.3:0.3:0.3"}
+    assert POWER_CAP_WHATIF.variables(CapConfig(), resource) == {"cap_factors": "0.5", "cap_alpha": "H100=0.3:0.3:0.3"}
+    assert cap_variables() == {"cap_factors": "1.0,0.9,0.8,0.7,0.6", "cap_alpha": ""}  # the defaults: no setting read below the entry

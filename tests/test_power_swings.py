@@ -99,6 +99,7 @@ def kernel_and_sql_rows(data_dir, date: str) -> tuple[list, list]:
     the last two columns are the max swing (a GPU's: on its raw samples, stored; on the grid, SQL)."""
     with compute_connection(data_dir, date) as con:
         kernel = con.execute(f"SELECT {ROW_COLUMNS} FROM swing_stats WHERE level <> 'cluster_role' ORDER BY ALL").fetchall()
+        con.execute("SET VARIABLE grid_step_ms = 100")  # as the file's header tells the CLI
         query = definition_query(con, "swing_stats/swing_stats")
         sql = con.execute(f"SELECT {ROW_COLUMNS} FROM ({query}) WHERE level <> 'cluster_role' ORDER BY ALL").fetchall()
     return kernel, sql

@@ -10,6 +10,7 @@ import duckdb
 import pytest
 from dagster import DagsterInstance, RunsFilter
 
+from collectors.settings import load
 from pipeline import warehouse
 from pipeline.runner import dagster_home, run_day
 from tests.scale_out_fleet import DAY, copy_raw, simulate_four_clusters
@@ -187,11 +188,11 @@ def test_default_workers_leave_each_at_least_its_memory(monkeypatch):
     monkeypatch.delenv("WATTLINE_DUCKDB_MEMORY", raising=False)
     monkeypatch.setattr(runner.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(warehouse, "default_memory_mb", lambda: 2560)
-    assert runner.default_workers(4) == 1  # two would get 1.25 GiB each: too little for a 64-GPU cluster-day
+    assert runner.default_workers(4, load()) == 1  # two would get 1.25 GiB each: too little for a 64-GPU cluster-day
     monkeypatch.setattr(warehouse, "default_memory_mb", lambda: 8192)
-    assert runner.default_workers(8) == 4
-    assert runner.default_workers(2) == 2
+    assert runner.default_workers(8, load()) == 4
+    assert runner.default_workers(2, load()) == 2
     monkeypatch.setenv("WATTLINE_DUCKDB_MEMORY", "2GB")  # each worker gets 2 GB: only cores and clusters limit
-    assert runner.default_workers(8) == 8
+    assert runner.default_workers(8, load()) == 8
     monkeypatch.setenv("WATTLINE_WORKERS", "3")
-    assert runner.default_workers(8) == 3
+    assert runner.default_workers(8, load()) == 3

@@ -13,7 +13,7 @@ import pytest
 from collectors.contract import JOB_EVENTS
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
-from collectors.settings import JOB_EVENTS_LOOKBACK_DAYS_ENV, job_events_lookback_days
+from collectors.settings import JOB_EVENTS_LOOKBACK_DAYS_ENV, Settings, job_events_lookback_days, load
 from pipeline import remote
 from pipeline.resources import WarehouseResource
 from pipeline.runner import run_day
@@ -109,8 +109,8 @@ def test_an_event_across_midnight_on_a_day_without_power_is_null_not_zero(tmp_pa
     assert (steps, j_step, j_token, coverage, source) == (1, None, None, 0.0, "job_events")
 
 
-def _held(d, day):
-    with WarehouseResource(data_dir=str(d)).connection(day.isoformat()) as con:
+def _held(d, day, settings: Settings | None = None):
+    with WarehouseResource.from_settings(settings or Settings(), d).connection(day.isoformat()) as con:
         return con.execute("SELECT name, from_ns, to_ns FROM gpu_assignments WHERE host = 'train-0' AND gpu = 0 ORDER BY from_ns").fetchall()
 
 
@@ -126,7 +126,7 @@ def test_an_event_longer_than_a_day_holds_its_gpus_on_the_third_day(tmp_path, mo
     assert _held(d, DAY) == [("job-a", run[2], run[3])]
     assert _held(d, YESTERDAY) == [("job-a", run[2], run[3])]
     monkeypatch.setenv(JOB_EVENTS_LOOKBACK_DAYS_ENV, "1")
-    assert _held(d, DAY) == []
+    assert _held(d, DAY, load()) == []  # the setting as an entry point resolves it
 
 
 def test_a_long_event_adds_its_part_inside_each_day(tmp_path):
@@ -157,4 +157,4 @@ def test_a_bad_lookback_is_a_clear_error(text):
 def test_an_s3_cluster_day_stages_the_earlier_days_job_events(monkeypatch):
     """The work dir of an S3 cluster-day holds the job_events folders of the days the day reads back."""
     monkeypatch.setenv(JOB_EVENTS_LOOKBACK_DAYS_ENV, "3")
-    assert remote._earlier_days(DAY.isoformat()) == [(DAY - dt.timedelta(days=n)).isoformat() for n in (1, 2, 3)]
+    assert remote._earlier_days(DAY.isoformat(), load().job_events_lookback_days) == [(DAY - dt.timedelta(days=n)).isoformat() for n in (1, 2, 3)]

@@ -35,6 +35,6 @@ DIURNAL_PROFILE = Table(
     deps=["hourly_activity", ["fleet", "hourly_activity"]],
     group="fleet",  # it reads fleet/ rollups: in their group, so groups depend on each other one way
     config=DiurnalConfig,
-    variables=lambda config: {"diurnal_tz": config.tz, "diurnal_days": config.trailing_days},
+    variables=lambda config, _warehouse: {"diurnal_tz": config.tz, "diurnal_days": config.trailing_days},
 )
 (diurnal_profile,) = table_assets(DIURNAL_PROFILE)

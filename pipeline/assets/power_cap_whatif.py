@@ -52,7 +52,8 @@ POWER_CAP_WHATIF = Table(
     deps=["power_1s", "phase_intervals", "job_events"],
     group="caps",  # after the phases it reads, so groups depend on each other one way
     config=CapConfig,
-    variables=lambda config: cap_variables(config.cap_factors, config.alpha),
+    variables=lambda config, warehouse: cap_variables(config.cap_factors or warehouse.cap_factors,
+                                                      config.alpha or warehouse.cap_alpha),
     before=_inputs,
 )
 (power_cap_whatif,) = table_assets(POWER_CAP_WHATIF)

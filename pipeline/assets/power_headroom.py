@@ -20,6 +20,6 @@ POWER_HEADROOM = Table(
     "cluster-day",
     deps=["fleet_power_1s"],
     config=HeadroomConfig,
-    variables=lambda config: {"headroom_exceed_share": config.exceed_share},
+    variables=lambda config, _warehouse: {"headroom_exceed_share": config.exceed_share},
 )
 (power_headroom,) = table_assets(POWER_HEADROOM)

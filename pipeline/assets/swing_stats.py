@@ -140,18 +140,14 @@ def insert_frame(con, table: str, frame: pl.DataFrame) -> None:
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _grid_frame")
 
 
-def grid_step(con) -> int:
-    """The connection's grid step (ms): the resource's setting; 100 where none is set (SQL by hand)."""
-    return con.execute("SELECT getvariable('grid_step_ms')").fetchall()[0][0] or DEFAULT_GRID_STEP_MS  # fetchall: the result is finished
-
-
-def grid_series(con) -> None:
-    """Temp table ``_grid_series``: the cluster-day's summed series on the grid (pipeline/grid.py),
-    inserted one host at a time; none at the default step, where fleet_power_100ms is the grid."""
+def grid_series(con, grid_step_ms: int) -> None:
+    """Temp table ``_grid_series``: the cluster-day's summed series on the ``grid_step_ms`` grid
+    (pipeline/grid.py), inserted one host at a time; none at the default step, where
+    fleet_power_100ms is the grid."""
     con.execute("""CREATE OR REPLACE TEMP TABLE _grid_series (
         level VARCHAR, entity VARCHAR, bin BIGINT, power_w DOUBLE, gpus_reporting INTEGER, complete BOOLEAN,
         carried_ms INTEGER, ahead_ms INTEGER)""")
-    step = grid_step(con)
+    step = grid_step_ms
     if step == DEFAULT_GRID_STEP_MS:
         return
     for frame in summed_series(con, step):
@@ -226,14 +222,14 @@ def _filled(x) -> tuple[np.ndarray, np.ndarray]:
     return np.ma.filled(m.astype(np.float64), 0.0), ~np.ma.getmaskarray(m)
 
 
-def grid_swings(con) -> None:
+def grid_swings(con, step: int) -> None:
     """Rows of temp table ``_kernel_swings`` for the host, cluster, role and fleet (a fleet-day: role and
     fleet), each entity's dense day series swung by pipeline/grid.py's grid_stats (polars rolling
     max/min: exact sliding windows over complete bins, as the SQL's block pairs are). The avg1s
     series on fleet_power_100ms; the instant series on fleet_power_100ms at the default step, on
     fleet_power_grid at another. Row for row what sql/swing_stats/swing_stats.sql computes for these
-    levels on its own (tests/test_power_swings.py), at a fraction of its cost."""
-    step = grid_step(con)
+    levels on its own (tests/test_power_swings.py), at a fraction of its cost. ``step``: the
+    grid_step_ms setting."""
     out: list[dict] = []
     columns = "power_w, power_avg_w, complete, complete_avg1s, carried_ms, power_best_w, complete_best"
     for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, columns):
@@ -266,18 +262,18 @@ def grid_swings(con) -> None:
     con.execute("SET VARIABLE upper_swings_from_kernel = true")
 
 
-def upper_swings(con) -> None:
+def upper_swings(con, grid_step_ms: int) -> None:
     """The fleet-day's kernel (role and fleet rows)."""
     kernel_table(con)
-    grid_swings(con)
+    grid_swings(con, grid_step_ms)
 
 
-def swing_inputs(con) -> None:
+def swing_inputs(con, grid_step_ms: int) -> None:
     """The cluster-day's kernels: every row of the table (GPUs, then the levels above)."""
     kernel_table(con)
     gpu_swings(con)
     con.execute("SET VARIABLE gpu_swings_from_kernel = true")
-    grid_swings(con)
+    grid_swings(con, grid_step_ms)
 
 
 FLEET_POWER_GRID = Table(
@@ -289,6 +285,7 @@ FLEET_POWER_GRID = Table(
     deps=["energy_curve", "fleet_power_100ms"],
     group="swings",
     before=grid_series,
+    grid_step=True,
     rollup=True,  # role and fleet rows summed from the cluster-days' parts; complete when every part is
     rollup_deps=["fleet_power_grid", ["fleet", "fleet_power_100ms"]],
 )
@@ -304,6 +301,7 @@ SWING_STATS = Table(
     deps=["power_100ms", "fleet_power_100ms", "energy_curve", "fleet_power_grid"],
     group="swings",  # with the grid that exists only for them (the power group's graph stays drawable)
     before=swing_inputs,
+    grid_step=True,
     rollup=True,  # role and fleet rows: the same SQL over the rolled-up 100 ms series (or grid)
     rollup_deps=[["fleet", "fleet_power_100ms"], ["fleet", "fleet_power_grid"]],
     rollup_before=upper_swings,

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from collectors.printable import printable
-from pipeline import warehouse
+from collectors.settings import load
+from pipeline import readonly, warehouse
 from pipeline.cli.common import UserError, data_dir_option, date_option
 from pipeline.readonly import ReadOnlyError, connect_readonly
 from pipeline.warehouse import reader_dir
@@ -46,6 +47,8 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
         (data_dir / "derived" / table / f"date={date}").is_dir() for table in warehouse.derived_tables(data_dir)
     ):
         click.echo(f"note: no derived tables for {date} yet: run `wattline run --date {date} --data-dir {printable(data_dir)}` first", err=True)
+    settings = load()
+    readonly.set_limits(settings.duckdb_memory, settings.duckdb_threads)
     try:  # the catalog must open (a broken inventory.yaml is one line, not an empty report)
         connect_readonly(data_dir).close()
     except ReadOnlyError as exc:

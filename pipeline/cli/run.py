@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import time
+from dataclasses import replace
 
 import click
 
@@ -11,7 +11,7 @@ from collectors.contract import DATASETS
 from collectors.days import run_day_problem
 from collectors.inventory import InventoryError
 from collectors.printable import printable
-from collectors.settings import CAP_ALPHA_ENV, CAP_FACTORS_ENV, GRID_STEP_MS_ENV, load
+from collectors.settings import GRID_STEP_MS_ENV, load
 from pipeline import remote
 from pipeline.cli.common import UserError, data_dir_option, date_option
 from pipeline.datadir import link_reason, linked_paths, load_inventory_if_any
@@ -63,19 +63,18 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, c
     problem = run_day_problem(date)
     if problem:
         raise UserError(problem)
-    # the flags become the settings the workers read (spawned processes inherit the environment)
-    for env, value in ((CAP_FACTORS_ENV, cap_factors), (CAP_ALPHA_ENV, cap_alpha)):
-        if value is not None:
-            os.environ[env] = value
-    try:  # a bad setting is said here, not as a failed asset in a worker
-        grid_step_ms = load().grid_step_ms
-        cap_variables()
+    try:  # the run's settings, resolved once here; a bad one is said here, not as a failed asset in a worker
+        settings = load()
+        # a flag takes the place of its setting for this run (the workers get them as an argument)
+        settings = replace(settings, cap_factors=settings.cap_factors if cap_factors is None else cap_factors,
+                           cap_alpha=settings.cap_alpha if cap_alpha is None else cap_alpha)
+        cap_variables(settings.cap_factors, settings.cap_alpha)
     except ValueError as exc:
         raise UserError(printable(str(exc))) from None
     selection = _selection(select)
     require_day_data(data_dir, date)
     started = time.monotonic()
-    outcome = run_day(data_dir, date, selection=selection, workers=workers)
+    outcome = run_day(data_dir, date, selection=selection, workers=workers, settings=settings)
     seconds = time.monotonic() - started
     for entry in outcome.quarantined:
         click.echo(f"quarantined {entry['dataset']} file {printable(entry['path'])}: {printable(entry['reason'])} "
@@ -98,7 +97,7 @@ def command(date: str, select: str | None, timings: bool, workers: int | None, c
     click.echo(
         f"{date}: {len(outcome.materialized)} assets materialized in {seconds:.1f} s "
         f"({_runs(outcome)}), {len(outcome.failed_checks)} failed check(s): {status} (runs {outcome.run_id}); "
-        f"host-and-above swings on a {grid_step_ms} ms grid ({GRID_STEP_MS_ENV})"
+        f"host-and-above swings on a {settings.grid_step_ms} ms grid ({GRID_STEP_MS_ENV})"
     )
     if not outcome.ok:
         raise SystemExit(1)

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from collectors.printable import printable
+from collectors.settings import load
 from pipeline.cli.common import Interrupted, UserError, data_dir_option
 from pipeline.constants import warehouse_path
 from pipeline.readonly import DEFAULT_TIMEOUT_S, ReadOnlyError, check_statement
@@ -58,8 +59,9 @@ def command(query: str, fmt: str, out: Path | None, max_rows: int, timeout_s: fl
     """
     from pipeline import sqlworker
 
-    duckdb_memory = None if bound_bytes is None else sqlworker.duckdb_limit(bound_bytes)
-    bound_bytes = bound_bytes or sqlworker.default_bound_bytes()
+    settings = load()  # the DuckDB bound and threads, resolved here; the query process gets them as arguments
+    duckdb_memory = settings.duckdb_memory if bound_bytes is None else sqlworker.duckdb_limit(bound_bytes)
+    bound_bytes = bound_bytes or sqlworker.default_bound_bytes(settings.duckdb_memory)
     if fmt == "parquet" and out is None and sys.stdout.isatty():
         raise UserError("--format parquet needs --out FILE (or a pipe)")
     try:
@@ -69,7 +71,8 @@ def command(query: str, fmt: str, out: Path | None, max_rows: int, timeout_s: fl
     local = reader_dir(data_dir)  # S3: on a local mirror of derived/
     with sqlworker.temporary_workdir() as workdir:
         try:
-            result = sqlworker.run(local, query, fmt, max_rows, timeout_s, bound_bytes, Path(workdir), duckdb_memory)
+            result = sqlworker.run(local, query, fmt, max_rows, timeout_s, bound_bytes, Path(workdir), duckdb_memory,
+                                   settings.duckdb_threads)
         except sqlworker.QueryStopped as exc:
             raise (Interrupted if exc.kind == "interrupt" else UserError)(str(exc)) from None
         if result.catalog_problem and warehouse_path(local).exists():  # moved, copied or damaged; never rewritten here

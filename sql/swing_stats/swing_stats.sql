@@ -14,7 +14,8 @@
 -- entity complete in neither series all day (its GPUs mix an instantaneous source and a 1 s-average
 -- one) is swung on each GPU's best value instead (power_best_w, complete_best), marked mixed. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
 -- below) for the GPU and avg1s rows and, at the default setting, for every row; the setting
--- (fleet_power_grid) for the instant rows of host and above otherwise.
+-- (fleet_power_grid) for the instant rows of host and above otherwise. In the DuckDB CLI, set the
+-- step first as the pipeline does: SET VARIABLE grid_step_ms = 100 (the setting, WATTLINE_GRID_STEP_MS).
 --
 -- The asset computes the rows with its kernels (pipeline/assets/swing_stats.py) and leaves them
 -- in _kernel_swings: GPU rows with max_swing_w on the raw samples, exact over sample times
@@ -68,7 +69,7 @@ FROM gpu_grid_day('power_100ms', '_carried')
 WHERE gpu_swings_here()
 UNION ALL
 SELECT level, entity, -1 AS gpu, slot,
-       CASE WHEN complete AND coalesce(getvariable('grid_step_ms'), 100) = 100 THEN power_w::DOUBLE END,
+       CASE WHEN complete AND getvariable('grid_step_ms') = 100 THEN power_w::DOUBLE END,
        CASE WHEN mixed THEN CASE WHEN complete_best THEN power_best_w::DOUBLE END
             WHEN complete_avg1s THEN power_avg_w::DOUBLE END,
        age, CASE WHEN mixed THEN 'mixed' ELSE 'avg1s' END

@@ -14,6 +14,7 @@ import duckdb
 import psutil
 import pytest
 
+from collectors.settings import load
 from pipeline import warehouse
 from tests.builders import write_square_fleet
 from tests.cli_util import invoke, one_line_error
@@ -65,7 +66,7 @@ def test_memory_bound_is_the_pipelines(data_dir, monkeypatch):
             monkeypatch.setenv("WATTLINE_DUCKDB_MEMORY", value)
         else:
             monkeypatch.delenv("WATTLINE_DUCKDB_MEMORY", raising=False)
-        expected_setting = warehouse.duckdb_config()["memory_limit"]
+        expected_setting = warehouse.duckdb_config(load().duckdb_memory)["memory_limit"]  # the setting, as the CLI resolves it
         reference = duckdb.connect(config={"memory_limit": expected_setting})
         expected = reference.execute("select current_setting('memory_limit')").fetchone()[0]
         reference.close()
