@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,12 +60,15 @@ def series_part(context: AssetExecutionContext, resource: WarehouseResource, con
             paths = {t.name: staged_path(data_dir, scope, t.name, run_id) for t in tables}
             for path in paths.values():
                 path.parent.mkdir(parents=True, exist_ok=True)
+            spill = data_dir / ".duckdb_tmp"  # where DuckDB spills too
             try:
-                write_parts(con, tables, paths, str(scope.date))
+                with tempfile.TemporaryDirectory(prefix="series-", dir=spill) as folder:
+                    write_parts(con, tables, paths, str(scope.date), Path(folder))
             except (duckdb.Error, OSError, pa.ArrowException):  # DuckDB's errors come through the Arrow stream as OSError
                 if not resource.quarantine_damaged(con, scope):
                     raise
-                write_parts(con, tables, paths, str(scope.date))
+                with tempfile.TemporaryDirectory(prefix="series-", dir=spill) as folder:
+                    write_parts(con, tables, paths, str(scope.date), Path(folder))
         rows = warehouse.install_part(con, data_dir, series_table(name).name, scope, staged)
     resource.publish_part(name, scope)
     return rows

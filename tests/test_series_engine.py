@@ -37,9 +37,9 @@ def day(tmp_path_factory):
     return d
 
 
-def _parts(con, tmp_path, tables=SERIES_TABLES) -> dict[str, pa.Table]:
+def _parts(con, tmp_path, tables=SERIES_TABLES, spill_dir=None) -> dict[str, pa.Table]:
     paths = {t.name: tmp_path / f"{t.name}.parquet" for t in tables}
-    engine.write_parts(con, tables, paths, DATE)
+    engine.write_parts(con, tables, paths, DATE, spill_dir)
     return {name: pq.read_table(path) for name, path in paths.items()}
 
 
@@ -66,15 +66,18 @@ def test_part_columns_are_the_declared_schema(day, tmp_path):
             assert parts[t.name].num_rows > 0
 
 
-def test_bounded_chunks_give_the_same_rows(day, tmp_path, monkeypatch):
+@pytest.mark.parametrize("spill", [False, True], ids=["held", "spilled"])
+def test_bounded_chunks_give_the_same_rows(day, tmp_path, monkeypatch, spill):
     """Read in chunks far smaller than a host's samples (GPUs interleaved row by row inside each
-    chunk), every table's rows are the same as from one chunk per host."""
+    chunk), held in memory or each GPU's spilled to its own file, every table's rows are the same
+    as from one chunk per host; the spill files are gone after."""
+    for folder in ("whole", "chunked", "spill"):
+        (tmp_path / folder).mkdir()
     with compute_connection(day, DATE) as con:
-        (tmp_path / "whole").mkdir()
-        (tmp_path / "chunked").mkdir()
         whole = _parts(con, tmp_path / "whole")
         monkeypatch.setattr(engine, "BATCH_ROWS", 997)
-        chunked = _parts(con, tmp_path / "chunked")
+        chunked = _parts(con, tmp_path / "chunked", spill_dir=tmp_path / "spill" if spill else None)
+    assert not list((tmp_path / "spill").iterdir())
     for name, rows in whole.items():
         assert rows.equals(chunked[name]), name
     gpus = whole["power_1s"].select(["host", "gpu"]).to_pylist()
@@ -86,9 +89,9 @@ def test_one_read_of_each_host_for_every_table(day, tmp_path, monkeypatch):
     reads = []
     real = engine.host_by_gpu
 
-    def counted(con, sql, params):
+    def counted(con, sql, params, spill_dir=None):
         reads.append(params["host"])
-        yield from real(con, sql, params)
+        yield from real(con, sql, params, spill_dir)
 
     monkeypatch.setattr(engine, "host_by_gpu", counted)
     with compute_connection(day, DATE) as con:

@@ -45,42 +45,78 @@ def day_sources(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
     return hosts
 
 
-def host_by_gpu(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+class _GpuChunks:
+    """Each GPU's chunks of one host's rows, in read order: held in memory, or, with a spill
+    folder, appended to one Arrow IPC file per GPU there, so memory holds one chunk while the
+    host is read and one GPU's rows after (not the host's)."""
+
+    def __init__(self, spill_dir: Path | None) -> None:
+        self.spill_dir = spill_dir
+        self.held: dict[int, list[dict[str, np.ndarray]]] = {}
+        self.files: dict[int, tuple[Path, pa.ipc.RecordBatchStreamWriter]] = {}
+
+    def add(self, gpu: int, cols: dict[str, np.ndarray]) -> None:
+        if self.spill_dir is None:
+            self.held.setdefault(gpu, []).append(cols)
+            return
+        batch = pa.record_batch(cols)
+        if gpu not in self.files:
+            path = self.spill_dir / f"gpu-{gpu}.arrows"
+            self.files[gpu] = (path, pa.ipc.new_stream(path, batch.schema))
+        self.files[gpu][1].write_batch(batch)
+
+    def gpus(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        for g in sorted(self.held):
+            chunks = self.held.pop(g)
+            yield g, {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+            del chunks
+        for _, writer in self.files.values():
+            writer.close()
+        for g in sorted(self.files):
+            path, _ = self.files.pop(g)
+            with pa.ipc.open_stream(path) as reader:
+                table = reader.read_all()
+            path.unlink()
+            yield g, {name: table.column(name).to_numpy() for name in table.column_names}
+            del table
+
+
+def host_by_gpu(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict, spill_dir: Path | None = None
+) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """One host's rows of ``sql`` (a ``gpu`` column and others), per GPU in gpu order, as numpy
-    arrays in read order. Read in Arrow batches and split by GPU as they come, so memory holds the
-    host's rows once, in their narrow types; a GPU's arrays are freed once the caller has its
-    next. Runs of one GPU (files sorted by gpu, as the collector and the importers write them) are
+    arrays in read order. Read in Arrow batches of BATCH_ROWS and split by GPU as they come (a
+    host's GPUs interleave in its files); with ``spill_dir`` each GPU's rows wait in a file there
+    (memory: one batch, then one GPU), else in memory (the host's rows in their narrow types).
+    Runs of one GPU (files sorted by gpu, as the collector and the importers write them) are
     sliced, not sorted (~2 s CPU less a read at 8 GPU-days)."""
-    parts: dict[int, list[dict[str, np.ndarray]]] = {}
+    parts = _GpuChunks(spill_dir)
     for batch in con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS):
         cols = {name: batch.column(i).to_numpy(zero_copy_only=False) for i, name in enumerate(batch.schema.names)}
         gpu = cols["gpu"]
         bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
         if len(bounds) <= 64:  # runs of one GPU: slices
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-                parts.setdefault(int(gpu[lo]), []).append({k: v[lo:hi] for k, v in cols.items() if k != "gpu"})
+                parts.add(int(gpu[lo]), {k: v[lo:hi] for k, v in cols.items() if k != "gpu"})
             continue
         order = np.argsort(gpu, kind="stable")
         gpu = gpu[order]
         bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             rows = order[lo:hi]
-            parts.setdefault(int(gpu[lo]), []).append({k: v[rows] for k, v in cols.items() if k != "gpu"})
-    for g in sorted(parts):
-        chunks = parts.pop(g)
-        yield g, {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-        del chunks
+            parts.add(int(gpu[lo]), {k: v[rows] for k, v in cols.items() if k != "gpu"})
+    yield from parts.gpus()
 
 
-def day_samples(con: duckdb.DuckDBPyConnection) -> Iterator[GpuSamples]:
+def day_samples(con: duckdb.DuckDBPyConnection, spill_dir: Path | None = None) -> Iterator[GpuSamples]:
     """Every GPU's samples of the partition day (view power_day_samples), host by host, GPU by
-    GPU, each host's rows read once. ``con`` reads in file order meanwhile (a GPU's samples then
-    come as its files hold them, whatever the thread count)."""
+    GPU, each host's rows read once (``spill_dir``: see host_by_gpu). ``con`` reads in file order
+    meanwhile (a GPU's samples then come as its files hold them, whatever the thread count)."""
     con.execute("SET preserve_insertion_order = true")
     try:
         for host, names in day_sources(con).items():
             ranks = np.array([SampleSource.of(n, False).rank for n in names], np.uint8)
-            for g, x in host_by_gpu(con, _SAMPLES, {"host": host, "sources": names}):
+            for g, x in host_by_gpu(con, _SAMPLES, {"host": host, "sources": names}, spill_dir):
                 is_average = x["is_average"]
                 yield GpuSamples(
                     host=host, gpu=g, sources=tuple(names), t_ns=x["t_ns"], power_w=x["power_w"],
@@ -97,10 +133,14 @@ def _with_date(batch: pa.RecordBatch, table: SeriesTable, days: int) -> pa.Recor
     return pa.RecordBatch.from_arrays([date, *batch.columns], schema=table.stored_schema)
 
 
-def write_parts(con: duckdb.DuckDBPyConnection, tables: Sequence[SeriesTable], paths: dict[str, Path], date: str) -> dict[str, int]:
+def write_parts(
+    con: duckdb.DuckDBPyConnection, tables: Sequence[SeriesTable], paths: dict[str, Path], date: str, spill_dir: Path | None = None
+) -> dict[str, int]:
     """Compute ``tables`` for the partition day of ``con`` in one pass over its samples; write
     each to ``paths[name]`` (zstd Parquet, sorted by host, gpu, time, the pass's id under
-    PASS_KEY). Returns rows per table. On any error no file is left behind."""
+    PASS_KEY). With ``spill_dir`` (an empty folder) each GPU's samples wait there while its host
+    is read (memory: one GPU's samples, not its host's). Returns rows per table. On any error no
+    file is left behind."""
     pass_id = uuid.uuid4().hex
     days = (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
     writers: dict[str, pq.ParquetWriter] = {}
@@ -116,7 +156,7 @@ def write_parts(con: duckdb.DuckDBPyConnection, tables: Sequence[SeriesTable], p
                 writers[name].write_table(pa.Table.from_batches(pending[name]), row_group_size=ROW_GROUP_ROWS)
                 pending[name] = []
 
-        for samples in day_samples(con):
+        for samples in day_samples(con, spill_dir):
             for t in tables:
                 batch = t.rows(samples)
                 if batch.num_rows:
