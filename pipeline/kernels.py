@@ -4,10 +4,10 @@ Measured (one GPU-day at 50 Hz, 4.32 M samples, one thread, this project's 2-cor
 largest max − min over sliding 2 s windows took 85.5 s CPU as a DuckDB RANGE window
 (`max(p) OVER (ORDER BY t RANGE BETWEEN CURRENT ROW AND 2 s FOLLOWING)` and `min`) and 0.41 s as
 polars `rolling_max_by` / `rolling_min_by` (monotonic deques): 200× less; max_swings now slides
-only the block pairs that can hold the maximum. The energy curve and the 100 ms grid are numpy
+only the block pairs that can hold the maximum. power_1s, the energy curve and the 100 ms grid are numpy
 over one GPU's samples (a stable sort if unsorted, reduceat per minute and slot, cumsum): ~3x
-less CPU than the SQL files that define them, whose windows sort every sample. Callers read
-one host's samples (only the needed columns) and run the kernels one GPU at a time.
+less CPU than their SQL oracles (tests/oracles/), whose windows sort every sample. The series
+engine (pipeline/series/) reads each host's samples once and runs them one GPU at a time.
 """
 
 from __future__ import annotations
@@ -177,13 +177,13 @@ def _round_half_away(v: np.ndarray) -> np.ndarray:
     return r + np.sign(v) * (np.abs(v - r) >= 0.5)
 
 
-def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> dict[str, np.ndarray]:
-    """One GPU's power_1s rows (sql/power_1s/power_1s.sql in numpy) from its raw samples of the
+def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, is_average: np.ndarray) -> dict[str, np.ndarray]:
+    """One GPU's power_1s rows (tests/oracles/power_1s.sql is the same in SQL) from its raw samples of the
     day: per second with a best-source row, the mean, min and max power, the trapezoid energy of
     the segments ending in it (each after a gap of at most RUN_GAP_NS; FLOAT sums as the SQL's),
-    summed exactly as its ``xsum`` does (each term rounded half away to 1e-12 J, an integer sum),
+    summed exactly as the oracle's ``xsum`` does (each term rounded half away to 1e-12 J, an integer sum),
     the row count, whether a gap (or the day's start) precedes a row, rows repeating the previous
-    one's timestamp. Returns those arrays, ``second`` (t_ns // 1 s) and ``first`` (input index of
+    one's timestamp, whether a row is a 1 s average (``is_average``). Returns those arrays, ``second`` (t_ns // 1 s) and ``first`` (input index of
     each second's first row, for the source)."""
     idx = best_rows(t_ns, source_rank)
     t, p = t_ns[idx], power_w[idx].astype(np.float32)
@@ -207,7 +207,7 @@ def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -
         "samples": count,
         "gap_before": red(np.logical_or, ~linked),
         "duplicate_samples": red(np.add, (dt_s == 0).astype(np.int64)),
-        "is_average": red(np.logical_or, source_rank[idx] == 9),
+        "is_average": red(np.logical_or, is_average[idx]),
         "first": idx[starts],
     }
 
@@ -229,8 +229,8 @@ def best_samples(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray)
 
 
 def energy_curve(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> dict[str, np.ndarray]:
-    """One GPU's energy curve from its raw samples of the day (sql/energy_curve/energy_curve.sql in
-    numpy): :func:`best_samples`, then the cumulative trapezoid, segments over ``RUN_GAP_NS`` left
+    """One GPU's energy curve from its raw samples of the day (tests/oracles/energy_curve.sql is the
+    same in SQL): :func:`best_samples`, then the cumulative trapezoid, segments over ``RUN_GAP_NS`` left
     out. Returns ``t_ns``, ``power_w``, ``energy_j``, ``next_t_ns``, ``next_w``, ``linked`` (whether
     the next sample is within the gap: next_* are NULL where not) and ``first`` (see best_samples).
     Measured: ~0.1 s CPU per million samples."""
@@ -262,12 +262,14 @@ def _slot_means(slot: np.ndarray, values: np.ndarray, present: np.ndarray) -> tu
     return starts, np.diff(np.r_[starts, len(slot)]), mean, n == 0
 
 
-def grid_100ms(t_ns: np.ndarray, power_w: np.ndarray, power_avg_w: np.ndarray, has_avg: np.ndarray, source_rank: np.ndarray) -> dict[str, np.ndarray]:
-    """One GPU's trace on the 100 ms grid (sql/power_100ms/power_100ms.sql in numpy): per slot with a
+def grid_100ms(
+    t_ns: np.ndarray, power_w: np.ndarray, power_avg_w: np.ndarray, has_avg: np.ndarray, source_rank: np.ndarray, is_average: np.ndarray
+) -> dict[str, np.ndarray]:
+    """One GPU's trace on the 100 ms grid (tests/oracles/power_100ms.sql is the same in SQL): per slot with a
     sample of the minute's best source (lowest ``source_rank``), the mean power, the sample count,
     the mean 1 s average of those rows, else of the rows of the best-ranked other source that
     reports one that minute (``has_avg``: the row's ``power_avg_w`` is not NULL), and whether the
-    slot's source is a 1 s average (rank 9). Means of a few float32 values summed in float64 are
+    slot's source is a 1 s average (``is_average``). Means of a few float32 values summed in float64 are
     exact whatever the order, so the rows equal the SQL's. Input in any order. Returns ``slot``
     (t_ns // 100 ms), ``power_w``, ``samples``, ``power_avg_w``, ``avg_null``, ``is_average`` and
     ``first`` (the input index of each slot's first row, for the source)."""
@@ -290,9 +292,9 @@ def grid_100ms(t_ns: np.ndarray, power_w: np.ndarray, power_avg_w: np.ndarray, h
         at = np.minimum(np.searchsorted(fb_slot, slot), len(fb_slot) - 1)
         use = avg_null & (fb_slot[at] == slot)
         slot_avg[use], avg_null[use] = fb_mean[at[use]], False
-    is_average = np.logical_or.reduceat(source_rank[idx] == 9, starts) if len(starts) else np.zeros(0, bool)
+    average = np.logical_or.reduceat(is_average[idx], starts) if len(starts) else np.zeros(0, bool)
     return {"slot": slot, "power_w": power, "samples": samples, "power_avg_w": slot_avg, "avg_null": avg_null,
-            "is_average": is_average, "first": idx[starts]}
+            "is_average": average, "first": idx[starts]}
 
 
 @contextmanager

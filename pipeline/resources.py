@@ -156,14 +156,24 @@ class WarehouseResource(ConfigurableResource):
         try:
             rows = warehouse.write_partition(con, self.path, table, scope.date, query, scope)
         except duckdb.Error:
-            # A file whose footer is sound but whose data is damaged fails the query, not the
-            # footer check: find it, quarantine it and compute the rest of the day once more.
-            if not sum(file_quarantine.quarantine_damaged(self.path, name, scope.date) for name in DATASETS):
+            if not self.quarantine_damaged(con, scope):
                 raise
-            warehouse.create_views(con, self.path, raw_overrides=self.scoped_files(scope.date, scope), scope=scope if scope.cluster or scope.fleet else None,
-                                   lookback_days=self.job_events_lookback_days)
             rows = warehouse.write_partition(con, self.path, table, scope.date, query, scope)
+        self.publish_part(table, scope)
+        return rows
+
+    def quarantine_damaged(self, con: duckdb.DuckDBPyConnection, scope: Scope) -> bool:
+        """After a read failed: a file whose footer is sound but whose data is damaged fails the
+        query, not the footer check. Quarantine such files and redefine ``con``'s views without
+        them (the caller computes the rest of the day once more); False when none was found."""
+        if not sum(file_quarantine.quarantine_damaged(self.path, name, scope.date) for name in DATASETS):
+            return False
+        warehouse.create_views(con, self.path, raw_overrides=self.scoped_files(scope.date, scope), scope=scope if scope.cluster or scope.fleet else None,
+                               lookback_days=self.job_events_lookback_days)
+        return True
+
+    def publish_part(self, table: str, scope: Scope) -> None:
+        """Publish ``table``'s part for ``scope`` (S3: upload it) and republish the catalog."""
         remote.publish_part(self.root, self.path, scope.part_dir(self.path, table) / "part-0.parquet")
         warehouse.publish(self.path)
-        return rows
 

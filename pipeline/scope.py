@@ -21,21 +21,15 @@ from pathlib import Path
 
 from collectors.names import inside
 from pipeline.constants import CLUSTER_DIM, DATE_DIM, derived_path
+from pipeline.series import SERIES_TABLES, ddl_columns
 from pipeline.sqltext import literal
 
 CLUSTER_ROLE = "cluster_role"
 UNASSIGNED = "_unassigned"
 """The cluster-day of hosts that have power files but are missing from the inventory."""
-PER_GPU_COLUMNS = {
-    "power_1s": "date DATE, host VARCHAR, gpu UTINYINT, ts TIMESTAMPTZ, mean_w FLOAT, min_w FLOAT, max_w FLOAT, "
-    "energy_j DOUBLE, samples INTEGER, gap_before BOOLEAN, duplicate_samples INTEGER, source VARCHAR, is_average BOOLEAN",
-    "power_100ms": "date DATE, host VARCHAR, gpu UTINYINT, ts TIMESTAMPTZ, power_w FLOAT, samples INTEGER, source VARCHAR, "
-    "power_avg_w FLOAT, is_average BOOLEAN",
-    "energy_curve": "date DATE, host VARCHAR, gpu UTINYINT, t_ns BIGINT, power_w FLOAT, energy_j DOUBLE, "
-    "next_t_ns BIGINT, next_w FLOAT, source VARCHAR, is_average BOOLEAN",
-}
-"""Per-GPU derived tables and their columns: a fleet-day sees them empty (whether or not their
-files are on this machine), so it provably reads no per-GPU data."""
+PER_GPU_COLUMNS = {t.name: ddl_columns(t) for t in SERIES_TABLES}
+"""Per-GPU derived tables and their columns, from the series tables' schemas: a fleet-day sees
+them empty (whether or not their files are on this machine), so it provably reads no per-GPU data."""
 PER_GPU_TABLES = tuple(PER_GPU_COLUMNS)
 ALWAYS_DEFINED = ("energy_curve",)
 """Derived tables that shared macros read (sql/views/energy.sql): defined typed and empty until

@@ -24,9 +24,12 @@ def query(name: str) -> str:
 
 def table_names() -> list[str]:
     """Every derived table: a folder ``sql/<table>/`` holding ``<table>.sql``, or (tables not yet
-    in their folder) a file ``sql/<table>.sql``. Rollups write the same names."""
+    in their folder) a file ``sql/<table>.sql``, and the series tables (pipeline/series/, their
+    folders hold only checks, headline and column docs). Rollups write the same names."""
+    from pipeline.series import SERIES_TABLES  # numpy kernels: loaded only when tables are listed
+
     folders = {p.parent.name for p in SQL_DIR.glob("*/*.sql") if p.stem == p.parent.name}
-    return sorted(folders | {p.stem for p in SQL_DIR.glob("*.sql")})
+    return sorted(folders | {p.stem for p in SQL_DIR.glob("*.sql")} | {t.name for t in SERIES_TABLES})
 
 
 @functools.cache

@@ -49,7 +49,7 @@ from dagster import (
     asset,
 )
 
-from pipeline import process_memory, sqlfiles
+from pipeline import process_memory, series_run, sqlfiles
 from pipeline.asset_docs import asset_docs
 from pipeline.constants import SQL_DIR
 from pipeline.partitions import daily_partitions, day_cluster_partitions
@@ -233,6 +233,10 @@ class Table:
     write: Callable[[Connection, Callable[[str], int]], int] | None = None
     """Hook replacing "run the preparatory statements, write the last query": gets the connection
     and ``write(query) -> rows`` (e.g. statements run in chunks, a temp table written in part)."""
+    series: bool = False
+    """A per-GPU series table (pipeline/series/): its rows come from the series engine, its
+    function and schema registered there, not from a SQL file; its checks and headline are SQL
+    files as for any table."""
     python_checks: Sequence[PythonCheck] = ()
     python_headline: Callable[..., dict] | None = None
     """Metadata SQL cannot give (added to headline.sql's); called with the connection and ``inputs``."""
@@ -274,14 +278,16 @@ class Table:
             before = self.rollup_before if rollup else self.before
             if before is not None:
                 before(con, **({"grid_step_ms": warehouse.grid_step_ms} if self.grid_step else {}))
-            prepare, query = statements(self.sql_name(rollup))
 
             def write(sql: str) -> int:
                 return warehouse.write_and_publish(con, self.name, scope, sql)
 
-            if self.write is not None and not rollup:
+            if self.series and not rollup:
+                rows = series_run.series_part(context, warehouse, con, scope, self.name)
+            elif self.write is not None and not rollup:
                 rows = self.write(con, write)
             else:
+                prepare, query = statements(self.sql_name(rollup))
                 for statement in prepare:
                     con.execute(statement)
                 rows = write(query)

@@ -526,6 +526,19 @@ def write_partition(
     return con.execute(f"SELECT count(*) FROM read_parquet({path_literal(final)})").fetchone()[0]
 
 
+def install_part(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, scope: Scope, written: Path) -> int:
+    """Rename ``written`` (a complete part, beside its final name in the part's folder) over
+    ``table``'s part for ``scope`` (a reader sees the old part or the new one) and point ``con``'s
+    view at it; returns its row count."""
+    folder = scope.part_dir(data_dir, table)
+    with open(written, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(written, folder / "part-0.parquet")
+    fsync_dir(folder)
+    con.execute(_derived_view_sql(data_dir, table, scope, con))
+    return pq.ParquetFile(folder / "part-0.parquet").metadata.num_rows
+
+
 def scoped_rows_sql(con: duckdb.DuckDBPyConnection, table: str, query: str, scope: Scope) -> str:
     """``query`` cut to the rows ``scope`` owns of ``table``."""
     if scope.cluster is None and not scope.fleet:

@@ -1,5 +1,5 @@
-"""The numpy kernels of energy_curve and power_100ms (the assets' write hooks) against their SQL
-definitions (sql/<table>/<table>.sql, run as-is on the same raw files): the same rows (energy_curve's
+"""The series engine's energy_curve, power_100ms and power_1s (pipeline/series/) against their SQL
+oracles (tests/oracles/<table>.sql, run as-is on the same raw files): the same rows (energy_curve's
 energy within float summation order), on a messy day (sources switching per minute, unsorted files,
 repeated timestamps, a 1 s average from another source, 1 s averages only, gaps, a second host)."""
 
@@ -11,10 +11,11 @@ import pyarrow as pa
 import pytest
 
 from collectors.parquet_sink import write_dataset
-from pipeline.assets.power_series import _host_by_gpu
 from pipeline.runner import run_day
+from pipeline.series.engine import host_by_gpu
 from pipeline.warehouse import compute_connection
-from tests.builders import DAY, day_start_ns, definition_query, power_table, two_host_inventory
+from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
+from tests.oracles import oracle_query
 from tests.test_power_swings import assert_kernels_match_sql
 
 DATE = DAY.isoformat()
@@ -73,7 +74,7 @@ def day(tmp_path_factory):
 def test_kernel_rows_match_sql_definition(day):
     with compute_connection(day, DATE) as con:
         kernel = con.execute(f"SELECT {COLUMNS} FROM energy_curve").fetchall()
-        query = definition_query(con, "energy_curve/energy_curve")
+        query = oracle_query(con, "energy_curve")
         sql = con.execute(f"SELECT {COLUMNS} FROM ({query}) ORDER BY host, gpu, t_ns").fetchall()
     for host in ("train-0", "train-1"):  # each cluster's part is written sorted by (host, gpu, t_ns)
         part = [r for r in kernel if r[0] == host]
@@ -94,7 +95,7 @@ GRID_COLUMNS = "host, gpu, ts, power_w, samples, source, power_avg_w, is_average
 def test_grid_kernel_rows_match_sql_definition(day):
     with compute_connection(day, DATE) as con:
         kernel = con.execute(f"SELECT {GRID_COLUMNS} FROM power_100ms").fetchall()
-        query = definition_query(con, "power_100ms/power_100ms")
+        query = oracle_query(con, "power_100ms")
         sql = con.execute(f"SELECT {GRID_COLUMNS} FROM ({query}) ORDER BY host, gpu, ts").fetchall()
     for host in ("train-0", "train-1"):  # each cluster's part is written sorted by (host, gpu, ts)
         part = [r for r in kernel if r[0] == host]
@@ -138,7 +139,7 @@ SECOND_COLUMNS = "host, gpu, ts, mean_w, min_w, max_w, samples, gap_before, dupl
 def test_seconds_kernel_rows_match_sql_definition(day):
     with compute_connection(day, DATE) as con:
         kernel = con.execute(f"SELECT {SECOND_COLUMNS} FROM power_1s").fetchall()
-        query = definition_query(con, "power_1s/power_1s")
+        query = oracle_query(con, "power_1s")
         sql = con.execute(f"SELECT {SECOND_COLUMNS} FROM ({query}) ORDER BY host, gpu, ts").fetchall()
     kernel.sort(key=lambda r: (r[0], r[1], r[2]))
     assert len(kernel) == len(sql) > 300
@@ -164,13 +165,13 @@ def test_swing_kernels_match_sql_definition(day):
 
 @pytest.mark.parametrize("layout", ["runs", "interleaved"])
 def test_host_rows_split_by_gpu_in_order(layout):
-    """_host_by_gpu: each GPU's rows in read order, whether the rows come in runs of one GPU
+    """host_by_gpu: each GPU's rows in read order, whether the rows come in runs of one GPU
     (sliced) or interleaved row by row (sorted by gpu, stably)."""
     rng = np.random.default_rng(3)
     gpu = np.repeat(np.arange(4), 30_000) if layout == "runs" else rng.integers(0, 4, 120_000)
     con = duckdb.connect(config={"threads": 1})
     con.register("rows", pa.table({"gpu": gpu.astype(np.uint8), "i": np.arange(len(gpu))}))
-    got = {g: x["i"] for g, x in _host_by_gpu(con, "SELECT gpu, i FROM rows", {})}
+    got = {g: x["i"] for g, x in host_by_gpu(con, "SELECT gpu, i FROM rows", {})}
     assert sorted(got) == [0, 1, 2, 3]
     for g, i in got.items():
         assert i.tolist() == np.flatnonzero(gpu == g).tolist()

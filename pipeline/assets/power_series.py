@@ -1,17 +1,12 @@
 """Power as series: per GPU per second (`power_1s`) and on the 100 ms grid (`power_100ms`), summed
 per host, cluster, role and fleet (`fleet_power_1s`, `fleet_power_100ms`), and each GPU's
-cumulative energy at every sample (`energy_curve`)."""
+cumulative energy at every sample (`energy_curve`). The per-GPU tables are series tables: their
+rows come from pipeline/series/ (one read of the samples for all three); declared here are their
+assets, checks and headlines."""
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
-import duckdb
-import numpy as np
-import pyarrow as pa
 from dagster import AssetCheckResult, AssetCheckSeverity
 
 from collectors.contract import ROWS_SET_ASIDE
-from pipeline import kernels
 from pipeline.tables import PythonCheck, Table, files_table, table_assets
 
 
@@ -124,42 +119,6 @@ POWER_1S_PYTHON_CHECKS = (
 )
 
 
-_SECONDS_SCHEMA = pa.schema([
-    ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("ts", pa.timestamp("us", tz="UTC")),
-    ("mean_w", pa.float32()), ("min_w", pa.float32()), ("max_w", pa.float32()), ("energy_j", pa.float64()),
-    ("samples", pa.int32()), ("gap_before", pa.bool_()), ("duplicate_samples", pa.int32()),
-    ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
-])
-
-
-def _seconds_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
-    """power_1s's rows, one GPU at a time, sorted by (host, gpu, ts)."""
-    for host, names in hosts.items():
-        source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
-        for g, x in _host_samples(cur, _CURVE_SAMPLES, host, names):
-            c = kernels.seconds_1s(x["t_ns"], x["power_w"], x["source_rank"])
-            n = len(c["second"])
-            yield pa.record_batch({
-                "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
-                "gpu": pa.array(np.full(n, g, np.uint8)),
-                "ts": pa.array(c["second"] * 1_000_000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                "mean_w": c["mean_w"].astype(np.float32),
-                "min_w": c["min_w"],
-                "max_w": c["max_w"],
-                "energy_j": c["energy_j"],
-                "samples": c["samples"].astype(np.int32),
-                "gap_before": c["gap_before"],
-                "duplicate_samples": c["duplicate_samples"].astype(np.int32),
-                "source": pa.DictionaryArray.from_arrays(x["source_id"][c["first"]].astype(np.int32), source_names),
-                "is_average": c["is_average"],
-            }, schema=_SECONDS_SCHEMA)
-
-
-def seconds_by_gpu(con, write) -> int:
-    """power_1s's write: sql/power_1s/power_1s.sql as a numpy kernel (kernels.seconds_1s)."""
-    return _write_streamed(con, write, "power_1s", _SECONDS_SCHEMA, _seconds_batches)
-
-
 POWER_1S = Table(
     "power_1s",
     "Per GPU per second: mean, min, max power (W), trapezoid energy (J), samples, gap flag. Built "
@@ -170,7 +129,7 @@ POWER_1S = Table(
     inputs=_quarantine,
     python_checks=POWER_1S_PYTHON_CHECKS,
     python_headline=_files_headline,
-    write=seconds_by_gpu,
+    series=True,  # pipeline/series/registry.py: power_1s_rows
 )
 (power_1s,) = table_assets(POWER_1S)
 
@@ -185,162 +144,13 @@ FLEET_POWER_1S = Table(
 )
 fleet_power_1s, fleet_fleet_power_1s = table_assets(FLEET_POWER_1S)
 
-_CURVE_SAMPLES = """
-SELECT gpu, t_ns, power_w, is_average, list_position($sources, source)::UTINYINT AS source_id
-FROM power_day_samples WHERE host = $host
-"""
-
-_CURVE_SCHEMA = pa.schema([  # without the date (the write adds it); host and source dictionary-encoded (read as VARCHAR)
-    ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("t_ns", pa.int64()), ("power_w", pa.float32()),
-    ("energy_j", pa.float64()), ("next_t_ns", pa.int64()), ("next_w", pa.float32()),
-    ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
-])
-
-
-def _host_samples(cur, sql: str, host: str, names: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """One host's raw samples (``sql``: columns gpu, is_average, source_id = position in ``names``
-    and others), per GPU, with ``source_rank`` (view power_day's source_rank macro) looked up per
-    source id: the macro's string CASE on every sample cost ~1 s CPU a read at 8 GPU-days."""
-    ranks = np.zeros(len(names) + 1, np.uint8)  # list_position counts from 1
-    for i, name in enumerate(names, 1):
-        ranks[i] = cur.execute("SELECT source_rank(?, false)", [name]).fetchall()[0][0]
-    for g, x in _host_by_gpu(cur, sql, {"host": host, "sources": names}):
-        x["source_rank"] = np.where(x.pop("is_average"), np.uint8(9), ranks[x["source_id"]])
-        yield g, x
-
-
-def _host_by_gpu(cur, sql: str, params: dict) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """One host's rows of ``sql`` (a ``gpu`` column and others), per GPU in gpu order, as numpy
-    arrays. Read in Arrow batches and split by GPU as they come, so memory holds the host's
-    rows once, in their narrow types (not DuckDB's result and a copy); a GPU's arrays are freed
-    once the caller has its next. Runs of one GPU (files sorted by gpu, as the collector and
-    the importers write them) are sliced, not sorted (~2 s CPU less a read at 8 GPU-days)."""
-    parts: dict[int, list[dict[str, np.ndarray]]] = {}
-    for batch in cur.sql(sql, params=params).to_arrow_reader(1 << 20):
-        cols = {name: batch.column(i).to_numpy(zero_copy_only=False) for i, name in enumerate(batch.schema.names)}
-        gpu = cols["gpu"]
-        bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
-        if len(bounds) <= 64:  # runs of one GPU (files sorted by gpu, read in file order): slices
-            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-                parts.setdefault(int(gpu[lo]), []).append({k: v[lo:hi] for k, v in cols.items() if k != "gpu"})
-            continue
-        order = np.argsort(gpu, kind="stable")
-        gpu = gpu[order]
-        bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            rows = order[lo:hi]
-            parts.setdefault(int(gpu[lo]), []).append({k: v[rows] for k, v in cols.items() if k != "gpu"})
-    for g in sorted(parts):
-        chunks = parts.pop(g)
-        yield g, {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-        del chunks
-
-
-def _curve_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
-    """energy_curve's rows, one GPU at a time, sorted by (host, gpu, t_ns): each host's samples
-    read once (only the columns the curve needs, ~15 bytes a sample), each GPU integrated by
-    kernels.energy_curve."""
-    for host, names in hosts.items():
-        source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
-        for g, x in _host_samples(cur, _CURVE_SAMPLES, host, names):
-            c = kernels.energy_curve(x["t_ns"], x["power_w"], x["source_rank"])
-            first, n, linked = c["first"], len(c["t_ns"]), c["linked"]
-            rank, source_id = x["source_rank"], x["source_id"]
-            yield pa.record_batch({
-                "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
-                "gpu": pa.array(np.full(n, g, np.uint8)),
-                "t_ns": c["t_ns"],
-                "power_w": c["power_w"].astype(np.float32),
-                "energy_j": c["energy_j"],
-                "next_t_ns": pa.array(c["next_t_ns"], mask=~linked),
-                "next_w": pa.array(c["next_w"].astype(np.float32), mask=~linked),
-                "source": pa.DictionaryArray.from_arrays(source_id[first].astype(np.int32), source_names),
-                "is_average": rank[first] == 9,
-            }, schema=_CURVE_SCHEMA)
-
-
-def _day_sources(con) -> dict[str, list[str]]:
-    """Each host of the day with the power sources it reports, sorted."""
-    hosts: dict[str, list[str]] = {}
-    for host, source in con.execute(
-        "SELECT DISTINCT host, source::VARCHAR FROM power WHERE date = getvariable('partition_date') ORDER BY 1, 2"
-    ).fetchall():
-        hosts.setdefault(host, []).append(source)
-    return hosts
-
-
-def _write_streamed(con, write, name: str, schema: pa.Schema, batches: Callable[[Any, dict[str, list[str]]], Iterator[pa.RecordBatch]]) -> int:
-    """Write a table whose rows a numpy kernel computes one GPU at a time: the kernel's batches
-    stream into the warehouse's write (memory: one host's samples, not the cluster-day's). The
-    samples are read on a second connection to the same database (the first is busy with the
-    write's COPY), with the same variables. A raw file with damaged data pages fails the read: the
-    warehouse quarantines it and runs the write again, which finds the stream spent; the whole
-    write then runs once more, over the views the quarantine redefined."""
-    try:
-        return _write_stream_once(con, write, name, schema, batches)
-    except (duckdb.Error, kernels.SpentStream):
-        return _write_stream_once(con, write, name, schema, batches)
-
-
-def _write_stream_once(con, write, name: str, schema: pa.Schema, batches: Callable[[Any, dict[str, list[str]]], Iterator[pa.RecordBatch]]) -> int:
-    cur = kernels.second_connection(con)
-    try:
-        return kernels.write_stream(con, write, name, schema, batches(cur, _day_sources(con)))
-    finally:
-        cur.close()
-
-
-def curve_by_gpu(con, write) -> int:
-    """energy_curve's write: sql/energy_curve/energy_curve.sql as a numpy kernel (kernels.energy_curve).
-    Measured (8 GPUs x 6 h, 10.1 M samples, one thread): 11.0 s CPU and 1.9 GB RSS as the SQL
-    (windows over a sort of every sample), 3.3 s and 0.68 GB as the kernel."""
-    return _write_streamed(con, write, "energy_curve", _CURVE_SCHEMA, _curve_batches)
-
-
-_GRID_SAMPLES = """
-SELECT gpu, t_ns, power_w, coalesce(power_avg_w, 0) AS power_avg_w, power_avg_w IS NOT NULL AS has_avg, is_average,
-       list_position($sources, source)::UTINYINT AS source_id
-FROM power_day_samples WHERE host = $host
-"""
-
-_GRID_SCHEMA = pa.schema([
-    ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("ts", pa.timestamp("us", tz="UTC")),
-    ("power_w", pa.float32()), ("samples", pa.int32()), ("source", pa.dictionary(pa.int32(), pa.string())),
-    ("power_avg_w", pa.float32()), ("is_average", pa.bool_()),
-])
-
-
-def _grid_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
-    """power_100ms's rows, one GPU at a time, sorted by (host, gpu, ts)."""
-    for host, names in hosts.items():
-        source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
-        for g, x in _host_samples(cur, _GRID_SAMPLES, host, names):
-            c = kernels.grid_100ms(x["t_ns"], x["power_w"], x["power_avg_w"], x["has_avg"], x["source_rank"])
-            n = len(c["slot"])
-            yield pa.record_batch({
-                "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
-                "gpu": pa.array(np.full(n, g, np.uint8)),
-                "ts": pa.array(c["slot"] * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                "power_w": c["power_w"].astype(np.float32),
-                "samples": c["samples"].astype(np.int32),
-                "source": pa.DictionaryArray.from_arrays(x["source_id"][c["first"]].astype(np.int32), source_names),
-                "power_avg_w": pa.array(c["power_avg_w"].astype(np.float32), mask=c["avg_null"]),
-                "is_average": c["is_average"],
-            }, schema=_GRID_SCHEMA)
-
-
-def grid_by_gpu(con, write) -> int:
-    """power_100ms's write: sql/power_100ms/power_100ms.sql as a numpy kernel (kernels.grid_100ms)."""
-    return _write_streamed(con, write, "power_100ms", _GRID_SCHEMA, _grid_batches)
-
-
 ENERGY_CURVE = Table(
     "energy_curve",
     "Per GPU and best-source sample: cumulative energy (J) since the day's first sample, with the "
     "next sample (time, W) so the energy of any interval is E(b) − E(a) (macro energy_between).",
     "cluster-day",
     deps=["power", "power_1s"],
-    write=curve_by_gpu,
+    series=True,  # pipeline/series/registry.py: energy_curve_rows
 )
 (energy_curve,) = table_assets(ENERGY_CURVE)
 
@@ -351,7 +161,7 @@ POWER_100MS = Table(
     "host-and-above swings, correlation and the phase timeline start from.",
     "cluster-day",
     deps=["power", "power_1s"],
-    write=grid_by_gpu,
+    series=True,  # pipeline/series/registry.py: power_100ms_rows
 )
 (power_100ms,) = table_assets(POWER_100MS)
 

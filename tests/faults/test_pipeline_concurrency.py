@@ -119,7 +119,7 @@ def test_reader_never_sees_a_partition_file_being_written(built, monkeypatch):
 _KILLED_WRITER = """
 import os, signal, sys
 from pathlib import Path
-from pipeline import sqlfiles, warehouse
+from pipeline import warehouse
 from pipeline.scope import Scope
 data_dir, date, point = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 real_replace = os.replace
@@ -130,7 +130,7 @@ def replace(src, dst):
 os.replace = replace
 scope = Scope(date=date, cluster="c0")
 with warehouse.compute_connection(data_dir, date, scope=scope) as con:
-    warehouse.write_partition(con, data_dir, "power_1s", date, sqlfiles.query("power_1s/power_1s"), scope)
+    warehouse.write_partition(con, data_dir, "power_1s", date, "SELECT * FROM power_1s", scope)
 warehouse.publish(data_dir)
 """
 

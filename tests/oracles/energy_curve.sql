@@ -9,10 +9,9 @@
 -- The energy of any interval [a, b] is E(b) − E(a), with E(t) = energy_j + the trapezoid from the
 -- sample at or before t to t, the power linear between the sample and the next one (macros
 -- energy_at / energy_between in sql/views/energy.sql): exact for piecewise-linear power.
--- This file is the definition (it runs as-is in the DuckDB CLI); the asset writes the same rows
--- with a numpy kernel (pipeline/kernels.py energy_curve, write hook curve_by_gpu in
--- pipeline/assets/power_series.py): the windows below sort every raw sample, ~3x the CPU
--- (tests/test_energy_curve_kernel.py holds the two to the same rows).
+-- A test oracle (it runs as-is in the DuckDB CLI): production writes energy_curve with the series
+-- engine only (pipeline/series/registry.py energy_curve_rows); tests/test_power_kernels.py holds the
+-- engine's rows to this file's. The windows below sort every raw sample, ~3x the engine's CPU.
 WITH s AS (
     SELECT host, gpu, t_ns, avg(power_w) AS power_w, any_value(source) AS source, bool_or(is_average) AS is_average
     FROM power_day

@@ -14,9 +14,9 @@
 -- × 2^20 + slot of the day; a day has 864 000 slots) and the source as a number, so the sorts
 -- (which spill at scale under the memory limit) move narrow fixed-width rows; host, gpu and
 -- source are looked up from the day's lists after the final sort (a projection keeps its order).
--- This file is the definition (it runs as-is in the DuckDB CLI); the asset writes the same rows
--- with a numpy kernel (pipeline/kernels.py grid_100ms, write hook grid_by_gpu in
--- pipeline/assets/power_series.py), one GPU at a time; tests/test_power_kernels.py holds the two equal.
+-- A test oracle (it runs as-is in the DuckDB CLI): production writes power_100ms with the series
+-- engine only (pipeline/series/registry.py power_100ms_rows); tests/test_power_kernels.py holds the
+-- engine's rows to this file's.
 
 -- Each GPU-minute's sources, read once: their rank and whether they carry the driver's 1 s average.
 CREATE OR REPLACE TEMP TABLE _grid_minute_sources AS

@@ -2,9 +2,9 @@
 -- mean/min/max power, energy by trapezoid integration of the samples (a segment is credited to
 -- the second its later sample falls in; segments longer than 2 s are gaps and not integrated),
 -- sample count, whether a gap precedes the second, and repeated timestamps (duplicates).
--- This file is the definition (it runs as-is in the DuckDB CLI); the asset writes the same rows
--- with a numpy kernel (pipeline/kernels.py seconds_1s, write hook seconds_by_gpu in
--- pipeline/assets/power_series.py), one GPU at a time; tests/test_power_kernels.py holds the two equal.
+-- A test oracle (it runs as-is in the DuckDB CLI): production writes power_1s with the series
+-- engine only (pipeline/series/registry.py power_1s_rows); tests/test_power_kernels.py holds the
+-- engine's rows to this file's.
 WITH samples AS (
     SELECT
         host,

@@ -1,0 +1,74 @@
+"""The series engine as a step of the asset graph: one pass computes every series table the run
+materializes.
+
+power_1s, power_100ms and energy_curve stay three assets (their keys, cluster-day partitions,
+checks and selection unchanged for users). The first of them to run in a Dagster run computes all
+the series tables that run selects (:func:`pipeline.series.engine.write_parts`, one read of the
+samples) and leaves the others' parts staged beside their final names, under a name no view
+reads; each asset then installs its own part (rename, catalog) when its step runs, so a table
+whose step does not run (an upstream ERROR check blocks it) keeps its previous part, as before.
+A stale staged file (a run that died) is removed by ``warehouse.remove_stale_tmp``."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from dagster import AssetExecutionContext, AssetKey
+
+from collectors.atomic import TMP_PREFIX
+from pipeline import warehouse
+from pipeline.resources import WarehouseResource
+from pipeline.scope import Scope
+from pipeline.series import SERIES_TABLES, series_table
+from pipeline.series.engine import write_parts
+
+
+def staged_path(data_dir: Path, scope: Scope, table: str, run_id: str) -> Path:
+    """Where run ``run_id`` leaves ``table``'s computed part until its asset installs it."""
+    return scope.part_dir(data_dir, table) / f"{TMP_PREFIX}part-0.parquet.run-{run_id}"
+
+
+@contextlib.contextmanager
+def _scope_lock(data_dir: Path, scope: Scope) -> Iterator[None]:
+    """One series step of a cluster-day at a time (two may run in parallel when power_1s is not
+    selected): the second finds its part staged by the first."""
+    folder = data_dir / ".duckdb_tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"series-{scope.date}-{scope.cluster or ''}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def series_part(context: AssetExecutionContext, resource: WarehouseResource, con: duckdb.DuckDBPyConnection, scope: Scope, name: str) -> int:
+    """Install ``name``'s part for ``scope``, computing it (and the run's other selected series
+    tables, staged) unless an earlier step of this run did; returns its rows."""
+    data_dir, run_id = resource.path, context.run.run_id
+    selection = context.run.asset_selection
+    with _scope_lock(data_dir, scope):
+        staged = staged_path(data_dir, scope, name, run_id)
+        if not staged.exists():
+            tables = [t for t in SERIES_TABLES if t.name == name or selection is None or AssetKey(t.name) in selection]
+            paths = {t.name: staged_path(data_dir, scope, t.name, run_id) for t in tables}
+            for path in paths.values():
+                path.parent.mkdir(parents=True, exist_ok=True)
+            spill = data_dir / ".duckdb_tmp"  # where DuckDB spills too
+            try:
+                with tempfile.TemporaryDirectory(prefix="series-", dir=spill) as folder:
+                    write_parts(con, tables, paths, str(scope.date), Path(folder))
+            except (duckdb.Error, OSError, pa.ArrowException):  # DuckDB's errors come through the Arrow stream as OSError
+                if not resource.quarantine_damaged(con, scope):
+                    raise
+                with tempfile.TemporaryDirectory(prefix="series-", dir=spill) as folder:
+                    write_parts(con, tables, paths, str(scope.date), Path(folder))
+        rows = warehouse.install_part(con, data_dir, series_table(name).name, scope, staged)
+    resource.publish_part(name, scope)
+    return rows
