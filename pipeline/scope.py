@@ -31,14 +31,14 @@ PER_GPU_COLUMNS = {
     "energy_j DOUBLE, samples INTEGER, gap_before BOOLEAN, duplicate_samples INTEGER, source VARCHAR, is_average BOOLEAN",
     "power_100ms": "date DATE, host VARCHAR, gpu UTINYINT, ts TIMESTAMPTZ, power_w FLOAT, samples INTEGER, source VARCHAR, "
     "power_avg_w FLOAT, is_average BOOLEAN",
-    "energy_curve": "date DATE, host VARCHAR, gpu UTINYINT, t_ns BIGINT, power_w FLOAT, energy_j DOUBLE, "
-    "next_t_ns BIGINT, next_w FLOAT, source VARCHAR, is_average BOOLEAN",
+    "energy_curve": "date DATE, host VARCHAR, gpu UTINYINT, t_ns BIGINT, energy_j DOUBLE, end_energy_j DOUBLE, "
+    "power_w DOUBLE, end_power_w DOUBLE, first_t_ns BIGINT, last_t_ns BIGINT, samples INTEGER, source_rank UTINYINT",
 }
 """Per-GPU derived tables and their columns: a fleet-day sees them empty (whether or not their
 files are on this machine), so it provably reads no per-GPU data."""
 PER_GPU_TABLES = tuple(PER_GPU_COLUMNS)
 ALWAYS_DEFINED = ("energy_curve",)
-"""Derived tables that shared macros read (sql/views/energy.sql): defined typed and empty until
+"""Derived tables that shared macros read (sql/views/power_energy.sql): defined typed and empty until
 built, since DuckDB binds a macro's tables when the macro is created."""
 
 

@@ -1,6 +1,6 @@
 """Power as series: per GPU per second (`power_1s`) and on the 100 ms grid (`power_100ms`), summed
 per host, cluster, role and fleet (`fleet_power_1s`, `fleet_power_100ms`), and each GPU's
-cumulative energy at every sample (`energy_curve`)."""
+cumulative energy at every second (`energy_curve`)."""
 
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +12,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity
 
 from collectors.contract import ROWS_SET_ASIDE
 from pipeline import kernels
+from pipeline.energy import ENERGY_SCHEMA, energy_seconds
 from pipeline.tables import PythonCheck, Table, files_table, table_assets
 
 
@@ -190,13 +191,6 @@ SELECT gpu, t_ns, power_w, is_average, list_position($sources, source)::UTINYINT
 FROM power_day_samples WHERE host = $host
 """
 
-_CURVE_SCHEMA = pa.schema([  # without the date (the write adds it); host and source dictionary-encoded (read as VARCHAR)
-    ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()), ("t_ns", pa.int64()), ("power_w", pa.float32()),
-    ("energy_j", pa.float64()), ("next_t_ns", pa.int64()), ("next_w", pa.float32()),
-    ("source", pa.dictionary(pa.int32(), pa.string())), ("is_average", pa.bool_()),
-])
-
-
 def _host_samples(cur, sql: str, host: str, names: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """One host's raw samples (``sql``: columns gpu, is_average, source_id = position in ``names``
     and others), per GPU, with ``source_rank`` (view power_day's source_rank macro) looked up per
@@ -238,25 +232,11 @@ def _host_by_gpu(cur, sql: str, params: dict) -> Iterator[tuple[int, dict[str, n
 
 def _curve_batches(cur, hosts: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
     """energy_curve's rows, one GPU at a time, sorted by (host, gpu, t_ns): each host's samples
-    read once (only the columns the curve needs, ~15 bytes a sample), each GPU integrated by
-    kernels.energy_curve."""
+    read once (only the columns the curve needs, ~15 bytes a sample), each GPU's seconds by
+    energy.energy_seconds."""
     for host, names in hosts.items():
-        source_names = pa.array(["", *names], pa.string())  # list_position counts from 1
         for g, x in _host_samples(cur, _CURVE_SAMPLES, host, names):
-            c = kernels.energy_curve(x["t_ns"], x["power_w"], x["source_rank"])
-            first, n, linked = c["first"], len(c["t_ns"]), c["linked"]
-            rank, source_id = x["source_rank"], x["source_id"]
-            yield pa.record_batch({
-                "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
-                "gpu": pa.array(np.full(n, g, np.uint8)),
-                "t_ns": c["t_ns"],
-                "power_w": c["power_w"].astype(np.float32),
-                "energy_j": c["energy_j"],
-                "next_t_ns": pa.array(c["next_t_ns"], mask=~linked),
-                "next_w": pa.array(c["next_w"].astype(np.float32), mask=~linked),
-                "source": pa.DictionaryArray.from_arrays(source_id[first].astype(np.int32), source_names),
-                "is_average": rank[first] == 9,
-            }, schema=_CURVE_SCHEMA)
+            yield energy_seconds(x["t_ns"], x["power_w"], x["source_rank"], host, g)
 
 
 def _day_sources(con) -> dict[str, list[str]]:
@@ -291,10 +271,8 @@ def _write_stream_once(con, write, name: str, schema: pa.Schema, batches: Callab
 
 
 def curve_by_gpu(con, write) -> int:
-    """energy_curve's write: sql/energy_curve/energy_curve.sql as a numpy kernel (kernels.energy_curve).
-    Measured (8 GPUs x 6 h, 10.1 M samples, one thread): 11.0 s CPU and 1.9 GB RSS as the SQL
-    (windows over a sort of every sample), 3.3 s and 0.68 GB as the kernel."""
-    return _write_streamed(con, write, "energy_curve", _CURVE_SCHEMA, _curve_batches)
+    """energy_curve's write: one row per GPU-second (pipeline/energy.py), not per sample."""
+    return _write_streamed(con, write, "energy_curve", ENERGY_SCHEMA, _curve_batches)
 
 
 _GRID_SAMPLES = """
@@ -336,8 +314,9 @@ def grid_by_gpu(con, write) -> int:
 
 ENERGY_CURVE = Table(
     "energy_curve",
-    "Per GPU and best-source sample: cumulative energy (J) since the day's first sample, with the "
-    "next sample (time, W) so the energy of any interval is E(b) − E(a) (macro energy_between).",
+    "Per GPU and second: cumulative energy (J) since the day's first sample at the second's start "
+    "and end, and the power there, so the energy of any interval is E(b) − E(a) with the samples of "
+    "the two seconds (macro energy_between).",
     "cluster-day",
     deps=["power", "power_1s"],
     write=curve_by_gpu,
