@@ -12,7 +12,7 @@ import polars as pl
 from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, carried_slots, grid_max_swing, grid_stats, summed_series
 from pipeline.kernels import best_samples, in_file_order, registered, series_swings
-from pipeline.phases.curve import read_curve
+from pipeline.phases.curve import host_curves
 from pipeline.tables import Table, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
@@ -107,10 +107,13 @@ def gpu_swings(con) -> None:
         with in_file_order(con):  # power_100ms' part is sorted by (host, gpu, ts)
             slots = con.sql(_GPU_SLOTS, params={"host": host}).fetchnumpy()
         slot_gpu = np.asarray(slots["gpu"])
+        curves = host_curves(con, host)  # the host's samples read once, one GPU's curve at a time
         for gpu in host_gpus:
-            c = read_curve(con, host, gpu)  # the best-source samples, by time
-            native = _native("instant", c.t_ns[~c.is_average], c.power_w[~c.is_average])
-            del c
+            native = {}
+            for g, c in curves:  # gpu order; a GPU left out above is skipped
+                if g == gpu:
+                    native = _native("instant", c.t_ns[~c.is_average], c.power_w[~c.is_average])
+                    break
             rows = np.flatnonzero(avg_gpu == gpu)
             t, p, _ = best_samples(avg_t[rows], avg_p[rows], avg_rank[rows])
             native |= _native("avg1s", t, p)

@@ -10,6 +10,7 @@ arithmetic is the macro's, operation for operation, so energies agree to roundin
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,10 +102,33 @@ def gpu_samples(con, host: str, gpu: int) -> tuple[dict[str, np.ndarray], list[s
     return {k: np.asarray(v) for k, v in tab.items()}, names
 
 
+HOST_SAMPLES_SQL = """
+SELECT gpu, t_ns, power_w, source_rank::UTINYINT AS source_rank, list_position($sources, source)::UTINYINT AS source_id
+FROM power_day_samples WHERE host = $host
+"""
+
+
+def host_curves(con, host: str) -> Iterator[tuple[int, Curve]]:
+    """Each GPU's curve (read_curve) of one host, in gpu order, from one read of the host's samples
+    (a read per GPU would scan the host's files once per GPU: they hold every GPU's rows)."""
+    names = [n for (n,) in con.execute("SELECT DISTINCT source::VARCHAR FROM power_day_samples WHERE host = ? ORDER BY 1", [host]).fetchall()]
+    tab = {k: np.asarray(v) for k, v in con.sql(HOST_SAMPLES_SQL, params={"host": host, "sources": names}).fetchnumpy().items()}
+    gpu = tab.pop("gpu")
+    order = np.argsort(gpu, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, gpu[order][1:] != gpu[order][:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        rows = order[lo:hi]
+        yield int(gpu[rows[0]]), _curve({k: v[rows] for k, v in tab.items()}, names)
+
+
 def read_curve(con, host: str, gpu: int, source: str | None = None) -> Curve:
     """The GPU's energy curve of the partition day, one row per best-source sample (kernels.energy_curve
     over its raw samples), sorted by t_ns; ``mine`` marks the rows of ``source``."""
     x, names = gpu_samples(con, host, gpu)
+    return _curve(x, names, source)
+
+
+def _curve(x: dict[str, np.ndarray], names: list[str], source: str | None = None) -> Curve:
     c = energy_curve(x["t_ns"].astype(np.int64), x["power_w"], x["source_rank"])
     t, linked = c["t_ns"], c["linked"]
     p = c["power_w"].astype(np.float32).astype(np.float64)  # the power as the table of samples stored it (FLOAT)
