@@ -75,7 +75,7 @@ pts AS (  -- (start, P) unless a sample lies on it, the samples, (end, P')
     SELECT i.host, i.gpu, i.b, s.t_ns, avg(s.power_w::DOUBLE)
     FROM inside AS i
     JOIN power_day_samples AS s
-        ON s.host = i.host AND s.gpu = i.gpu AND s.t_ns >= i.b AND s.t_ns < i.b + 1000000000 AND s.source_rank = i.source_rank
+        ON s.host = i.host AND s.gpu = i.gpu AND s.t_ns // 1000000000 * 1000000000 = i.b AND s.source_rank = i.source_rank  -- equi-join on the second
     WHERE i.samples > 0
     GROUP BY ALL
     UNION ALL
