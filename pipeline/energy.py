@@ -2,7 +2,7 @@
 of its energy curve, from which the energy between any two instants is exact.
 
 Why: E(t), the trapezoid integral of the GPU's best-source samples from its first sample of the
-day (nothing across a gap over RUN_GAP_NS), is piecewise quadratic with a knot at every sample.
+day (nothing across a gap over kernels.RUN_GAP_NS), is piecewise quadratic with a knot at every sample.
 Storing E at every sample repeats the raw data (172 MB beside 168 MB of raw power on a 50 Hz
 day). E and P at each second's start and end, with the raw samples of t's own second, give
 E(t) exactly: inside a second the power is linear between the points (start, P), the second's
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipeline.kernels import RUN_GAP_NS, energy_curve
+from pipeline.kernels import energy_curve
 
 SECOND_NS = 1_000_000_000
 DAY_NS = 86_400 * SECOND_NS
@@ -108,8 +108,8 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
 
 def energy_at(rows: pa.RecordBatch | pa.Table, t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, at: np.ndarray) -> np.ndarray:
     """E(at) (J) for one GPU from its ``energy_curve`` rows and the raw samples of the seconds of
-    ``at`` (a superset is fine): what the macro energy_at_ns computes, in numpy (for tests and
-    batch readers). 0 before the GPU's first sample, the day's total after its last."""
+    ``at`` (a superset is fine): what the macro energy_at_ns computes, instant by instant in Python
+    (a reference for tests). 0 before the GPU's first sample, the day's total after its last."""
     r = {name: rows.column(name).to_numpy(zero_copy_only=False) for name in ("t_ns", "energy_j", "end_energy_j", "power_w", "end_power_w", "source_rank")}
     r["source_rank"] = rows.column("source_rank").fill_null(255).to_numpy(zero_copy_only=False)
     out = np.zeros(len(at))
@@ -145,4 +145,4 @@ def energy_at(rows: pa.RecordBatch | pa.Table, t_ns: np.ndarray, power_w: np.nda
     return out
 
 
-__all__ = ["ENERGY_SCHEMA", "RUN_GAP_NS", "energy_at", "energy_seconds"]
+__all__ = ["ENERGY_SCHEMA", "energy_at", "energy_seconds"]

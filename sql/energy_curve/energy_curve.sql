@@ -44,7 +44,7 @@ seconds AS (  -- the seconds holding a sample or starting inside a segment (at m
 edges AS (  -- each second's start and end
     SELECT host, gpu, b, b AS x FROM seconds UNION ALL SELECT host, gpu, b, b + 1000000000 FROM seconds
 ),
-at_edge AS (  -- E and P at each edge from the sample at or before it (the arithmetic of curve_energy_at)
+at_edge AS (  -- E and P at each edge from the sample at or before it (the trapezoid to the edge, the power linear towards the next sample)
     SELECT e.host, e.gpu, e.b, e.x,
            CASE WHEN c.t_ns IS NULL THEN 0.0
                 WHEN c.linked AND e.x > c.t_ns

@@ -82,7 +82,7 @@ FROM state WHERE end_ns IS NOT NULL;
 -- the endpoint's cumulative energy (all its GPUs, each while it held it) at every interval boundary:
 -- temp table _pi_energy (endpoint, t, e_j), built between these statements and the query by the
 -- asset's write hook (`intervals`, pipeline/assets/inference_phases.py: one sorted search per GPU on
--- its curve, the arithmetic of the macro curve_energy_at). By hand: energy_at_ns(host, gpu,
+-- its curve rebuilt from its raw samples: pipeline/phases/curve.py). By hand: energy_at_ns(host, gpu,
 -- clamp(t, from_ns, to_ns)) summed over the endpoint's windows (_pi_windows) at each distinct
 -- start_ns / end_ns of _pi. An interval where it held no GPU has NULL energy: nothing measured.
 
