@@ -3,7 +3,7 @@
 At the default step (100 ms) ``fleet_power_100ms`` is that grid and none of this runs: the default
 costs nothing. At another step (20 ms resolves the tens-of-ms prefills of continuous batching)
 the 100 ms charting products stay as they are, and each GPU's value in a bin is its *exact mean
-power* over the bin from ``energy_curve``: (E(b) − E(a)) ÷ step, the power linear between samples.
+power* over the bin from its energy curve: (E(b) − E(a)) ÷ step, the power linear between samples.
 A mean of the samples inside each bin would leave most 20 ms bins of a ~50 Hz buffer empty or
 resting on one sample; the curve covers every bin between two linked samples. A bin is complete
 for a GPU when every sample interval inside it is linked (no gap > 2 s, no stretch whose best
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from pipeline.phases.curve import read_curve
+
 DAY_NS = 86_400 * 1_000_000_000
 LEVELS_ABOVE_HOST = ("cluster", "role", "fleet")
 
@@ -39,7 +41,7 @@ def bin_means(
     value is drawn from (``behind``: the sample at or before the bin's start; ``ahead``: the one at
     or after its end; 0 when on the edge or inside the bin): the carry rule's ``carried`` of a grid
     whose step is finer than the sampling, so a window can leave out a bin whose value leans on a
-    sample outside it. Inputs: its ``energy_curve`` rows (instantaneous ones only), sorted by time;
+    sample outside it. Inputs: its energy curve's rows (instantaneous ones only), sorted by time;
     ``next_t_ns`` is -1 where the curve has none (a gap or the end).
 
     E at an edge is the curve's energy at the sample at or before it plus the trapezoid to the
@@ -123,27 +125,24 @@ def series_frame(s: Series, gpus_reporting: np.ndarray, step_ms: int) -> pl.Data
     })
 
 
-_CURVE = """
-SELECT t_ns, power_w::DOUBLE AS power_w, energy_j, coalesce(next_t_ns, -1) AS next_t_ns, coalesce(next_w, 0)::DOUBLE AS next_w
-FROM energy_curve
-WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND NOT is_average
-"""
-
-
 def gpu_curve(con, host: str, gpu: int) -> dict[str, np.ndarray]:
-    """One GPU's instantaneous curve rows as arrays, by time. The curve's part is written sorted by
-    (host, gpu, t_ns) and a scan keeps file order, so no ORDER BY; sorted here only if it ever is not."""
-    cols = {k: np.asarray(v) for k, v in con.sql(_CURVE, params={"host": host, "gpu": gpu}).fetchnumpy().items()}
-    t = cols["t_ns"]
-    if len(t) > 1 and not bool((t[1:] >= t[:-1]).all()):
-        order = np.argsort(t, kind="stable")
-        cols = {k: v[order] for k, v in cols.items()}
-    return cols
+    """One GPU's instantaneous curve rows as arrays, by time: its energy curve rebuilt from its raw
+    samples (pipeline/phases/curve.read_curve), rows of 1 s averages left out; ``next_t_ns`` -1
+    and ``next_w`` 0 where a row has no next sample (a gap or the end)."""
+    c = read_curve(con, host, gpu)
+    keep = ~c.is_average
+    return {
+        "t_ns": c.t_ns[keep],
+        "power_w": c.power_w[keep],
+        "energy_j": c.energy_j[keep],
+        "next_t_ns": np.where(c.has_next, c.next_t_ns, -1)[keep],
+        "next_w": np.where(c.has_next, c.next_w, 0.0)[keep],
+    }
 
 
 def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
     """The cluster-day's host, cluster, role and fleet series on the grid, one frame per host and
-    then one per upper entity (rows as :func:`series_frame`), from ``energy_curve``."""
+    then one per upper entity (rows as :func:`series_frame`), from each GPU's energy curve."""
     day_start_ns = con.execute("SELECT epoch_ns(day_start())").fetchone()[0]
     step_ns = step_ms * 1_000_000
     bins = DAY_NS // step_ns

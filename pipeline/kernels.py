@@ -229,10 +229,11 @@ def best_samples(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray)
 
 
 def energy_curve(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray) -> dict[str, np.ndarray]:
-    """One GPU's energy curve from its raw samples of the day (tests/oracles/energy_curve.sql is the
-    same in SQL): :func:`best_samples`, then the cumulative trapezoid, segments over ``RUN_GAP_NS`` left
-    out. Returns ``t_ns``, ``power_w``, ``energy_j``, ``next_t_ns``, ``next_w``, ``linked`` (whether
-    the next sample is within the gap: next_* are NULL where not) and ``first`` (see best_samples).
+    """One GPU's energy curve at every sample from its raw samples of the day (the per-sample
+    curve that table energy_curve keeps at second boundaries, pipeline/series/energy.py): :func:`best_samples`,
+    then the cumulative trapezoid, segments over ``RUN_GAP_NS`` left out. Returns ``t_ns``,
+    ``power_w``, ``energy_j``, ``next_t_ns``, ``next_w``, ``linked`` (whether the next sample is
+    within the gap: next_* are NULL where not) and ``first`` (see best_samples).
     Measured: ~0.1 s CPU per million samples."""
     t, p, idx = best_samples(t_ns, power_w, source_rank)
     dt = np.diff(t)

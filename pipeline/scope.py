@@ -32,7 +32,7 @@ PER_GPU_COLUMNS = {t.name: ddl_columns(t) for t in SERIES_TABLES}
 them empty (whether or not their files are on this machine), so it provably reads no per-GPU data."""
 PER_GPU_TABLES = tuple(PER_GPU_COLUMNS)
 ALWAYS_DEFINED = ("energy_curve",)
-"""Derived tables that shared macros read (sql/views/energy.sql): defined typed and empty until
+"""Derived tables that shared macros read (sql/views/power_energy.sql): defined typed and empty until
 built, since DuckDB binds a macro's tables when the macro is created."""
 
 

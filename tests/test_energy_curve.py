@@ -61,7 +61,7 @@ def test_gap_not_integrated(curve):
 def test_curve_total_matches_power_1s(curve):
     with compute_connection(curve, DATE) as con:
         rows = con.execute(
-            """SELECT c.gpu, c.j, s.j FROM (SELECT gpu, max(energy_j) AS j FROM energy_curve GROUP BY gpu) c
+            """SELECT c.gpu, c.j, s.j FROM (SELECT gpu, max(end_energy_j) AS j FROM energy_curve GROUP BY gpu) c
                JOIN (SELECT gpu, sum(energy_j) AS j FROM power_1s GROUP BY gpu) s USING (gpu) ORDER BY 1"""
         ).fetchall()
     assert [r[0] for r in rows] == [0, 1]

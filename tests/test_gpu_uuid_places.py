@@ -59,12 +59,12 @@ def test_node_name_and_index_resolve_to_the_inventorys_gpu_for_power_and_assignm
     assert result.success, result.error
     got, per_token, _ = _endpoint_energy(d)
     con.register("ec", read_day(d, "energy_curve", DAY.isoformat()))
-    (gpu_j,), = con.execute("SELECT max(energy_j) FROM ec WHERE host = 'infer-0' AND gpu = 0").fetchall()
+    (gpu_j,), = con.execute("SELECT max(end_energy_j) FROM ec WHERE host = 'infer-0' AND gpu = 0").fetchall()
     assert gpu_j is not None and gpu_j > 100_000  # 20 min at 150-470 W
     assert got["ep-a"] > 0 and got["ep-b"] > 0
     assert got["ep-a"] + got["ep-b"] == pytest.approx(gpu_j, rel=1e-6)
     assert per_token["ep-a"] + per_token["ep-b"] == pytest.approx(gpu_j, rel=1e-6)
-    (before,), = con.execute(f"SELECT max(energy_j) FROM ec WHERE host = 'infer-0' AND gpu = 0 AND t_ns <= {NOON_NS}").fetchall()
+    (before,), = con.execute(f"SELECT max(end_energy_j) FROM ec WHERE host = 'infer-0' AND gpu = 0 AND t_ns < {NOON_NS}").fetchall()
     assert got["ep-a"] == pytest.approx(before, rel=2e-2)  # the split falls at noon, within one 10 s scrape
 
 
@@ -142,7 +142,7 @@ def test_nvidia_smi_uuid_column_resolves_to_the_inventorys_gpu(tmp_path):
     con = duckdb.connect()
     con.register("ec", read_day(d, "energy_curve", day))
     con.register("pi", read_day(d, "phase_intervals", day))
-    (gpu_j,), = con.execute("SELECT max(energy_j) FROM ec WHERE host = 'infer-0' AND gpu = 2").fetchall()
+    (gpu_j,), = con.execute("SELECT max(end_energy_j) FROM ec WHERE host = 'infer-0' AND gpu = 2").fetchall()
     (ep_j,), = con.execute("SELECT sum(energy_j) FROM pi WHERE endpoint = 'ep-h100'").fetchall()
     assert gpu_j is not None and gpu_j > 10_000
     assert ep_j == pytest.approx(gpu_j, rel=1e-6)

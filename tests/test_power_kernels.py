@@ -21,7 +21,7 @@ from tests.test_power_swings import assert_kernels_match_sql
 DATE = DAY.isoformat()
 T0 = day_start_ns()
 S = 1_000_000_000
-COLUMNS = "host, gpu, t_ns, power_w, energy_j, next_t_ns, next_w, source, is_average"
+COLUMNS = "host, gpu, t_ns, first_t_ns, last_t_ns, samples, source_rank, energy_j, end_energy_j, power_w, end_power_w"
 
 
 def _with_avg(table, avg, null):
@@ -80,13 +80,17 @@ def test_kernel_rows_match_sql_definition(day):
         part = [r for r in kernel if r[0] == host]
         assert part == sorted(part, key=lambda r: (r[1], r[2]))
     kernel.sort(key=lambda r: (r[0], r[1], r[2]))
-    assert len(kernel) == len(sql) > 1000
+    assert len(kernel) == len(sql) > 400
     assert {(r[0], r[1]) for r in kernel} == {("train-0", 0), ("train-0", 1), ("train-1", 0)}
-    assert {r[7] for r in kernel} == {"nvml-buffer", "nvml-field", "nvidia-smi"} and any(r[8] for r in kernel)
+    assert {r[6] for r in kernel} == {1, 2, 9}, "buffer, field and 1 s averages"
+    assert any(r[9] is None for r in kernel) and any(r[10] is None for r in kernel), "gaps leave P undefined"
     for k, s in zip(kernel, sql, strict=True):
-        assert k[:4] == s[:4] and k[5:] == s[5:], (k, s)  # keys, times, power (float32), source: exact
-        # energy: the same trapezoids, summed in another order (numpy cumsum vs DuckDB's window)
-        assert k[4] == pytest.approx(s[4], rel=1e-12, abs=1e-9)
+        assert k[:7] == s[:7], (k, s)  # keys, second, its samples, their source: exact
+        # energies and powers: the same trapezoids, summed in another order (numpy cumsum vs DuckDB's window)
+        for a, b in zip(k[7:], s[7:], strict=True):
+            assert (a is None) == (b is None), (k, s)
+            if a is not None:
+                assert a == pytest.approx(b, rel=1e-12, abs=1e-9), (k, s)
 
 
 GRID_COLUMNS = "host, gpu, ts, power_w, samples, source, power_avg_w, is_average"

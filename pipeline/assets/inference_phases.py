@@ -245,11 +245,13 @@ def source_stats(con, gk: int, host: str, gpu: int, tdp_w: float | None = None) 
     """The GPU's power source of the day (the one with most samples in its curve), whether it is a
     1 s average and the median spacing of its samples (ms); why its workload cannot be segmented
     from power alone (power_detect.unresolved; None where it can); and its curve, the source's rows marked."""
-    found = curve.sources(con, host, gpu)
+    c = curve.read_curve(con, host, gpu)
+    found = curve.curve_sources(c)
     if not found:
-        return {}, curve.read_curve(con, host, gpu)
+        return {}, c
     best, _, is_average = found[0]
-    c = curve.read_curve(con, host, gpu, best if len(found) > 1 else None)  # one source: every row is its
+    if len(found) > 1:  # one source: every row is its
+        c.mine = c.source_id == c.source_names.index(best)
     gaps = (c.next_t_ns - c.t_ns)[c.mine & c.has_next]
     interval_ms = float(np.median(gaps)) / 1e6 if len(gaps) else None
     unresolved = None
@@ -371,7 +373,7 @@ PHASE_INTERVALS = Table(
     "phase_intervals",
     "Per logged endpoint: the elementary intervals between consecutive request events with their "
     "label (prefill / decode / idle), requests and tokens in each, and their energy (J, all GPUs, "
-    "from energy_curve). The exact timeline request_energy and phase_segments use.",
+    "from the energy curve). The exact timeline request_energy and phase_segments use.",
     "cluster-day",
     deps=["energy_curve", "requests"],
     group="phases",

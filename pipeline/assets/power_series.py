@@ -1,6 +1,6 @@
 """Power as series: per GPU per second (`power_1s`) and on the 100 ms grid (`power_100ms`), summed
 per host, cluster, role and fleet (`fleet_power_1s`, `fleet_power_100ms`), and each GPU's
-cumulative energy at every sample (`energy_curve`). The per-GPU tables are series tables: their
+cumulative energy at every second (`energy_curve`). The per-GPU tables are series tables: their
 rows come from pipeline/series/ (one read of the samples for all three); declared here are their
 assets, checks and headlines."""
 
@@ -146,8 +146,9 @@ fleet_power_1s, fleet_fleet_power_1s = table_assets(FLEET_POWER_1S)
 
 ENERGY_CURVE = Table(
     "energy_curve",
-    "Per GPU and best-source sample: cumulative energy (J) since the day's first sample, with the "
-    "next sample (time, W) so the energy of any interval is E(b) − E(a) (macro energy_between).",
+    "Per GPU and second: cumulative energy (J) since the day's first sample at the second's start "
+    "and end, and the power there, so the energy of any interval is E(b) − E(a) with the samples of "
+    "the two seconds (macro energy_between).",
     "cluster-day",
     deps=["power", "power_1s"],
     series=True,  # pipeline/series/registry.py: energy_curve_rows

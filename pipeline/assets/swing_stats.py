@@ -11,7 +11,8 @@ import polars as pl
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, carried_slots, grid_max_swing, grid_stats, summed_series
-from pipeline.kernels import arrow_frame, best_samples, in_file_order, registered, series_swings
+from pipeline.kernels import best_samples, in_file_order, registered, series_swings
+from pipeline.phases.curve import host_curves
 from pipeline.tables import Table, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
@@ -21,10 +22,6 @@ SELECT gpu, t_ns, power_avg_w, source_rank::UTINYINT AS source_rank
 FROM power_day_samples WHERE host = $host AND power_avg_w IS NOT NULL
 """
 
-_INSTANT_SAMPLES = """
-SELECT t_ns, power_w::DOUBLE AS p FROM energy_curve
-WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND NOT is_average
-"""
 
 
 _GPU_SLOTS = """
@@ -110,15 +107,13 @@ def gpu_swings(con) -> None:
         with in_file_order(con):  # power_100ms' part is sorted by (host, gpu, ts)
             slots = con.sql(_GPU_SLOTS, params={"host": host}).fetchnumpy()
         slot_gpu = np.asarray(slots["gpu"])
+        curves = host_curves(con, host)  # the host's samples read once, one GPU's curve at a time
         for gpu in host_gpus:
-            # the curve's part is written sorted by (host, gpu, t_ns) in row groups that the gpu
-            # filter skips, and read in file order; sorted here only if it ever is not
-            with in_file_order(con):
-                inst = arrow_frame(con.sql(_INSTANT_SAMPLES, params={"host": host, "gpu": gpu}).to_arrow_table())
-            if not inst["t_ns"].is_sorted():
-                inst = inst.sort("t_ns")
-            native = _native("instant", inst["t_ns"].to_numpy(), inst["p"].to_numpy())
-            del inst
+            native = {}
+            for g, c in curves:  # gpu order; a GPU left out above is skipped
+                if g == gpu:
+                    native = _native("instant", c.t_ns[~c.is_average], c.power_w[~c.is_average])
+                    break
             rows = np.flatnonzero(avg_gpu == gpu)
             t, p, _ = best_samples(avg_t[rows], avg_p[rows], avg_rank[rows])
             native |= _native("avg1s", t, p)

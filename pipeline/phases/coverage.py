@@ -45,17 +45,33 @@ ZONE_STEP_S = 15 * 60
 ZONE_SLACK_S = 120
 """An offset within this of a whole quarter hour reads as a time zone mistake."""
 
-_CURVE_T = "SELECT t_ns FROM energy_curve WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu"
+_CURVE_SECONDS = """
+SELECT first_t_ns, last_t_ns FROM energy_curve
+WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND samples > 0 ORDER BY t_ns
+"""
 
 
 def gpu_runs(t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[lo, hi) spans of sorted sample instants where consecutive samples are at most RUN_GAP_NS
-    apart (energy_curve integrates exactly those); a lone sample spans nothing."""
+    apart (the energy curve integrates exactly those); a lone sample spans nothing."""
     if len(t_ns) < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     cut = np.flatnonzero(np.diff(t_ns) > RUN_GAP_NS)
     lo = np.r_[t_ns[0], t_ns[cut + 1]]
     hi = np.r_[t_ns[cut], t_ns[-1]]
+    keep = hi > lo
+    return lo[keep], hi[keep]
+
+
+def second_runs(first_t_ns: np.ndarray, last_t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """gpu_runs from the first and last sample instants of each second with samples (energy_curve's
+    rows, by time): samples inside one second are linked, so a run breaks only where a second's
+    first sample lies more than RUN_GAP_NS after the previous second's last."""
+    if not len(first_t_ns):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    cut = np.flatnonzero(first_t_ns[1:] - last_t_ns[:-1] > RUN_GAP_NS)
+    lo = np.r_[first_t_ns[0], first_t_ns[cut + 1]]
+    hi = np.r_[last_t_ns[cut], last_t_ns[-1]]
     keep = hi > lo
     return lo[keep], hi[keep]
 
@@ -75,8 +91,8 @@ def power_runs(con: duckdb.DuckDBPyConnection) -> None:
     ).fetchall():
         held.setdefault((host, gpu), []).append((kind, name, from_ns, to_ns))
     for (host, gpu), windows in held.items():
-        t = np.asarray(con.sql(_CURVE_T, params={"host": host, "gpu": gpu}).fetchnumpy()["t_ns"], np.int64)
-        lo, hi = gpu_runs(np.sort(t))
+        sec = con.sql(_CURVE_SECONDS, params={"host": host, "gpu": gpu}).fetchnumpy()
+        lo, hi = second_runs(np.asarray(sec["first_t_ns"], np.int64), np.asarray(sec["last_t_ns"], np.int64))
         for kind, name, from_ns, to_ns in windows:
             a, b = np.maximum(lo, from_ns), np.minimum(hi, to_ns)
             keep = b > a

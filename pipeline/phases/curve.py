@@ -1,28 +1,28 @@
-"""One GPU's energy curve (energy_curve, sql/energy_curve/) as numpy arrays, and E(t) / P(t) at many
-instants by one sorted search: the phase assets' energy lookups, one GPU at a time.
+"""One GPU's energy curve as numpy arrays, rebuilt from its raw samples of the day, and E(t) / P(t)
+at many instants by one sorted search: the phase assets' energy lookups, one GPU at a time.
 
-Why: the SQL macros (sql/views/energy.sql) answer one instant by an index lookup, and a batch of
-instants by an ASOF join that sorts the whole cluster-day's curve (8.6 M rows at 8 GPUs x 6 h) for
-each statement that asks; here each GPU's curve is read once, already sorted (the table is written
-ordered by host, gpu, t_ns; sorted here only if it is not), and every lookup is a ``searchsorted``.
-The arithmetic is the macro's, operation for operation, so energies are the same doubles."""
+Why: the stored table energy_curve holds E only at second boundaries (pipeline/series/energy.py); the SQL
+macros (sql/views/power_energy.sql) answer one instant from it and the raw samples of that
+second. A consumer with many instants on one GPU reads that GPU's samples once instead (the same
+bytes a per-sample table held, without storing them twice) and integrates them with the kernel
+that defines the table (kernels.energy_curve); every lookup is then a ``searchsorted``. The
+arithmetic is the macro's, operation for operation, so energies agree to rounding."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.kernels import RUN_GAP_NS  # energy_curve's gap: next_t_ns / next_w are NULL across it
+from pipeline.kernels import energy_curve
 
-CURVE_SQL = """
-SELECT t_ns, power_w::DOUBLE AS power_w, energy_j{extra}
-FROM energy_curve WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu
+SAMPLES_SQL = """
+SELECT t_ns, power_w, source_rank::UTINYINT AS source_rank, list_position($sources, source)::UTINYINT AS source_id
+FROM power_day_samples WHERE host = $host AND gpu = $gpu
 """
-SOURCES_SQL = """
-SELECT source::VARCHAR AS source, count(*) AS n, bool_or(is_average) AS is_average
-FROM energy_curve WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu
-GROUP BY ALL ORDER BY n DESC, source
+SOURCE_NAMES_SQL = """
+SELECT DISTINCT source::VARCHAR FROM power_day_samples WHERE host = $host AND gpu = $gpu ORDER BY 1
 """
 
 
@@ -38,6 +38,11 @@ class Curve:
     has_next: np.ndarray
     mine: np.ndarray
     """Rows of the source asked for by read_curve (all rows when none was)."""
+    source_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    """Each row's source, as an index into ``source_names``."""
+    source_names: list[str] = field(default_factory=list)
+    is_average: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    """Rows whose source is a 1 s average."""
 
     def __len__(self) -> int:
         return len(self.t_ns)
@@ -89,41 +94,72 @@ class Curve:
         return np.where(b > a, red, out)
 
 
-def sources(con, host: str, gpu: int) -> list[tuple[str, int, bool]]:
-    """The GPU's sources in its curve that day: (source, samples, is_average), most samples first."""
-    return con.execute(SOURCES_SQL, {"host": host, "gpu": gpu}).fetchall()
+def gpu_samples(con, host: str, gpu: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The GPU's raw samples of the partition day (view power_day_samples): t_ns, power_w,
+    source_rank and source_id (1-based into the returned names: list_position)."""
+    names = [n for (n,) in con.execute(SOURCE_NAMES_SQL, {"host": host, "gpu": gpu}).fetchall()]
+    tab = con.sql(SAMPLES_SQL, params={"host": host, "gpu": gpu, "sources": names}).fetchnumpy()
+    return {k: np.asarray(v) for k, v in tab.items()}, names
+
+
+HOST_SAMPLES_SQL = """
+SELECT gpu, t_ns, power_w, source_rank::UTINYINT AS source_rank, list_position($sources, source)::UTINYINT AS source_id
+FROM power_day_samples WHERE host = $host
+"""
+
+
+def host_curves(con, host: str) -> Iterator[tuple[int, Curve]]:
+    """Each GPU's curve (read_curve) of one host, in gpu order, from one read of the host's samples
+    (a read per GPU would scan the host's files once per GPU: they hold every GPU's rows)."""
+    names = [n for (n,) in con.execute("SELECT DISTINCT source::VARCHAR FROM power_day_samples WHERE host = ? ORDER BY 1", [host]).fetchall()]
+    tab = {k: np.asarray(v) for k, v in con.sql(HOST_SAMPLES_SQL, params={"host": host, "sources": names}).fetchnumpy().items()}
+    gpu = tab.pop("gpu")
+    order = np.argsort(gpu, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, gpu[order][1:] != gpu[order][:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        rows = order[lo:hi]
+        yield int(gpu[rows[0]]), _curve({k: v[rows] for k, v in tab.items()}, names)
 
 
 def read_curve(con, host: str, gpu: int, source: str | None = None) -> Curve:
-    """The GPU's rows of the partition day's energy_curve, sorted by t_ns; ``mine`` marks the rows of
-    ``source`` (a boolean column, not the strings: reading those cost more than the rest).
+    """The GPU's energy curve of the partition day, one row per best-source sample (kernels.energy_curve
+    over its raw samples), sorted by t_ns; ``mine`` marks the rows of ``source``."""
+    x, names = gpu_samples(con, host, gpu)
+    return _curve(x, names, source)
 
-    next_t_ns / next_w are not read: by the table's definition (sql/energy_curve/energy_curve.sql)
-    they are the next row's t_ns / power_w when it is at most RUN_GAP_NS later, else NULL, so they
-    are the same values taken from t_ns and power_w here (half the columns to decode: the read was
-    most of the phase assets' time on a curve)."""
-    params: dict = {"host": host, "gpu": gpu}
-    extra = ""
+
+def _curve(x: dict[str, np.ndarray], names: list[str], source: str | None = None) -> Curve:
+    c = energy_curve(x["t_ns"].astype(np.int64), x["power_w"], x["source_rank"])
+    t, linked = c["t_ns"], c["linked"]
+    p = c["power_w"].astype(np.float32).astype(np.float64)  # the power as the table of samples stored it (FLOAT)
+    source_id = x["source_id"][c["first"]].astype(np.uint8) - 1
+    mine = np.ones(len(t), dtype=bool)
     if source is not None:
-        extra, params["source"] = ", source::VARCHAR = $source AS mine", source
-    tab = con.sql(CURVE_SQL.format(extra=extra), params=params).fetchnumpy()  # no NULLs: plain arrays
-    t = np.asarray(tab["t_ns"], dtype=np.int64)
-    # the pipeline's connections do not preserve insertion order: sort here when the scan did not
-    order = None if len(t) < 2 or bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
-
-    def col(name: str, dtype) -> np.ndarray:
-        v = np.asarray(tab[name], dtype=dtype)
-        return v if order is None else v[order]
-
-    t, p = col("t_ns", np.int64), col("power_w", np.float64)
-    has_next = np.zeros(len(t), dtype=bool)
-    has_next[:-1] = np.diff(t) <= RUN_GAP_NS
+        mine = source_id == (names.index(source) if source in names else 255)
     return Curve(
         t_ns=t,
         power_w=p,
-        energy_j=col("energy_j", np.float64),
-        next_t_ns=np.where(has_next, np.append(t[1:], 0), 0),
-        next_w=np.where(has_next, np.append(p[1:], np.nan), np.nan),
-        has_next=has_next,
-        mine=col("mine", bool) if source is not None else np.ones(len(t), dtype=bool),
+        energy_j=c["energy_j"],
+        next_t_ns=np.where(linked, c["next_t_ns"], 0),
+        next_w=np.where(linked, np.append(p[1:], np.nan), np.nan),
+        has_next=linked,
+        mine=mine,
+        source_id=source_id,
+        source_names=names,
+        is_average=x["source_rank"][c["first"]] == 9,
     )
+
+
+def curve_sources(c: Curve) -> list[tuple[str, int, bool]]:
+    """The sources of a curve's rows: (source, samples, is_average), most samples first."""
+    out = []
+    for i, name in enumerate(c.source_names):
+        rows = c.source_id == i
+        if rows.any():
+            out.append((name, int(rows.sum()), bool(c.is_average[rows].any())))
+    return sorted(out, key=lambda r: (-r[1], r[0]))
+
+
+def sources(con, host: str, gpu: int) -> list[tuple[str, int, bool]]:
+    """The GPU's sources in its curve that day: (source, samples, is_average), most samples first."""
+    return curve_sources(read_curve(con, host, gpu))

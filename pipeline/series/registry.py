@@ -1,5 +1,5 @@
 """The registered series tables: power_1s, power_100ms and energy_curve, each a schema and a
-function over one GPU's samples (numpy kernels of pipeline/kernels.py)."""
+function over one GPU's samples (numpy kernels of pipeline/kernels.py and pipeline/series/energy.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import kernels
+from pipeline.series.energy import ENERGY_SCHEMA, energy_seconds
 from pipeline.series.samples import GpuSamples
 from pipeline.series.table import SeriesTable
 
@@ -77,28 +78,12 @@ def power_100ms_rows(s: GpuSamples) -> pa.RecordBatch:
     }, schema=POWER_100MS_SCHEMA)
 
 
-ENERGY_CURVE_SCHEMA = pa.schema([
-    ("host", _NAME), ("gpu", pa.uint8()), ("t_ns", pa.int64()), ("power_w", pa.float32()),
-    ("energy_j", pa.float64()), ("next_t_ns", pa.int64()), ("next_w", pa.float32()),
-    ("source", _NAME), ("is_average", pa.bool_()),
-])
+ENERGY_CURVE_SCHEMA = ENERGY_SCHEMA
 
 
 def energy_curve_rows(s: GpuSamples) -> pa.RecordBatch:
-    """Per best-source sample: cumulative energy since the day's first (kernels.energy_curve)."""
-    c = kernels.energy_curve(s.t_ns, s.power_w, s.source_rank)
-    first, n, linked = c["first"], len(c["t_ns"]), c["linked"]
-    return pa.record_batch({
-        "host": _host(s, n),
-        "gpu": _gpu(s, n),
-        "t_ns": c["t_ns"],
-        "power_w": c["power_w"].astype(np.float32),
-        "energy_j": c["energy_j"],
-        "next_t_ns": pa.array(c["next_t_ns"], mask=~linked),
-        "next_w": pa.array(c["next_w"].astype(np.float32), mask=~linked),
-        "source": _source(s, first),
-        "is_average": s.is_average[first],
-    }, schema=ENERGY_CURVE_SCHEMA)
+    """Per GPU-second: cumulative energy and power at its start and end (energy.energy_seconds)."""
+    return energy_seconds(s.t_ns, s.power_w, s.source_rank, s.host, s.gpu)
 
 
 POWER_1S = SeriesTable(
@@ -119,10 +104,11 @@ POWER_100MS = SeriesTable(
 )
 ENERGY_CURVE = SeriesTable(
     "energy_curve", ENERGY_CURVE_SCHEMA, energy_curve_rows,
-    # one row per raw sample: delta-packed times (at 50 Hz 3x smaller than dictionaries)
+    # one row per GPU-second: delta-packed instants, split-stream energies
     parquet_options=(
-        ("use_dictionary", ["date", "host", "gpu", "power_w", "next_w", "source", "is_average"]),
-        ("column_encoding", {"t_ns": "DELTA_BINARY_PACKED", "next_t_ns": "DELTA_BINARY_PACKED", "energy_j": "BYTE_STREAM_SPLIT"}),
+        ("use_dictionary", ["date", "host", "gpu", "samples", "source_rank"]),
+        ("column_encoding", {"t_ns": "DELTA_BINARY_PACKED", "first_t_ns": "DELTA_BINARY_PACKED", "last_t_ns": "DELTA_BINARY_PACKED",
+                             "energy_j": "BYTE_STREAM_SPLIT", "end_energy_j": "BYTE_STREAM_SPLIT"}),
     ),
 )
 

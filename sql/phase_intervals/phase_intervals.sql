@@ -17,7 +17,7 @@ SELECT name AS endpoint, host, gpu, from_ns, to_ns FROM held_gpus('endpoint');
 -- another in the afternoon is one window of each)
 CREATE OR REPLACE TEMP TABLE _pi_windows AS
 WITH per_gpu AS (  -- one group per GPU first: the join then sees a row per GPU, not per sample
-    SELECT host, gpu, min(t_ns) AS lo, max(t_ns) AS hi FROM energy_curve WHERE date = getvariable('partition_date') GROUP BY host, gpu
+    SELECT host, gpu, min(first_t_ns) AS lo, max(last_t_ns) AS hi FROM energy_curve WHERE date = getvariable('partition_date') GROUP BY host, gpu
 )
 SELECT g.endpoint, g.host, g.gpu, g.from_ns, g.to_ns, greatest(c.lo, g.from_ns) AS lo, least(c.hi, g.to_ns) AS hi
 FROM per_gpu AS c JOIN _pi_gpus AS g USING (host, gpu)
@@ -82,7 +82,7 @@ FROM state WHERE end_ns IS NOT NULL;
 -- the endpoint's cumulative energy (all its GPUs, each while it held it) at every interval boundary:
 -- temp table _pi_energy (endpoint, t, e_j), built between these statements and the query by the
 -- asset's write hook (`intervals`, pipeline/assets/inference_phases.py: one sorted search per GPU on
--- its curve, the arithmetic of the macro curve_energy_at). By hand: energy_at_ns(host, gpu,
+-- its curve rebuilt from its raw samples: pipeline/phases/curve.py). By hand: energy_at_ns(host, gpu,
 -- clamp(t, from_ns, to_ns)) summed over the endpoint's windows (_pi_windows) at each distinct
 -- start_ns / end_ns of _pi. An interval where it held no GPU has NULL energy: nothing measured.
 

@@ -64,20 +64,13 @@ SELECT * FROM (
     WHERE e.end_ts > day_start() AND e.start_ts < day_end()
 ) WHERE b_ns > a_ns;
 
--- E(t) at every event boundary: the curve row at or before t, interpolated (curve_energy_at,
--- sql/views/energy.sql), 0 before the GPU's first sample.
+-- E(t) at every event boundary (macro energy_at_instants, sql/views/power_energy.sql), 0 before the
+-- GPU's first sample.
+CREATE OR REPLACE TEMP TABLE _event_instants AS
+SELECT host, gpu, a_ns AS t FROM _event_gpus UNION ALL SELECT host, gpu, b_ns FROM _event_gpus;
+
 CREATE OR REPLACE TEMP TABLE _event_energy_at AS
-WITH instants AS (
-    SELECT DISTINCT host, gpu, t FROM (
-        SELECT host, gpu, a_ns AS t FROM _event_gpus UNION ALL SELECT host, gpu, b_ns FROM _event_gpus
-    )
-)
-SELECT p.host, p.gpu, p.t,
-       coalesce(curve_energy_at(c.t_ns, c.power_w, c.energy_j, c.next_t_ns, c.next_w, p.t), 0.0) AS e
-FROM instants AS p
-ASOF LEFT JOIN (SELECT host, gpu, t_ns, power_w, energy_j, next_t_ns, next_w FROM energy_curve
-                WHERE date = getvariable('partition_date')) AS c
-    ON p.host = c.host AND p.gpu = c.gpu AND p.t >= c.t_ns;
+SELECT host, gpu, t, e_j AS e FROM energy_at_instants('_event_instants');
 
 -- each event × each of the job's GPUs on its host (samples or not), clipped to the day: the GPU-time
 -- that had samples
