@@ -17,7 +17,7 @@ from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
 from tests.cli_util import invoke
-from tests.test_assignments import NOON_NS, START_NS, UUID, _energy, _power, _requests
+from tests.noon_split import NOON_NS, START_NS, UUID, _energy, _power, _requests
 
 NOON = dt.datetime.fromtimestamp(NOON_NS / 1e9, dt.UTC)
 TABLES = ["phase_segments", "phase_timeline", "hourly_activity", "endpoint_correlation", "power_cap_whatif"]

@@ -13,7 +13,7 @@ from collectors.storage import DataRoot
 from pipeline.runner import run_day
 from tests.builders import DAY
 from tests.cli_util import invoke
-from tests.test_assignments import ASSETS, NOON_NS, UUID, _energy, _inventory, _power_day
+from tests.noon_split import ASSETS, NOON_NS, UUID, _energy, _inventory, _power_day
 
 
 def _upload(local, root):

@@ -21,8 +21,21 @@ from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY
 from tests.cli_util import invoke, one_line_error
-from tests.test_assignments import ASSETS, NOON_NS, START_NS, UUID, _endpoint_energy, _inventory, _requests
-from tests.test_assignments_prometheus import PROMETHEUS, RULES, STEP_S, STEPS, PodExporter, scraped
+from tests.noon_split import (
+    ASSETS,
+    NOON_NS,
+    RULES,
+    START_NS,
+    STEP_S,
+    STEPS,
+    UUID,
+    PodExporter,
+    _endpoint_energy,
+    _inventory,
+    _requests,
+    scraped,
+)
+from tests.prometheus_harness import PROMETHEUS
 
 NODE = "node-17"
 
