@@ -136,6 +136,7 @@ def test_two_second_request_clock_offset_is_reported(sim, tmp_path):
     assert all(abs(int(v) - 2000) <= 100 for v in offsets.values()), offsets
 
 
+@pytest.mark.slow  # a second run of the whole phase chain (~35 s)
 def test_rematerializing_gives_identical_phase_tables(sim):
     d, _ = sim
     before = {n: read_day(d, n, DATE) for n in ASSETS}
