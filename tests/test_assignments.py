@@ -19,6 +19,7 @@ from tests.cli_util import invoke
 from tests.noon_split import ASSETS, NOON_NS, UUID, _check_split, _energy, _inventory, _power, _power_day
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_inventory_timed_assignment_splits_the_gpu_at_noon(tmp_path):
     d = tmp_path / "data"
     _inventory(d, assignments=[{"host": "infer-0", "gpu": 0, "endpoint": "ep-b", "from_ts": dt.datetime.fromtimestamp(NOON_NS / 1e9, dt.UTC)}])
@@ -28,6 +29,7 @@ def test_inventory_timed_assignment_splits_the_gpu_at_noon(tmp_path):
     _check_split(d, t, w)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_assignments_file_by_uuid_splits_the_gpu_at_noon(tmp_path):
     d = tmp_path / "data"
     _inventory(d)
@@ -58,6 +60,7 @@ def test_two_explicit_sources_that_disagree_are_an_error_naming_both(tmp_path):
     assert len(list((d / "assignments").glob("*.parquet"))) == 1  # nothing written
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_job_events_move_a_gpu_between_jobs_at_noon(tmp_path):
     d = tmp_path / "data"
     _inventory(d, endpoints=False)
@@ -108,6 +111,7 @@ def _job_events(d, runs):
                            schema=JOB_EVENTS), d, "job_events")
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_power_on_a_gpu_nobody_holds_is_a_warn_naming_the_gpu_and_hours(tmp_path):
     """job-b starts 5 min after job-a ends: the GPU draws power for 300 s that no job gets."""
     d = tmp_path / "data"
@@ -130,6 +134,7 @@ def test_power_on_a_gpu_nobody_holds_is_a_warn_naming_the_gpu_and_hours(tmp_path
     assert row[4] == pytest.approx(_energy(t, w, NOON_NS, NOON_NS + 300 * 10**9), rel=1e-3)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a_gpu_held_all_day_raises_no_warn(tmp_path):
     d = tmp_path / "data"
     _inventory(d)  # ep-a lists GPU 0 on infer-0 all day

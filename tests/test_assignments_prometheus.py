@@ -58,6 +58,7 @@ def _held(d):
     return sorted((r["source"], r["host"], r["gpu"], r["gpu_uuid"], r["name"], r["from_ts"], r["to_ts"]) for r in rows)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_pod_labels_split_the_gpu_at_noon(prometheus, tmp_path):
     d = tmp_path / "data"
     _inventory(d, kubernetes=RULES)

@@ -27,6 +27,7 @@ def _table(root, name):
     return con
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_assignments_on_s3_split_the_gpu_at_noon(s3, tmp_path, monkeypatch):
     local = tmp_path / "staging"
     _inventory(local)

@@ -113,6 +113,7 @@ def test_chunks_cover_the_grid_within_the_point_limit():
     assert max(points) <= 11 and sum(points) == 101
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_imported_day_equals_the_recorded_series(prometheus, tmp_path):
     url, base_s, exporter = prometheus
     data = tmp_path / "data"
