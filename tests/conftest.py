@@ -24,6 +24,9 @@ def data_dir(tmp_path):
 
 # S3-compatible test server (moto, 127.0.0.1) and a fresh bucket per test: see tests/s3_server.py.
 # One small `wattline demo` day per session, for the tests of what a user sees (tests/demo_day.py).
+# Days built once per session and read by every test that needs them; a test that writes copies
+# one first (tests/days.py, CONTRIBUTING.md "Tests that read a built day").
+from tests.days import report_day, square_day  # noqa: E402,F401
 from tests.demo_day import demo_day  # noqa: E402,F401
 from tests.s3_server import s3, s3_server  # noqa: E402,F401
 
@@ -34,12 +37,33 @@ _browser = {"collected": 0, "ran": 0}
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` / `-k` deselect anything
 def pytest_collection_modifyitems(config, items):
+    from tests.days import takes_a_day_of_its_own
+
+    for item in items:
+        if takes_a_day_of_its_own(item):
+            item.add_marker(pytest.mark.slow)
     _browser["collected"] = sum(1 for item in items if item.get_closest_marker("browser") or "/tests/browser/" in item.path.as_posix())
+
+
+# `make test-fast` skips the `slow` tests; one that takes longer than this without the marker is
+# named at the end of the run, so the inner loop stays short as tests are added.
+SLOW_S = 20.0
+_unmarked_slow: list[tuple[str, str, float]] = []
 
 
 def pytest_runtest_logreport(report):
     if report.when == "call" and "browser" in report.keywords:
         _browser["ran"] += 1
+    if report.when in ("setup", "call") and report.duration > SLOW_S and "slow" not in report.keywords and "browser" not in report.keywords:
+        _unmarked_slow.append((report.nodeid, report.when, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _unmarked_slow:
+        terminalreporter.section(f"over {SLOW_S:.0f} s without @pytest.mark.slow (make test-fast runs them)")
+        for nodeid, when, seconds in sorted(_unmarked_slow, key=lambda x: -x[2]):
+            # A long setup is a fixture's: every test that takes it must be marked, or the fixture shared.
+            terminalreporter.write_line(f"{seconds:7.1f}s {when:<5} {nodeid}")
 
 
 def browser_tests_missing() -> str | None:

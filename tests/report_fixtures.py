@@ -1,5 +1,5 @@
-"""Data dirs for the report tests: the square-wave fleet with requests after one daily run, and
-the same plus every analytics table."""
+"""Data dirs for the report tests: the square-wave fleet with requests (built once per session as
+``report_day``, tests/days.py), and copies of it with every analytics table or only the foundation's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 
 from collectors.parquet_sink import write_dataset
-from pipeline.runner import run_day
 from tests.builders import DAY, day_start_ns, write_square_fleet
 from tests.report_tables import write_analytics_tables
 
@@ -34,13 +33,10 @@ def write_requests(data_dir: Path, n: int = 120, endpoint: str = "ep-a") -> None
     write_dataset(table, data_dir, "requests", prefix="test")
 
 
-def build_day(data_dir: Path):
-    """Ten minutes of the square-wave fleet plus requests, through the daily job (report included)."""
+def write_day(data_dir: Path) -> None:
+    """Ten minutes of the square-wave fleet plus one request every 5 s on ep-a."""
     write_square_fleet(data_dir, seconds=600)
     write_requests(data_dir)
-    outcome = run_day(data_dir, DATE)
-    assert outcome.success, outcome.error
-    return outcome
 
 
 def with_all_tables(source: Path, target: Path) -> Path:

@@ -17,7 +17,8 @@ from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
 from tests.cli_util import invoke
-from tests.test_assignments import NOON_NS, START_NS, UUID, _energy, _power, _requests
+from tests.days import builds_a_day
+from tests.noon_split import NOON_NS, START_NS, UUID, _energy, _power, _requests
 
 NOON = dt.datetime.fromtimestamp(NOON_NS / 1e9, dt.UTC)
 TABLES = ["phase_segments", "phase_timeline", "hourly_activity", "endpoint_correlation", "power_cap_whatif"]
@@ -39,6 +40,7 @@ def _inventory(d):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def day(tmp_path_factory):
     """The noon-split day, built once: (data dir, DuckDB with each table registered)."""
     d = tmp_path_factory.mktemp("split") / "data"
@@ -136,6 +138,7 @@ def _shifted_requests(d, b_offset_s: int):
     write_dataset(table.cast(REQUESTS), d, "requests")
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_requests_meet_power_reads_the_gpus_the_endpoint_held(tmp_path):
     """ep-b's requests lie 3 h after the afternoon half of GPU 0's power, the only power it held:
     the ERROR names ep-b (its power is its GPU's afternoon samples); ep-a's requests meet its morning."""
@@ -152,6 +155,7 @@ def test_requests_meet_power_reads_the_gpus_the_endpoint_held(tmp_path):
 
 
 @pytest.mark.parametrize("source", ["inventory", "file"])
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_an_endpoint_another_cluster_declares_counts_on_the_gpu_it_held(tmp_path, source):
     """ep-b is declared on infer-1 (cluster c1) and holds infer-0's GPU 0 (cluster c0) from noon: c0's
     cluster-day sees its requests and gives it exactly the afternoon's energy."""

@@ -10,95 +10,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from collectors.contract import JOB_EVENTS, REQUESTS
-from collectors.inventory import dump_inventory, parse_inventory
+from collectors.contract import JOB_EVENTS
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
-from tests.builders import DAY, day_start_ns, power_table
+from tests.builders import DAY, power_table
 from tests.cli_util import invoke
-
-NOON_NS = day_start_ns() + 12 * 3600 * 10**9
-START_NS = NOON_NS - 600 * 10**9
-SECONDS = 1200
-UUID = "GPU-0000aaaa-1111-2222-3333-444455556666"
-ASSETS = "power_1s,energy_curve,power_100ms,phase_intervals,phase_segments,phase_timeline,request_energy,energy_per_token"
+from tests.noon_split import ASSETS, NOON_NS, UUID, _check_split, _energy, _inventory, _power, _power_day
 
 
-def _power():
-    """10 Hz for 20 min around noon on infer-0 GPU 0: a ramp and a wave, so no two halves agree."""
-    t = START_NS + np.arange(SECONDS * 10, dtype=np.int64) * 100_000_000
-    s = (t - START_NS) / 1e9
-    w = 150 + 0.2 * s + 80 * (np.sin(s / 7) > 0)
-    return t, w
-
-
-def _energy(t, w, lo, hi):
-    """Trapezoid energy of the samples over [lo, hi] (both sample instants)."""
-    m = (t >= lo) & (t <= hi)
-    return float(np.sum((w[m][1:] + w[m][:-1]) / 2 * np.diff(t[m]) / 1e9))
-
-
-def _inventory(d, *, endpoints=True, assignments=None, kubernetes=None):
-    host = {"name": "infer-0" if endpoints else "train-0", "role": "inference" if endpoints else "training",
-            "gpus": [{"index": 0, "tdp_w": 700.0, "model": "H100", "uuid": UUID}, {"index": 1, "tdp_w": 700.0}]}
-    if endpoints:  # A lists GPU 0 (its default); B is known from the assignments only, its model from here
-        host["endpoints"] = [{"name": "ep-a", "gpus": [0], "model": "small"}, {"name": "ep-b", "gpus": [], "model": "big"}]
-    else:  # both jobs list GPU 0: job_events say which holds it when
-        host["jobs"] = [{"name": "job-a", "gpus": [0]}, {"name": "job-b", "gpus": [0]}]
-    inv = {"fleets": [{"name": "t", "clusters": [{"name": "c0", "hosts": [host]}]}]}
-    if assignments:
-        inv["assignments"] = assignments
-    if kubernetes:
-        inv["kubernetes"] = kubernetes
-    d.mkdir(parents=True, exist_ok=True)
-    dump_inventory(parse_inventory(inv), d / "inventory.yaml")
-
-
-def _requests(d):
-    """One request a minute on each endpoint, each in its own half."""
-    rows = []
-    for ep, base in (("ep-a", START_NS), ("ep-b", NOON_NS)):
-        for k in range(9):
-            a = base + (30 + 60 * k) * 10**9
-            rows.append((f"{ep}-{k}", ep, a, a, a + 2 * 10**9, a + 20 * 10**9, 500, 100))
-    cols = list(zip(*rows, strict=True))
-    ts = lambda v: pa.array(v, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))  # noqa: E731
-    given = {"request_id": cols[0], "endpoint": cols[1], "arrival_ts": ts(cols[2]), "prefill_start_ts": ts(cols[3]),
-             "first_token_ts": ts(cols[4]), "end_ts": ts(cols[5]), "prompt_tokens": pa.array(cols[6], pa.int32()),
-             "output_tokens": pa.array(cols[7], pa.int32()), "status": ["ok"] * len(rows)}
-    # columns the contract adds later (nullable) are written null
-    table = pa.table({f.name: given.get(f.name, pa.nulls(len(rows), f.type)) for f in REQUESTS}, schema=REQUESTS)
-    write_dataset(table, d, "requests")
-
-
-def _endpoint_energy(d):
-    con = duckdb.connect()
-    con.register("pi", read_day(d, "phase_intervals", DAY.isoformat()))
-    con.register("ept", read_day(d, "energy_per_token", DAY.isoformat()))
-    got = dict(con.execute("SELECT endpoint, sum(energy_j) FROM pi GROUP BY 1").fetchall())
-    per_token = dict(con.execute("SELECT endpoint, energy_j FROM ept WHERE bucket_kind = 'all'").fetchall())
-    models = dict(con.execute("SELECT endpoint, bucket FROM ept WHERE bucket_kind = 'gpu_model'").fetchall())
-    return got, per_token, models
-
-
-def _check_split(d, t, w):
-    want = {"ep-a": _energy(t, w, t[0], NOON_NS), "ep-b": _energy(t, w, NOON_NS, t[-1])}
-    got, per_token, models = _endpoint_energy(d)
-    for ep in want:
-        assert got[ep] == pytest.approx(want[ep], rel=1e-6), (ep, got, want)
-        assert per_token[ep] == pytest.approx(want[ep], rel=1e-6)
-    assert got["ep-a"] + got["ep-b"] == pytest.approx(_energy(t, w, t[0], t[-1]), rel=1e-6)
-    assert models == {"ep-a": "H100", "ep-b": "H100"}
-
-
-def _power_day(d):
-    t, w = _power()
-    write_dataset(power_table("infer-0", 0, t, w), d, "power")
-    _requests(d)
-    return t, w
-
-
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_inventory_timed_assignment_splits_the_gpu_at_noon(tmp_path):
     d = tmp_path / "data"
     _inventory(d, assignments=[{"host": "infer-0", "gpu": 0, "endpoint": "ep-b", "from_ts": dt.datetime.fromtimestamp(NOON_NS / 1e9, dt.UTC)}])
@@ -108,6 +29,7 @@ def test_inventory_timed_assignment_splits_the_gpu_at_noon(tmp_path):
     _check_split(d, t, w)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_assignments_file_by_uuid_splits_the_gpu_at_noon(tmp_path):
     d = tmp_path / "data"
     _inventory(d)
@@ -138,6 +60,7 @@ def test_two_explicit_sources_that_disagree_are_an_error_naming_both(tmp_path):
     assert len(list((d / "assignments").glob("*.parquet"))) == 1  # nothing written
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_job_events_move_a_gpu_between_jobs_at_noon(tmp_path):
     d = tmp_path / "data"
     _inventory(d, endpoints=False)
@@ -188,6 +111,7 @@ def _job_events(d, runs):
                            schema=JOB_EVENTS), d, "job_events")
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_power_on_a_gpu_nobody_holds_is_a_warn_naming_the_gpu_and_hours(tmp_path):
     """job-b starts 5 min after job-a ends: the GPU draws power for 300 s that no job gets."""
     d = tmp_path / "data"
@@ -210,6 +134,7 @@ def test_power_on_a_gpu_nobody_holds_is_a_warn_naming_the_gpu_and_hours(tmp_path
     assert row[4] == pytest.approx(_energy(t, w, NOON_NS, NOON_NS + 300 * 10**9), rel=1e-3)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a_gpu_held_all_day_raises_no_warn(tmp_path):
     d = tmp_path / "data"
     _inventory(d)  # ep-a lists GPU 0 on infer-0 all day

@@ -13,7 +13,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.resources import WarehouseResource
 from pipeline.scope import Scope
 from tests.builders import DAY, day_start_ns
-from tests.test_assignments import _inventory
+from tests.noon_split import _inventory
 
 MIDNIGHT_NS = day_start_ns()
 MIN_NS = 60 * 10**9

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import subprocess
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -24,95 +20,32 @@ import pytest
 from pipeline.runner import run_day
 from tests.builders import DAY
 from tests.cli_util import invoke, one_line_error
-from tests.test_assignments import ASSETS, NOON_NS, START_NS, UUID, _check_split, _inventory, _power, _power_day
-from tests.test_prometheus_import import PROMETHEUS, free_port
-
-STEP_S, STEPS = 10, 120  # one sample every 10 s from 11:50:00 to 12:09:50
-POD_A, POD_B, NOTEBOOK = "chat-small-6d9f7c-x2k4p", "chat-big-55b8d9-q7r2m", "notebook-0"
-RULES = {"rules": [{"match": {"namespace": "serving", "pod": "chat-small-*"}, "endpoint": "ep-a"},
-                   {"match": {"pod": "chat-big-*"}, "endpoint": "ep-b"}]}
+from tests.noon_split import (
+    ASSETS,
+    NOON_NS,
+    NOTEBOOK,
+    POD_A,
+    POD_B,
+    RULES,
+    START_NS,
+    STEP_S,
+    STEPS,
+    UUID,
+    PodExporter,
+    _check_split,
+    _inventory,
+    _power_day,
+    scraped,
+)
+from tests.prometheus_harness import PROMETHEUS
 
 pytestmark = pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason=f"{PROMETHEUS} is missing: apt-get install -y prometheus")
-
-
-class PodExporter:
-    """dcgm-exporter's /metrics with its Kubernetes labels: scrape k serves the sample at 11:50:00 + 10 k s."""
-
-    def __init__(self, host: str = "infer-0", gpu: int = 0) -> None:
-        t, w = _power()
-        self.host, self.gpu = host, gpu  # the labels of the GPU whose UUID is UUID
-        self.t_ms = START_NS // 10**6 + np.arange(STEPS) * STEP_S * 1000
-        self.w = np.interp(self.t_ms * 10**6, t, w)
-        self.k = 0
-        self.lock = threading.Lock()
-
-    def body(self) -> bytes:
-        with self.lock:
-            k = min(self.k, STEPS - 1)
-            self.k += 1
-        t = int(self.t_ms[k])
-        pod = POD_A if t * 10**6 < NOON_NS else POD_B
-        common = f'modelName="NVIDIA H100 80GB HBM3",Hostname="{self.host}",DCGM_FI_DRIVER_VERSION="580.159.04"'
-        lines = ["# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).", "# TYPE DCGM_FI_DEV_POWER_USAGE gauge",
-                 f'DCGM_FI_DEV_POWER_USAGE{{gpu="{self.gpu}",UUID="{UUID}",device="nvidia{self.gpu}",{common},container="vllm",'
-                 f'namespace="serving",pod="{pod}"}} {self.w[k]:.3f} {t}',
-                 f'DCGM_FI_DEV_POWER_USAGE{{gpu="1",UUID="GPU-1",device="nvidia1",{common},container="lab",'
-                 f'namespace="research",pod="{NOTEBOOK}"}} 90.000 {t}']
-        return ("\n".join(lines) + "\n").encode()
-
-    def serve(self, port: int) -> ThreadingHTTPServer:
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):  # noqa: N802
-                body = exporter.body()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
 
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """A real Prometheus on 127.0.0.1 that scraped the whole 20 minutes; yields its URL."""
     yield from scraped(tmp_path_factory.mktemp("prom"), PodExporter())
-
-
-def scraped(tmp, exporter: PodExporter):
-    """Runs a real Prometheus on 127.0.0.1 until it has scraped all of ``exporter``; yields its URL."""
-    exp_port, prom_port = free_port(), free_port()
-    server = exporter.serve(exp_port)
-    window_d = (dt.datetime.now(dt.UTC).date() - DAY).days + 2  # the test's day is in the past
-    (tmp / "prometheus.yml").write_text(
-        f"storage:\n  tsdb:\n    out_of_order_time_window: {window_d}d\n"
-        "global:\n  scrape_interval: 50ms\n  scrape_timeout: 40ms\n"
-        "scrape_configs:\n  - job_name: dcgm\n    honor_timestamps: true\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{exp_port}']\n")
-    log = open(tmp / "prometheus.log", "w")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        deadline = time.monotonic() + 60
-        while exporter.k < STEPS + 5 and time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp / "prometheus.log").read_text()
-            time.sleep(0.2)
-        assert exporter.k >= STEPS + 5, f"only {exporter.k} scrapes in 60 s"
-        time.sleep(0.3)
-        yield f"http://127.0.0.1:{prom_port}"
-    finally:
-        proc.terminate()
-        proc.wait(20)
-        log.close()
-        server.shutdown()
 
 
 def _import(url, d, *extra):
@@ -125,6 +58,7 @@ def _held(d):
     return sorted((r["source"], r["host"], r["gpu"], r["gpu_uuid"], r["name"], r["from_ts"], r["to_ts"]) for r in rows)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_pod_labels_split_the_gpu_at_noon(prometheus, tmp_path):
     d = tmp_path / "data"
     _inventory(d, kubernetes=RULES)

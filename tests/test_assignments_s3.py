@@ -13,7 +13,7 @@ from collectors.storage import DataRoot
 from pipeline.runner import run_day
 from tests.builders import DAY
 from tests.cli_util import invoke
-from tests.test_assignments import ASSETS, NOON_NS, UUID, _energy, _inventory, _power_day
+from tests.noon_split import ASSETS, NOON_NS, UUID, _energy, _inventory, _power_day
 
 
 def _upload(local, root):
@@ -27,6 +27,7 @@ def _table(root, name):
     return con
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_assignments_on_s3_split_the_gpu_at_noon(s3, tmp_path, monkeypatch):
     local = tmp_path / "staging"
     _inventory(local)

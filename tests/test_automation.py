@@ -25,6 +25,7 @@ from pipeline.resources import WarehouseResource
 from pipeline.runner import dagster_home, run_day
 from pipeline.sensors import RAW_FILES_TAG
 from tests.builders import DAY, day_start_ns, power_table, square_wave, write_square_fleet
+from tests.days import builds_a_day
 
 
 def _evaluate(data_dir, cursor=None, instance=None):
@@ -94,6 +95,7 @@ def test_schedule_materializes_yesterdays_cluster_days(tmp_path):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built_day(tmp_path_factory):
     """A 10-second day built by `wattline run`'s code path (its own Dagster instance on disk)."""
     data_dir = tmp_path_factory.mktemp("built") / "data"
@@ -124,6 +126,7 @@ def test_sensor_launches_nothing_for_a_day_wattline_run_built_then_one_run_per_c
         assert _evaluate(data_dir, cursor, instance=instance)[0] == []
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a_selection_run_does_not_count_as_the_day_built(tmp_path):
     data_dir = tmp_path / "data"
     write_square_fleet(data_dir, seconds=5)

@@ -7,8 +7,6 @@ import json
 
 import pytest
 
-from pipeline.runner import run_day
-from tests.builders import DAY, write_square_fleet
 from tests.cli_util import invoke as _run
 from tests.cli_util import one_line_error as _one_line_error
 
@@ -22,12 +20,10 @@ def test_data_dir_from_environment(tmp_path):
     _one_line_error(result, str(tmp_path / "env-dir"))
 
 
-@pytest.fixture(scope="module")
-def built_dir(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("cli") / "data"
-    write_square_fleet(data_dir, seconds=120)
-    assert run_day(data_dir, DAY.isoformat()).success
-    return data_dir
+@pytest.fixture
+def built_dir(square_day):
+    """The session's ten minutes of the square-wave fleet (tests/days.py): `sql` only reads it."""
+    return square_day.data_dir
 
 
 def test_sql_answers_joins_in_every_format(built_dir, tmp_path):

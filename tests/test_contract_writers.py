@@ -25,6 +25,7 @@ from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table, square_wave, two_host_inventory
 from tests.cli_util import invoke, one_line_error
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 SECONDS = 20
@@ -76,6 +77,7 @@ def _reference_1s(low: float, high: float) -> list[tuple[dt.datetime, float]]:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def day(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("writers") / "data"
     two_host_inventory(data_dir)
@@ -234,6 +236,7 @@ def test_wattline_check_usage_errors(tmp_path):
     assert invoke("check", str(loose), "--dataset", "bogus").exit_code == 2
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_on_an_s3_data_dir_the_converted_file_and_its_original_are_in_the_bucket(s3, tmp_path, monkeypatch):
     """The rewrite is what every machine reads: the converted object replaces the file in the
     bucket, the original is uploaded under quarantine/files/, the log row names both by URL."""

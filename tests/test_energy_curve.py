@@ -7,6 +7,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection
 from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 T0 = day_start_ns()
@@ -14,6 +15,7 @@ S = 1_000_000_000
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def curve(tmp_path_factory):
     """train-0/0: 500 W constant, 20 ms samples for 60 s. train-0/1: a ramp 100 → 700 W over 60 s
     (10 Hz), then a 5 s gap (not integrated), then 200 W for 10 s."""

@@ -21,8 +21,21 @@ from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY
 from tests.cli_util import invoke, one_line_error
-from tests.test_assignments import ASSETS, NOON_NS, START_NS, UUID, _endpoint_energy, _inventory, _requests
-from tests.test_assignments_prometheus import PROMETHEUS, RULES, STEP_S, STEPS, PodExporter, scraped
+from tests.noon_split import (
+    ASSETS,
+    NOON_NS,
+    RULES,
+    START_NS,
+    STEP_S,
+    STEPS,
+    UUID,
+    PodExporter,
+    _endpoint_energy,
+    _inventory,
+    _requests,
+    scraped,
+)
+from tests.prometheus_harness import PROMETHEUS
 
 NODE = "node-17"
 
@@ -40,6 +53,7 @@ def _power_rows(d):
         columns=["host", "gpu", "gpu_uuid"]).to_pylist()
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_node_name_and_index_resolve_to_the_inventorys_gpu_for_power_and_assignments(node_prometheus, tmp_path):
     d = tmp_path / "data"
     _inventory(d, kubernetes=RULES)  # infer-0's GPU 0 is UUID; GPU-1 (the notebook's board) it does not know
@@ -121,6 +135,7 @@ def _some_requests(d, endpoint, first_ns):
     write_dataset(pa.table({f.name: given.get(f.name, pa.nulls(3, f.type)) for f in REQUESTS}, schema=REQUESTS), d, "requests")
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_nvidia_smi_uuid_column_resolves_to_the_inventorys_gpu(tmp_path):
     d = tmp_path / "data"
     d.mkdir()

@@ -289,6 +289,7 @@ def test_cli_mistakes_are_one_line(tmp_path):
                    "--format otlp")
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a_received_day_gets_request_energy(receiver):
     """`vllm serve --otlp-traces-endpoint` style traffic plus power on the same GPU: `wattline run`
     labels the phases from the spans and fills request_energy for every one of them."""

@@ -17,6 +17,7 @@ from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
 from tests.cli_util import invoke
+from tests.days import builds_a_day
 from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, REQUESTS_S, T0, endpoint_inventory, requests_table, slot_labels
 from tests.phase_real import DATA
 
@@ -123,6 +124,7 @@ def _request_energy(d, date: str = DAY.isoformat()):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def full(tmp_path_factory):
     d = tmp_path_factory.mktemp("full") / "data"
     endpoint_inventory(d)
@@ -131,6 +133,7 @@ def full(tmp_path_factory):
     return _request_energy(d)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_power_for_part_of_the_requests_known_answer(tmp_path, full):
     """Power (2 GPUs) only from 0 to 16 s and 20.75 to 25 s: A and B (10–14.5 s) keep exactly the
     energies of the fully measured day, C (20.05–21.35 s) is covered 0.6 / 1.3 of its time, D and E
@@ -155,6 +158,7 @@ def test_power_for_part_of_the_requests_known_answer(tmp_path, full):
     assert "requests_meet_power" not in failed and "power_coverage" not in full_failed
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_offset_found_in_the_previous_days_power(tmp_path):
     """Power on day D (22:00) and the requests 5 h later, after midnight on D + 1: running D + 1,
     which has no power of its own, reads the adjacent day's files for the estimate."""

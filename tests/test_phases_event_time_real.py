@@ -22,6 +22,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.assets.inference_phases import power_resolution
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
+from tests.days import builds_a_day
 from tests.phase_real import _requests, write_h200_capture
 from tests.phase_reference import Request, attribute, interval_energy_j, iou
 
@@ -77,12 +78,14 @@ def _run(data_dir: Path, date: str):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def cap4(tmp_path_factory):
     d = tmp_path_factory.mktemp("cap4") / "data"
     return _run(d, write_capture_4(d))
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def cap2(tmp_path_factory):
     d = tmp_path_factory.mktemp("cap2") / "data"
     return _run(d, write_h200_capture(d))

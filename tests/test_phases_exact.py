@@ -11,6 +11,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
+from tests.days import builds_a_day
 from tests.phase_fixtures import T0, endpoint_inventory, requests_table
 from tests.phase_reference import iou
 
@@ -42,6 +43,7 @@ def closed_form_j(k: int) -> float:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def exact(tmp_path_factory):
     d = tmp_path_factory.mktemp("exact") / "data"
     endpoint_inventory(d, gpus=2)

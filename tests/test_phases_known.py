@@ -12,6 +12,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
+from tests.days import builds_a_day
 from tests.phase_fixtures import P_DEC, P_DEC2, P_IDLE, P_PRE, REQUESTS_S, SECONDS, T0, endpoint_inventory, requests_table, slot_labels, write_known_endpoint
 from tests.phase_reference import Request, attribute, interval_energy_j
 
@@ -23,6 +24,7 @@ def table(data_dir, name):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("known") / "data"
     power = write_known_endpoint(data_dir)
@@ -185,6 +187,7 @@ def write_known_power_levels():
     return np.where(n_pre > 0, P_PRE, np.where(n_dec > 1, P_DEC2, np.where(n_dec > 0, P_DEC, P_IDLE)))
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_request_without_first_token_counts_as_prefill(tmp_path):
     """A request that failed before its first token is prefill from its start to its end."""
     d = tmp_path / "data"

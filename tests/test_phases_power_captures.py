@@ -15,6 +15,7 @@ import pytest
 from pipeline.assets.inference_phases import power_resolution
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
+from tests.days import builds_a_day
 from tests.power_captures import prefill_iou, requests, validate_captures, write_captures
 
 ASSETS = ["power_1s", "energy_curve", "phase_intervals", "phase_segments"]
@@ -25,6 +26,7 @@ UNRESOLVABLE = {"h200-smoke-tiny-static", "h200-smoke-tiny-continuous"}
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def day(tmp_path_factory):
     d = tmp_path_factory.mktemp("captures") / "data"
     date = write_captures(d, CAPTURES)

@@ -95,6 +95,7 @@ def test_a_gap_ends_a_run():
     assert not runs.filter((pl.col("lo") < 2700 * MS) & (pl.col("hi") > 620 * MS)).height  # nothing across the gap
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a_1s_average_source_gets_no_power_segments(tmp_path):
     """A GPU whose only source is a 1 s average (rows with power_avg_w and no power_w): no power-only
     segments, power_phase NULL, and the resolution says why; its energy still comes from the curve."""

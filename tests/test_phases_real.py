@@ -9,6 +9,7 @@ from pipeline.assets.inference_phases import power_resolution
 from pipeline.phases.checks import segmentation_agreement
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
+from tests.days import builds_a_day
 from tests.phase_engine import engine_agreement
 from tests.phase_real import write_a100_smoke, write_engine_run, write_h200_capture
 
@@ -31,6 +32,7 @@ def _mean_w_by_phase(con):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def h200(tmp_path_factory):
     d = tmp_path_factory.mktemp("h200") / "data"
     return _run(d, write_h200_capture(d))
@@ -55,6 +57,7 @@ def test_h200_prefill_draws_more_than_decode_and_energy_is_conserved(h200):
     assert n == 59 and 0.5 < per_out < 20
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_h200_clock_skew_of_two_seconds_is_detected(tmp_path):
     d = tmp_path / "data"
     _, failed = _run(d, write_h200_capture(d, request_offset_s=2.0), ["power_1s", "energy_curve", "power_100ms", "phase_intervals", "phase_timeline"])
@@ -62,6 +65,7 @@ def test_h200_clock_skew_of_two_seconds_is_detected(tmp_path):
     assert "+2000 ms" in failed["clock_skew"].description or "+1900 ms" in failed["clock_skew"].description
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_h200_power_only_disagreement_is_reported(tmp_path):
     """Requests logged 0.5 s late: power-only prefills (native resolution) no longer line up."""
     d = tmp_path / "data"
@@ -72,6 +76,7 @@ def test_h200_power_only_disagreement_is_reported(tmp_path):
 
 
 @pytest.mark.parametrize("run", ["run-1784415083", "run-1784415161"])
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a100_smoke_prefill_time_draws_more_than_decode(tmp_path, run):
     d = tmp_path / "data"
     con, failed = _run(d, write_a100_smoke(d, run))
@@ -93,6 +98,7 @@ def test_a100_smoke_prefill_time_draws_more_than_decode(tmp_path, run):
         ("vllm-h100-qwen3-8b", 700.0, "H100", 0.0, 0.0),
     ],
 )
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_power_only_segmentation_against_engine_counters(tmp_path, name, tdp_w, model, min_precision, min_token_recall):
     d = tmp_path / "data"
     date, engine = write_engine_run(d, name, tdp_w, model)

@@ -4,6 +4,7 @@ is one prefill, not two."""
 
 import duckdb
 import numpy as np
+import pytest
 import yaml
 
 from collectors.parquet_sink import write_dataset
@@ -17,6 +18,7 @@ DATE = DAY.isoformat()
 REQUESTS = {f"r{k}": (10.0 + 5 * k, 10.0 + 5 * k, 10.3 + 5 * k, 11.8 + 5 * k, 100, 20) for k in range(6)}
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_tp2_endpoint_counts_each_prefill_once(tmp_path):
     d = tmp_path / "data"
     d.mkdir()

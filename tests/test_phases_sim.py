@@ -13,6 +13,7 @@ from pipeline.assets.inference_phases import power_gpus
 from pipeline.phases.checks import power_segmentation_agreement, segmentation_agreement
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
+from tests.days import builds_a_day
 
 DAY = dt.date(2026, 11, 30)
 DATE = DAY.isoformat()
@@ -21,6 +22,7 @@ ASSETS = ["power_1s", "energy_curve", "power_100ms", *PHASE_ASSETS]
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def sim(tmp_path_factory):
     d = tmp_path_factory.mktemp("sim") / "data"
     simulate(d, start=DAY, fleet="tiny", hours=0.1, seed=0)
@@ -76,6 +78,7 @@ def test_power_only_cannot_resolve_the_simulated_prefills_at_10_hz(sim):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def sim_collector(tmp_path_factory):
     d = tmp_path_factory.mktemp("simc") / "data"
     simulate(d, start=DAY, fleet="tiny", hours=0.1, seed=0, shape="collector")
@@ -117,6 +120,7 @@ def test_joules_per_token_are_plausible(sim):
             assert 0.01 < jp < 1.0 and 0.1 < jo < 10 and 0 < share < 1, endpoint
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_two_second_request_clock_offset_is_reported(sim, tmp_path):
     d, _ = sim
     shifted = tmp_path / "data"
@@ -136,6 +140,7 @@ def test_two_second_request_clock_offset_is_reported(sim, tmp_path):
     assert all(abs(int(v) - 2000) <= 100 for v in offsets.values()), offsets
 
 
+@pytest.mark.slow  # a second run of the whole phase chain (~35 s)
 def test_rematerializing_gives_identical_phase_tables(sim):
     d, _ = sim
     before = {n: read_day(d, n, DATE) for n in ASSETS}

@@ -3,6 +3,7 @@ rows its SQL definition (sql/phase_timeline/phase_timeline.sql) computes, on a m
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
@@ -57,6 +58,7 @@ def _messy_day(d) -> None:
     write_dataset(requests_table(REQUESTS), d, "requests")
 
 
+@pytest.mark.slow  # a day through the job, then the SQL definition beside the kernel (~25 s)
 def test_timeline_kernel_rows_match_sql_definition(tmp_path):
     d = tmp_path / "data"
     _messy_day(d)

@@ -5,7 +5,8 @@ import pytest
 
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
-from tests.builders import DAY, write_square_fleet
+from tests.builders import DAY
+from tests.days import copy_of
 
 DATE = DAY.isoformat()
 
@@ -15,11 +16,9 @@ def _table(data_dir, name):
 
 
 @pytest.fixture
-def built(data_dir):
-    write_square_fleet(data_dir, seconds=600)
-    outcome = run_day(data_dir, DATE)
-    assert outcome.success, outcome.error
-    return data_dir, outcome
+def built(square_day):
+    """The session's ten minutes of the square-wave fleet (tests/days.py), read only."""
+    return square_day.data_dir, square_day.outcome
 
 
 def test_power_1s_known_answers(built):
@@ -60,8 +59,9 @@ def test_fleet_power_sums_and_provisioned(built):
     assert con.execute("select distinct provisioned_w from f where entity = 'infer-0'").fetchall() == [(1400.0,)]
 
 
-def test_rematerializing_gives_identical_tables(built):
-    data_dir, _ = built
+@pytest.mark.slow  # a whole second run of the day (~40 s)
+def test_rematerializing_gives_identical_tables(square_day, tmp_path):
+    data_dir = copy_of(square_day, tmp_path / "data")  # the second run writes
     before = {n: _table(data_dir, n) for n in ("power_1s", "fleet_power_1s")}
     again = run_day(data_dir, DATE)
     assert again.success

@@ -14,6 +14,7 @@ from pipeline.power_caps import LimitObservation, fit_alpha, fleet_alpha, parse_
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
 from tests.builders import DAY, day_start_ns, definition_query, power_table
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 S = 1_000_000_000
@@ -53,6 +54,7 @@ STEPS = [(k * 5.0, k * 5.0 + 3.5) for k in range(SECONDS // 5)]  # 3.5 s steps e
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def known(tmp_path_factory):
     d = tmp_path_factory.mktemp("capwhatif") / "data"
     d.mkdir()
@@ -215,6 +217,7 @@ def test_fit_alpha_needs_two_limits():
     assert fit_alpha([LimitObservation(700, 700, 1.0), LimitObservation(500, 500, 1.4 ** 0.3)]) == pytest.approx(0.3)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_alpha_fitted_from_a_two_limit_fleet(tmp_path):
     """Two jobs doing the same steps on H100s: at a 700 W limit a 4 s step draws 700 W; at 500 W the
     same step draws 500 W and lasts 4 × (700/500)^0.3 s. The fit recovers α = 0.3 within 10 %."""
@@ -253,6 +256,7 @@ def test_alpha_fitted_from_a_two_limit_fleet(tmp_path):
     assert fitted["H100 80GB HBM3"] == pytest.approx(true_alpha, rel=0.10)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_capture_4_energy_above_560_w_matches_the_buffer_samples(tmp_path):
     """The real H200 (700 W limit): energy above 0.8 × 700 W from power_1s equals Σ max(P̄ − 560, 0)
     over the 1 s means of the driver's ~20 ms buffer samples, read straight from the raw files."""

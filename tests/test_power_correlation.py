@@ -11,6 +11,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "endpoint_correlation", "coincidence"]
@@ -23,6 +24,7 @@ def _host(name, gpus, endpoints):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(tmp_path_factory):
     """infer-0: ep-a (GPUs 0, 1) and ep-b (2, 3) all draw the same 1 s spike train (10 min);
     infer-1: ep-c = that train 3 s later; spiky: ep-s, 8 GPUs, each at 700 W in a random 20% of

@@ -14,6 +14,7 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from tests.builders import DAY, day_start_ns, power_table
+from tests.days import builds_a_day
 from tests.test_power_swings import assert_kernels_match_sql
 
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary"]
@@ -29,6 +30,7 @@ def _dcgm(host: str, gpu: int, watts: np.ndarray) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(tmp_path_factory):
     d = tmp_path_factory.mktemp("dcgm-hosts") / "data"
     d.mkdir()

@@ -11,6 +11,7 @@ from pipeline.runner import run_day
 from pipeline.tables import statements
 from pipeline.warehouse import compute_connection, read_day
 from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "hourly_activity", "diurnal_profile"]
@@ -42,6 +43,7 @@ def _requests(rng) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(tmp_path_factory):
     """ep-a (infer-0, 2 GPUs) draws power 15:00–16:00 only: 200 W per GPU for 30 min, then 400 W."""
     data_dir = tmp_path_factory.mktemp("diurnal") / "data"

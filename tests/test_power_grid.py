@@ -8,6 +8,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table, square_wave, two_host_inventory
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 
@@ -23,6 +24,7 @@ def _write(data_dir, host, gpu, t_ns, p, source):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def grid(tmp_path_factory):
     """train-0/0: 50 Hz driver buffer ramp + a 10 Hz field trace over the same minute (buffer must win);
     train-0/1: 10 Hz square wave; infer-0/0: 4 Hz nvidia-smi (slots left empty)."""

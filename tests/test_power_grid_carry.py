@@ -15,11 +15,13 @@ from collectors.settings import GRID_STEP_MS_ENV
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
+from tests.days import builds_a_day
 
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "fleet_power_grid", "swing_stats"]
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def ramp(tmp_path_factory):
     d = tmp_path_factory.mktemp("carry20") / "data"
     d.mkdir()

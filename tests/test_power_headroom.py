@@ -9,6 +9,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table, square_wave
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_headroom"]
@@ -19,6 +20,7 @@ def _host(name, role, **extra):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def headroom(tmp_path_factory):
     """c-flat (4200 W): two inference hosts at a constant 500 W → 1000 W, room for 6 more.
     c-train (5000 W): one training host, 200 ↔ 1400 W in 2 s halves → 2 more copies in step fit

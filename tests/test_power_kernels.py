@@ -15,6 +15,7 @@ from pipeline.runner import run_day
 from pipeline.series.engine import host_by_gpu
 from pipeline.warehouse import compute_connection
 from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
+from tests.days import builds_a_day
 from tests.oracles import oracle_query
 from tests.test_power_swings import assert_kernels_match_sql
 
@@ -40,6 +41,7 @@ def _avg_only(host, gpu, t, p):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def day(tmp_path_factory):
     rng = np.random.default_rng(15)
     d = tmp_path_factory.mktemp("curve_kernel") / "data"
@@ -112,6 +114,7 @@ def test_grid_kernel_rows_match_sql_definition(day):
     assert kernel == sql  # exact: means of a few float32 values in float64 do not depend on the order
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_damaged_file_met_by_a_kernel_write_is_quarantined_and_the_rest_written(tmp_path):
     """A raw file with damaged data pages first read by a streamed kernel write (power_1s, which
     usually meets it first, built before the damage): the warehouse quarantines it and the write

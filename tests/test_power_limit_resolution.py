@@ -14,6 +14,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 S = 1_000_000_000
@@ -28,6 +29,7 @@ def _limit_of_second(s: int) -> float:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def day(tmp_path_factory):
     d = tmp_path_factory.mktemp("limits") / "data"
     d.mkdir()
@@ -85,6 +87,7 @@ def test_hosts_that_fit_count_the_reported_limit(day):
         assert extra == math.floor((PROVISIONED_W - two_s.max()) / host_cap)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_alpha_fitted_from_limits_the_samples_report(tmp_path):
     """Two jobs doing the same steps on H100s of 700 W TDP, the inventory naming no limit: one GPU pair
     reports 700 W, the other 500 W (where the step draws 500 W and lasts 4 × (700/500)^0.3 s). The

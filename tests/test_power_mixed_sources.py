@@ -13,6 +13,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
+from tests.days import builds_a_day
 from tests.test_power_swings import assert_kernels_match_sql
 
 START_NS = day_start_ns() + 10 * 3600 * 10**9
@@ -27,6 +28,7 @@ def _average_only(table: pa.Table) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def summary(tmp_path_factory):
     d = tmp_path_factory.mktemp("mixed") / "data"
     d.mkdir()

@@ -9,6 +9,7 @@ from collectors.simulate import simulate
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary",
@@ -16,6 +17,7 @@ ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swi
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def demo(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("demo") / "data"
     simulate(data_dir, start=DAY, hours=0.1, fleet="demo", seed=0)
@@ -73,6 +75,7 @@ def test_no_error_checks(demo):
     assert not [c for c in outcome.failed_checks if c.severity == "ERROR"]
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_rematerializing_gives_identical_tables(demo):
     """A second run of the day rewrites every power-analytics table byte-for-byte equal in content."""
     root = demo[2]

@@ -12,6 +12,7 @@ from collectors.contract import POWER
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
+from tests.days import builds_a_day
 
 HERE = Path(__file__).parent / "data" / "nvidia-smi"
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary"]
@@ -42,6 +43,7 @@ def _to_contract(path: Path, host: str, instant: bool, shift_h: int):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("real") / "data"
     data_dir.mkdir()

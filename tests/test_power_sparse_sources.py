@@ -12,6 +12,7 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.grid import grid_max_swing, grid_stats
 from pipeline.runner import run_day
+from tests.days import builds_a_day
 from tests.test_power_real import HERE, _to_contract
 from tests.test_power_swings import assert_kernels_match_sql
 
@@ -24,6 +25,7 @@ LEVELS = ("host", "cluster", "role", "fleet")
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("sparse") / "data"
     data_dir.mkdir()

@@ -6,12 +6,14 @@ import pytest
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, write_square_fleet
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary", "training_vs_inference"]
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(tmp_path_factory):
     """train-0: 2 GPUs 100↔700 W (period 4 s); infer-0: 2 GPUs at 200 W; 120 s at 10 Hz."""
     data_dir = tmp_path_factory.mktemp("summary") / "data"

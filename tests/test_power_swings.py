@@ -8,6 +8,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
 from tests.builders import DAY, definition_query, power_table, square_wave, two_host_inventory
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats"]
@@ -21,6 +22,7 @@ def _con(data_dir, *tables):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def swings(tmp_path_factory):
     """train-0: two GPUs, 100↔700 W square wave, period 4 s, edges on whole seconds (aligned 1 s and
     2 s windows never see an edge; sliding ones do). infer-0/0: the same wave shifted by 0.35 s,

@@ -15,6 +15,7 @@ from collectors.settings import GRID_STEP_MS_ENV, grid_step_ms, load
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
+from tests.days import builds_a_day
 from tests.test_phases_event_time_real import write_capture_4
 
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "fleet_power_grid", "swing_stats"]
@@ -58,6 +59,7 @@ def _row(con, level, entity, window_s=1, series="instant"):
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def pulse_runs(tmp_path_factory):
     """The same fleet run at 100 ms and at 20 ms (cluster-days and the fleet-day)."""
     mp = pytest.MonkeyPatch()
@@ -154,6 +156,7 @@ def brute_force_grid_swing(means: np.ndarray, n: int) -> float:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def cap4_20ms(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     try:
@@ -201,6 +204,7 @@ def test_run_says_a_bad_grid_step_in_one_line(tmp_path):
     one_line_error(result, GRID_STEP_MS_ENV, "'30'", "10, 20, 25, 40, 50, 100, 125, 200, 250, 500, 1000")
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_swings_refuse_a_grid_of_another_step(pulse_runs, tmp_path, monkeypatch):
     """fleet_power_grid built at 20 ms, swing_stats asked for 50 ms: an error naming both, not rows on the wrong grid."""
     import shutil

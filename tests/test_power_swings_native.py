@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
+from tests.days import builds_a_day
 from tests.test_phases_event_time_real import write_capture_4
 from tests.test_power_swings import assert_kernels_match_sql
 
@@ -35,6 +36,7 @@ def _rows(data_dir: Path, source: str, column: str) -> tuple[np.ndarray, np.ndar
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def cap4(tmp_path_factory):
     d = tmp_path_factory.mktemp("swing4") / "data"
     date = write_capture_4(d)

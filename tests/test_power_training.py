@@ -12,6 +12,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "energy_curve", "power_100ms", "training_energy"]
@@ -45,6 +46,7 @@ def _events_table(host, events) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(tmp_path_factory):
     """job-a on train-0 (2 GPUs) logs events; job-b on train-1 runs the same timeline and logs none."""
     data_dir = tmp_path_factory.mktemp("training") / "data"
@@ -130,6 +132,7 @@ def test_from_power_only(built):
     assert coverage == pytest.approx(1 - 0.137 / (len(levels) / 10), abs=1e-9)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_job_without_power_is_null_not_zero(tmp_path):
     """job-a's GPUs have power for the first half of its events only, job-c's none at all: job-a's
     power_coverage is that half (WARN), job-c keeps its row with its steps and NULL energies (it was

@@ -6,13 +6,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import os
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +22,10 @@ from collectors.prometheus import PrometheusError, chunks, import_prometheus
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.cli_util import invoke, one_line_error
+from tests.prometheus_harness import PROMETHEUS, ScrapedExporter, free_port
+from tests.prometheus_harness import running_prometheus as scraping
 from tests.test_power_swings import assert_kernels_match_sql
 
-PROMETHEUS = "/usr/bin/prometheus"
 RECORDED = Path(__file__).parent / "data" / "dcgm" / "h200_1s.csv"
 FIRST, COUNT = 150, 150  # seconds 150..299 of the capture: the end of inference, idle, then training
 HOST = "h200-lab"
@@ -42,12 +39,6 @@ if not os.path.exists(PROMETHEUS):
     pytestmark = pytest.mark.skip(reason=f"{PROMETHEUS} is missing: apt-get install -y prometheus")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def recorded() -> tuple[np.ndarray, np.ndarray]:
     """(power W, energy mJ) of the slice: GPU 0 as recorded."""
     with open(RECORDED) as fh:
@@ -56,7 +47,7 @@ def recorded() -> tuple[np.ndarray, np.ndarray]:
             np.array([int(r["total_energy_mj"]) for r in rows], dtype=np.float64))
 
 
-class Exporter:
+class Exporter(ScrapedExporter):
     """dcgm-exporter's /metrics, one recorded second per scrape, each sample with its own timestamp
     (base + k s), so a fast scrape records the whole series in a few seconds of wall time.
     GPU 1 is GPU 0 at 60 % with an energy counter that resets at RESET_AT."""
@@ -84,25 +75,6 @@ class Exporter:
         lines.append(f'BAD_HOST_POWER{{gpu="0",Hostname="../etc"}} 100 {t}')  # a host name that is no path
         return ("\n".join(lines) + "\n").encode()
 
-    def serve(self, port: int) -> ThreadingHTTPServer:
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):  # noqa: N802
-                body = exporter.body()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
-
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
@@ -117,34 +89,8 @@ def running_prometheus(tmp: Path, exporter_class):
     now_s = int(time.time())
     base_s = now_s - COUNT - 30  # the series ends in the past, as a finished day does
     exporter = exporter_class(base_s * 1000)
-    exp_port, prom_port = free_port(), free_port()
-    server = exporter.serve(exp_port)
-    (tmp / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 50ms\n  scrape_timeout: 40ms\n"
-        "scrape_configs:\n  - job_name: dcgm\n    honor_timestamps: true\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{exp_port}']\n"
-    )
-    log = open(tmp / "prometheus.log", "w")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=log,
-    )
-    url = f"http://127.0.0.1:{prom_port}"
-    try:
-        deadline = time.monotonic() + 60
-        while exporter.k < COUNT + 5 and time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp / "prometheus.log").read_text()
-            time.sleep(0.2)
-        assert exporter.k >= COUNT + 5, f"only {exporter.k} scrapes in 60 s"
-        time.sleep(0.3)
+    with scraping(tmp, exporter, COUNT) as url:
         yield url, base_s, exporter
-    finally:
-        proc.terminate()
-        proc.wait(20)
-        log.close()
-        server.shutdown()
-        shutil.rmtree(tmp / "tsdb", ignore_errors=True)
 
 
 def inventory(data: Path) -> None:
@@ -167,6 +113,7 @@ def test_chunks_cover_the_grid_within_the_point_limit():
     assert max(points) <= 11 and sum(points) == 101
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_imported_day_equals_the_recorded_series(prometheus, tmp_path):
     url, base_s, exporter = prometheus
     data = tmp_path / "data"

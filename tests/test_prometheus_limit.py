@@ -94,6 +94,7 @@ def test_limit_is_carried_forward_never_back():
     assert table["power_limit_w"].to_pylist() == [None] * 3 + [700.0] * 3 + [450.0] * 4
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a_limit_change_shows_in_energy_per_token(prometheus, tmp_path):
     """700 → 500 W mid-range: energy_per_token's power_limit buckets follow the imported limit, not TDP."""
     url, base_s, _ = prometheus

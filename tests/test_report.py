@@ -11,14 +11,15 @@ from pipeline.cli import main
 from reports import charts
 from reports.daily import build_report, build_sections, write_report
 from reports.sections.base import Note, Table
-from tests.report_fixtures import DATE, build_day, foundation_only, with_all_tables
+from tests.days import copy_of
+from tests.report_fixtures import DATE, foundation_only, with_all_tables
 from tests.report_tables import SCHEMAS, SECTION_OF, write_analytics_tables
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("report") / "data"
-    return data_dir, build_day(data_dir)
+def built(report_day):
+    """The session's square-wave day with requests (read only: a test that writes copies it)."""
+    return report_day.data_dir, report_day.outcome
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +32,10 @@ def _by_key(sections):
     return {s.key: s for s in sections}
 
 
-def test_report_asset_runs_last_in_the_daily_job(built):
+def test_report_asset_runs_last_in_the_daily_job(built, report_day):
     data_dir, outcome = built
     assert outcome.materialized[-1] == "daily_report"
-    import os
-    from pathlib import Path
-
-    out = Path(os.environ["WATTLINE_REPORTS_DIR"])
+    out = report_day.reports_dir  # where that day's run wrote its report
     page = (out / f"{DATE}.html").read_text()
     assert "wattline daily report: 2026-11-30" in page
     summary = json.loads((out / f"{DATE}.json").read_text())
@@ -181,14 +179,15 @@ def test_documented_columns_cover_every_contract_table():
     assert {"phase_segments", "energy_per_token", "swing_stats", "coincidence", "diurnal_profile", "power_headroom"} <= set(SCHEMAS)
 
 
-def test_readers_work_while_a_run_writes(built):
+@pytest.mark.slow  # a rerun of the day while readers query in a loop (minutes on a busy 2-core machine)
+def test_readers_work_while_a_run_writes(report_day, tmp_path):
     """`wattline sql` and the report read the republished catalog read-only, never a writer's lock."""
     import threading
 
     from pipeline.readonly import run_query
     from pipeline.runner import run_day
 
-    data_dir, _ = built
+    data_dir = copy_of(report_day, tmp_path / "data")  # the rerun writes
     before = run_query(data_dir, "select count(*) as n from power_1s").column("n")[0].as_py()
     done = threading.Event()
     result = {}
@@ -229,6 +228,7 @@ def test_diurnal_overlays_the_trailing_days(built, tmp_path):
     assert "2026-11-29" in spec and "2026-11-30" in spec
 
 
+@pytest.mark.slow  # a whole second run of the day (~30-100 s)
 def test_quality_counts_quarantined_files_and_rows(built, tmp_path):
     """A damaged power file quarantined by the pipeline and two ingestion rejects show up in the
     data-quality section and the JSON."""

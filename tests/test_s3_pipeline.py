@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from collectors.storage import DataRoot
 from pipeline.cli import main
 from pipeline.runner import run_day
+from tests.days import builds_a_day
 from tests.s3_server import REGION
 from tests.scale_out_fleet import DAY, FLEET
 
@@ -29,6 +30,7 @@ BAD_KEY = f"power/date={DATE}/host=in-0/zz-corrupt.parquet"
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def built(s3_server, tmp_path_factory):
     """Simulated raw data on S3 (plus one corrupt object), built once on S3 with 2 workers
     through `wattline run` and once locally (one process) from a copy of the raw files."""
@@ -134,6 +136,7 @@ def test_wattline_sql_on_the_s3_data_dir_reads_a_fresh_mirror(built, tmp_path):
         mp.setenv("WATTLINE_WORK_DIR", runner_work)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a_fresh_machine_re_runs_some_assets_from_the_bucket_alone(built, tmp_path):
     """A new work dir (another machine): the cluster-days' swing_stats stage their own parts
     (power_100ms...), the fleet-day stages every cluster's parts and the trailing hourly_activity;
@@ -175,6 +178,7 @@ def test_wattline_report_and_ui_on_the_s3_data_dir(built, tmp_path, monkeypatch)
         mp.setenv("WATTLINE_WORK_DIR", runner_work)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_unassigned_hosts_and_stale_parts_on_s3(built):
     """Runs last (it changes the bucket): a host missing from the inventory gets the
     _unassigned cluster-day from its S3 files alone; a whole-day re-run deletes the day's parts

@@ -13,6 +13,7 @@ from dagster import DagsterInstance, RunsFilter
 from collectors.settings import load
 from pipeline import warehouse
 from pipeline.runner import dagster_home, run_day
+from tests.days import builds_a_day
 from tests.scale_out_fleet import DAY, copy_raw, simulate_four_clusters
 
 DATE = DAY.isoformat()
@@ -20,6 +21,7 @@ CLUSTERS = ["c-train", "c-infer-0", "c-infer-1", "c-mixed"]
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def builds(tmp_path_factory):
     """The same raw data built once by one process and once by two worker processes."""
     mp = pytest.MonkeyPatch()
@@ -127,6 +129,7 @@ def test_fleet_shares_and_coincidence_equal_the_per_gpu_formulas(builds):
     assert pairs[0] == len(CLUSTERS) * (len(CLUSTERS) - 1) and -1 <= pairs[1] <= pairs[2] <= 1
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_the_fleet_day_needs_no_raw_samples_and_no_per_gpu_table(builds, tmp_path, monkeypatch):
     one, *_ = builds
     shutil.copytree(one, tmp_path / "d", ignore=shutil.ignore_patterns(".dagster", "*.lock"))
@@ -146,6 +149,7 @@ def test_the_fleet_day_needs_no_raw_samples_and_no_per_gpu_table(builds, tmp_pat
         assert _rows(d, t) == before[t], t
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_the_fleet_day_follows_its_cluster_days_by_itself(tmp_path, monkeypatch):
     """The fleet-day's automation condition: nothing to do before the cluster-days; once they
     are built, every fleet-day asset of that day is requested, and nothing of another day."""

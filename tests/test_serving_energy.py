@@ -25,6 +25,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
+from tests.days import builds_a_day
 from tests.phase_fixtures import T0
 from tests.phase_reference import Request, attribute
 
@@ -62,6 +63,7 @@ def _table(rows: list[dict]) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def day(tmp_path_factory):
     d = tmp_path_factory.mktemp("serving") / "data"
     gpus = [{"index": g, "tdp_w": 700.0, "model": "H100"} for g in (0, 1)]

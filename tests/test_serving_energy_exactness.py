@@ -29,6 +29,7 @@ from pipeline.readonly import connect_readonly
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
+from tests.days import builds_a_day
 from tests.phase_fixtures import T0
 
 DATE = DAY.isoformat()
@@ -48,6 +49,7 @@ def _utc(s: int) -> dt.datetime:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def day(tmp_path_factory):
     d = tmp_path_factory.mktemp("exact") / "data"
     d.mkdir(parents=True)

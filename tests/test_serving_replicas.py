@@ -26,6 +26,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, power_table
+from tests.days import builds_a_day
 from tests.phase_fixtures import T0
 from tests.test_serving_energy import _batch_bucket, _table
 
@@ -65,6 +66,7 @@ def _traffic(endpoint: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def day(tmp_path_factory):
     d = tmp_path_factory.mktemp("replicas") / "data"
     gpus = [{"index": g, "tdp_w": 700.0, "model": "H100"} for gs in GPUS.values() for g in gs]

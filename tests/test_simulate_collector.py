@@ -98,6 +98,7 @@ def test_same_seed_same_bytes(tmp_path):
     assert files(tmp_path / "a") == files(tmp_path / "b")
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_wattline_run_computes_the_collector_shape(sim):
     from pipeline.runner import run_day
 

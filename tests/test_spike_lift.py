@@ -17,6 +17,7 @@ from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY, day_start_ns, power_table
+from tests.days import builds_a_day
 
 DATE = DAY.isoformat()
 SECONDS, RATE_PER_S, PREFILL_W, PREFILL_SLOTS = 6 * 3600, 0.05, 800.0, 4
@@ -37,6 +38,7 @@ def _trace(rng: np.random.Generator, decode_w: np.ndarray, arrivals: np.ndarray)
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def pairs(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("lift") / "data"
     data_dir.mkdir()

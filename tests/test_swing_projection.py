@@ -11,6 +11,7 @@ from bench.paper_swings import WINDOW_SLOTS, host_slots, max_swing_w
 from collectors.simulate import simulate
 from collectors.simulate.fleets import HOST_PROVISIONED_W, paper_fleet
 from pipeline import swing_projection as sp
+from tests.days import builds_a_day
 
 ENDPOINTS, SAMPLE, HOURS = 64, 8, 0.25
 
@@ -98,6 +99,7 @@ def test_k_grid_reaches_the_published_size():
 
 
 @pytest.fixture(scope="module")
+@builds_a_day
 def tiny_day(tmp_path_factory):
     """The tiny fleet (one 2-GPU training job, two 2-GPU endpoints) for 20 min at their peak."""
     from pipeline.runner import run_day
@@ -118,6 +120,7 @@ def _rows(data_dir):
     return read_day(data_dir, "swing_projection", DAY.isoformat()).sort_by([("kind", "ascending"), ("members", "ascending")]).to_pylist()
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_table_on_a_built_day_and_rebuilt_identically(tiny_day):
     from pipeline.runner import run_day
 

@@ -61,6 +61,7 @@ def _day_rows(d, day):
                        "any_value(source) FROM t WHERE job = 'job-a'").fetchone()
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_an_event_across_midnight_splits_its_energy_between_the_days(tmp_path):
     """A step 23:59:58.037–00:00:03.037 (sampled every 250 ms, 100 ms off the event's edges) between
     two steps that lie inside each day: each day has its own part of the crossing step's energy
@@ -97,6 +98,7 @@ def test_an_event_across_midnight_splits_its_energy_between_the_days(tmp_path):
     assert y_cov == pytest.approx(1 - 0.113 / 11.963, rel=1e-6) and t_cov == pytest.approx(1 - 0.137 / 13.037, rel=1e-6)
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_an_event_across_midnight_on_a_day_without_power_is_null_not_zero(tmp_path):
     """The crossing step's GPU has power only before midnight: today keeps the job's row (its step
     ends today) with power_coverage 0 and energies NULL, never 0 J."""
@@ -129,6 +131,7 @@ def test_an_event_longer_than_a_day_holds_its_gpus_on_the_third_day(tmp_path, mo
     assert _held(d, DAY, load()) == []  # the setting as an entry point resolves it
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_a_long_event_adds_its_part_inside_each_day(tmp_path):
     """The 28 h run row over power on the last 2 min of yesterday and first 2 min of today: today's
     training_energy has the energy of today's part only, power_coverage the share of today's part

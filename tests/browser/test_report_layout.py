@@ -6,7 +6,7 @@ import pytest
 
 from reports.daily import build_report
 from tests.browser.test_report_page import open_offline
-from tests.report_fixtures import DATE, build_day, with_all_tables
+from tests.report_fixtures import DATE, with_all_tables
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -41,10 +41,9 @@ MEASURE = """() => {
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def report(tmp_path_factory, report_day):
     root = tmp_path_factory.mktemp("report-layout")
-    build_day(root / "data")
-    return build_report(with_all_tables(root / "data", root / "data-full"), DATE, root / "out", png=False)
+    return build_report(with_all_tables(report_day.data_dir, root / "data-full"), DATE, root / "out", png=False)
 
 
 @pytest.mark.parametrize("width", [WIDTH, 1920])

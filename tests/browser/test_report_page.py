@@ -6,16 +6,16 @@ import json
 import pytest
 
 from reports.daily import build_report
-from tests.report_fixtures import DATE, build_day, foundation_only, with_all_tables
+from tests.report_fixtures import DATE, foundation_only, with_all_tables
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory):
-    """Two reports of the same day: before the analytics tables exist, and with all of them."""
+def reports(tmp_path_factory, report_day):
+    """Two reports of the session's square-wave day with requests: before the analytics tables
+    exist, and with all of them (each on its own copy)."""
     root = tmp_path_factory.mktemp("report-page")
-    build_day(root / "data")
-    partial = build_report(foundation_only(root / "data", root / "data-partial"), DATE, root / "out-partial", png=False)
-    full = build_report(with_all_tables(root / "data", root / "data-full"), DATE, root / "out-full", png=False)
+    partial = build_report(foundation_only(report_day.data_dir, root / "data-partial"), DATE, root / "out-partial", png=False)
+    full = build_report(with_all_tables(report_day.data_dir, root / "data-full"), DATE, root / "out-full", png=False)
     # 1,024 GPUs: a whole day of role/cluster power, every analytics table at that size.
     from tests.report_tables import write_analytics_tables
     from tests.scale_fleet import write_scale_fleet

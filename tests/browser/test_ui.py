@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.report_fixtures import DATE, build_day
+from tests.days import copy_of
+from tests.report_fixtures import DATE
 
 LOCATION = "pipeline.definitions"
 START_TIMEOUT_S = 180
@@ -84,9 +85,10 @@ class UiServer:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory, artifacts_dir):
-    data_dir = tmp_path_factory.mktemp("ui") / "data"
-    outcome = build_day(data_dir)
+def ui(tmp_path_factory, artifacts_dir, report_day):
+    # The UI's Dagster instance writes into the data dir: it serves a copy of the session's day.
+    data_dir = copy_of(report_day, tmp_path_factory.mktemp("ui") / "data")
+    outcome = report_day.outcome
     server = UiServer(data_dir, artifacts_dir / "wattline-ui.log")
     try:
         server.wait_ready()

@@ -8,6 +8,8 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 from tests.faults.inject import hidden_power_files, power_keys, served_samples
 from tests.nvml_helpers import collector_process, read_power
 
@@ -27,6 +29,7 @@ def _no_duplicates(table) -> None:
     assert not repeats, f"{len(repeats)} (gpu, source, ts) written twice, e.g. {repeats[:3]}"
 
 
+@pytest.mark.slow  # a real collector killed and restarted at many instants (~40 s)
 def test_sigkill_at_random_instants_loses_at_most_one_flush_interval(tmp_path):
     data = tmp_path / "data"
     rng = random.Random(20261202)

@@ -90,6 +90,7 @@ def linked(tmp_path):
 # ---- finding 1: links
 
 
+@pytest.mark.slow  # a whole `wattline run` of the day (~45 s)
 def test_run_reads_nothing_through_links_and_names_them(linked):
     """Fault: a host folder and a file linked in from outside the data dir. Was: `run` moved the
     exporter's bad files into quarantine/files/ and rewrote the naive one in place. Must survive:
@@ -216,6 +217,7 @@ def test_check_reads_null_counts_not_only_the_footer_schema(tmp_path):
     assert f"partial     {folder / 'no-stats.parquet'} (power): 2 of 50 row(s) set aside: a required value is null ('ts' null in 2)" in result.output
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_null_required_values_are_set_aside_row_by_row(tmp_path):
     """Fault: power files with null gpu (every row of one file; 3 rows of another), null ts and
     null host rows; a requests file with a null endpoint; a job_events file with a null host.
@@ -262,6 +264,7 @@ def test_null_required_values_are_set_aside_row_by_row(tmp_path):
 # ---- finding 4: the per-file row budget
 
 
+@pytest.mark.slow  # runs the daily job on a day of its own
 def test_file_over_a_row_budget_is_quarantined_from_its_footer(tmp_path, monkeypatch):
     """The budget with a small setting: a 500-row file against WATTLINE_MAX_FILE_ROWS=100 is
     quarantined (kind too_large, the budget and the setting named) by `run` and by `check`."""

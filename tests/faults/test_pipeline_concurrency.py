@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import warehouse
-from pipeline.runner import run_day
 from pipeline.scope import Scope
-from tests.builders import DAY, write_square_fleet
+from tests.builders import DAY
+from tests.days import copy_of
 
 DATE = DAY.isoformat()
 WATTLINE = str(Path(sys.executable).parent / "wattline")
@@ -34,14 +34,14 @@ def _derived(data_dir, table):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("concurrency") / "data"
-    write_square_fleet(data_dir, seconds=60)
-    assert run_day(data_dir, DATE).ok
-    return data_dir
+def built(square_day, tmp_path_factory):
+    """A copy of the session's square-wave day (its Dagster instance included): the runs under test write into it."""
+    assert square_day.outcome.ok
+    return copy_of(square_day, tmp_path_factory.mktemp("concurrency") / "data")
 
 
-def test_two_runs_of_one_day_serialize_and_sql_answers_during_them(built, tmp_path):
+@pytest.mark.slow  # two real `wattline run` processes and a `wattline sql` loop: minutes on 2 cores
+def test_two_runs_of_one_day_serialize_and_sql_answers_during_them(built, tmp_path, monkeypatch):
     """Fault: two `wattline run --date D` start together while `wattline sql` queries in a loop.
     Must survive: both runs (exit 0, no lock error shown, the second says it waits), their
     order (Dagster's run records do not overlap), every query (exit 0, always the whole table:
@@ -75,6 +75,8 @@ def test_two_runs_of_one_day_serialize_and_sql_answers_during_them(built, tmp_pa
 
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+    # The instance's dagster.yaml reads DAGSTER_HOME: this data dir's, not whichever day this process ran last.
+    monkeypatch.setenv("DAGSTER_HOME", str(data_dir / ".dagster"))
     with DagsterInstance.from_config(str(data_dir / ".dagster")) as instance:
         records = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]), order_by="create_timestamp", ascending=True)[-4:]
     assert len(records) == 4  # each `wattline run`: the cluster-day c0, then the fleet-day

@@ -34,6 +34,9 @@ from tests.faults import inject
 DATE = DAY.isoformat()
 SECONDS = 120
 KEYS = {"power_1s": ["host", "gpu", "ts"], "fleet_power_1s": ["level", "entity", "ts"]}
+# Four daily runs of one faulted data dir (clean, faulted, late, fixed) behind every scenario test,
+# and two more days of their own below: minutes on a busy 2-core machine.
+pytestmark = pytest.mark.slow
 
 
 def _write_clean(data_dir):

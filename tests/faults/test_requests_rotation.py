@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from collectors.requests.tail import Follower
@@ -87,6 +89,7 @@ def test_rotation_and_truncation_under_a_live_writer(tmp_path):
     assert f.ingestor.summary.ingested == N
 
 
+@pytest.mark.slow  # a real `wattline ingest --follow` killed at many instants (~20 s)
 def test_follow_cli_sigkilled_at_random_instants_then_restarted(tmp_path):
     logs, data = tmp_path / "logs", tmp_path / "data"
     logs.mkdir()

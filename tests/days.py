@@ -1,0 +1,106 @@
+"""Built days shared by the whole test session: each fleet shape goes through the daily job once
+and every test that reads it takes the same data dir, instead of building its own.
+
+A test that only reads a day takes the fixture (``square_day``, ``report_day``). A test that
+writes into a day (reruns it, damages a file, adds a table, serves it to the UI) works on its own
+copy: ``copy_of(day, tmp_path / "data")``. A shared day that changes while the session runs fails
+the session at its end (``BuiltDay.changed``), naming the files, so a test that forgot to copy is
+found rather than silently skewing the tests after it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pipeline.runner import RunOutcome, run_day
+from tests.builders import DAY, write_square_fleet
+
+DATE = DAY.isoformat()
+
+
+@dataclass(frozen=True)
+class BuiltDay:
+    """A data dir after one daily run of ``date``, the run's outcome, and the folder its report went to."""
+
+    data_dir: Path
+    outcome: RunOutcome
+    reports_dir: Path
+    date: str = DATE
+    files: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+
+    def changed(self) -> list[str]:
+        """Files of the data dir added, removed or rewritten since the day was built."""
+        now = _fingerprint(self.data_dir)
+        return sorted(p for p in self.files.keys() | now.keys() if self.files.get(p) != now.get(p))
+
+
+def _fingerprint(root: Path) -> dict[str, tuple[int, int]]:
+    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def copy_of(day: BuiltDay, target: Path) -> Path:
+    """A private copy of a shared day's data dir (the Dagster instance included), for a test that
+    writes: as if the day had been built there (its catalog is rebuilt for the new path, so no
+    reader notes that it was built elsewhere)."""
+    from pipeline import warehouse
+
+    shutil.copytree(day.data_dir, target)
+    warehouse.publish(target)
+    return target
+
+
+def build(root: Path, write) -> BuiltDay:
+    """``write(data_dir)`` then one daily run, its report written under ``root/reports`` (never the
+    session's shared report folder, which every other run of the same date overwrites)."""
+    data_dir, reports_dir = root / "data", root / "reports"
+    write(data_dir)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WATTLINE_REPORTS_DIR", str(reports_dir))
+        outcome = run_day(data_dir, DATE)
+    assert outcome.success, outcome.error
+    return BuiltDay(data_dir, outcome, reports_dir, files=_fingerprint(data_dir))
+
+
+def builds_a_day(fixture_function):
+    """Says that a fixture builds a day of its own through the daily job (tens of seconds on a
+    busy 2-core machine): every test that takes it, directly or through another fixture, is
+    marked ``slow`` (tests/conftest.py), so ``make test-fast`` leaves it to ``make test``. Put it
+    under ``@pytest.fixture``. A fixture that could read a shared day instead should."""
+    fixture_function.builds_a_day = True
+    return fixture_function
+
+
+def takes_a_day_of_its_own(item) -> bool:
+    """Whether a collected test takes, anywhere in its fixture closure, a fixture marked ``builds_a_day``."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(getattr(fd.func, "builds_a_day", False) for name in info.names_closure for fd in info.name2fixturedefs.get(name, ()))
+
+
+def _unchanged(day: BuiltDay):
+    yield day
+    changed = day.changed()
+    assert not changed, f"a test wrote into the shared day {day.data_dir} (copy it with tests.days.copy_of): {changed[:10]}"
+
+
+@pytest.fixture(scope="session")
+def square_day(tmp_path_factory) -> BuiltDay:
+    """Ten minutes of the square-wave fleet (``tests.builders.write_square_fleet``), no requests."""
+    yield from _unchanged(build(tmp_path_factory.mktemp("square-day"), lambda d: write_square_fleet(d, seconds=600)))
+
+
+@pytest.fixture(scope="session")
+def report_day(tmp_path_factory) -> BuiltDay:
+    """The square-wave fleet's ten minutes plus one request every 5 s on ep-a
+    (``tests.report_fixtures.write_day``): what the report and UI tests read."""
+    from tests.report_fixtures import write_day
+
+    yield from _unchanged(build(tmp_path_factory.mktemp("report-day"), write_day))
+
+
+__all__ = ["BuiltDay", "build", "builds_a_day", "copy_of", "report_day", "square_day", "takes_a_day_of_its_own"]

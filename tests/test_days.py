@@ -1,0 +1,51 @@
+"""The shared built days' guards (tests/days.py): a shared day that a test writes into is found, and
+a test that takes a fixture building a day of its own is `slow` (left out of `make test-fast`)."""
+
+import os
+
+import pytest
+
+from pipeline.runner import RunOutcome
+from tests.days import BuiltDay, _fingerprint, builds_a_day
+
+
+def _day(tmp_path) -> BuiltDay:
+    d = tmp_path / "data"
+    (d / "derived" / "power_1s").mkdir(parents=True)
+    (d / "derived" / "power_1s" / "part-0.parquet").write_bytes(b"rows")
+    return BuiltDay(d, RunOutcome(date="2026-11-30", success=True, run_id="r"), tmp_path / "reports", files=_fingerprint(d))
+
+
+def test_an_untouched_day_is_unchanged(tmp_path):
+    assert _day(tmp_path).changed() == []
+
+
+def test_a_rewritten_added_or_removed_file_is_named(tmp_path):
+    day = _day(tmp_path)
+    part = day.data_dir / "derived" / "power_1s" / "part-0.parquet"
+    part.write_bytes(b"other")
+    os.utime(part, ns=(1, 1))  # even a rewrite of the same size within the clock's tick
+    (day.data_dir / ".dagster").mkdir()
+    (day.data_dir / ".dagster" / "runs.db").write_bytes(b"")
+    assert day.changed() == [".dagster/runs.db", "derived/power_1s/part-0.parquet"]
+    part.unlink()
+    assert day.changed() == [".dagster/runs.db", "derived/power_1s/part-0.parquet"]
+
+
+@pytest.fixture
+@builds_a_day
+def _own_day():
+    return "a day"
+
+
+@pytest.fixture
+def _through_another(_own_day):
+    return _own_day
+
+
+def test_a_test_taking_a_day_building_fixture_is_slow(request, _through_another):
+    assert request.node.get_closest_marker("slow") is not None
+
+
+def test_a_test_without_one_is_not(request):
+    assert request.node.get_closest_marker("slow") is None
