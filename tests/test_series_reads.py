@@ -136,3 +136,20 @@ def test_one_gpu_in_memory(con, tmp_path):
         assert all((tmp_path / f"gpu-{g}.arrows").exists() for g in GPUS if g > s.gpu)
     assert [g for g, _ in seen] == list(GPUS) and all(n > 5000 for _, n in seen)
     assert not list(tmp_path.iterdir())
+
+
+def test_phase_sources_read_each_host_once(tmp_path):
+    """phase_segments' per-GPU power sources (`_power_gpus`) on a simulated collector-shaped
+    quarter hour of the tiny fleet (one inference host of 4 GPUs): one read of the host's raw
+    samples, not one (or two) per GPU, and a source for every endpoint GPU."""
+    from collectors.simulate import simulate
+    from pipeline.assets.inference_phases import power_gpus
+    from pipeline.warehouse import compute_connection
+
+    simulate(tmp_path, start=DAY, fleet="tiny", hours=0.25, seed=0, shape="collector")
+    with compute_connection(tmp_path, DAY.isoformat()) as con:
+        counted = Counted(con)
+        power_gpus(counted)
+        gpus = con.execute("SELECT count(*), count(DISTINCT host), count(source) FROM _power_gpus").fetchone()
+    assert gpus[0] >= 2 and gpus[2] == gpus[0]
+    assert counted.reads == gpus[1]
