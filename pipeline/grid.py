@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline.phases.curve import read_curve
+from pipeline.phases.curve import Curve, curves
 
 DAY_NS = 86_400 * 1_000_000_000
 LEVELS_ABOVE_HOST = ("cluster", "role", "fleet")
@@ -125,11 +125,10 @@ def series_frame(s: Series, gpus_reporting: np.ndarray, step_ms: int) -> pl.Data
     })
 
 
-def gpu_curve(con, host: str, gpu: int) -> dict[str, np.ndarray]:
+def gpu_curve(c: Curve) -> dict[str, np.ndarray]:
     """One GPU's instantaneous curve rows as arrays, by time: its energy curve rebuilt from its raw
-    samples (pipeline/phases/curve.read_curve), rows of 1 s averages left out; ``next_t_ns`` -1
+    samples (pipeline/phases/curve.curve_of), rows of 1 s averages left out; ``next_t_ns`` -1
     and ``next_w`` 0 where a row has no next sample (a gap or the end)."""
-    c = read_curve(con, host, gpu)
     keep = ~c.is_average
     return {
         "t_ns": c.t_ns[keep],
@@ -166,8 +165,8 @@ def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
             upper[(level, entity)].members += 1
     for host, members in hosts.items():
         total = Series("host", host, np.zeros(bins), np.zeros(bins, dtype=np.int32), len(members))
-        for gpu in members:  # one GPU's samples in memory at a time
-            g = gpu_curve(con, host, gpu)
+        for _, _, c in curves(con, [(host, gpu) for gpu in members]):  # the host read once, one GPU in memory
+            g = gpu_curve(c)
             values, ok, behind, ahead = bin_means(g["t_ns"], g["energy_j"], g["power_w"], g["next_t_ns"], g["next_w"],
                                                   day_start_ns, step_ns, bins)
             total.power_w += values

@@ -87,13 +87,13 @@ def test_bounded_chunks_give_the_same_rows(day, tmp_path, monkeypatch, spill):
 def test_one_read_of_each_host_for_every_table(day, tmp_path, monkeypatch):
     """The three tables come from one read of each host's samples, not one read per table."""
     reads = []
-    real = engine.host_by_gpu
+    real = engine._read_by_gpu
 
     def counted(con, sql, params, spill_dir=None):
         reads.append(params["host"])
-        yield from real(con, sql, params, spill_dir)
+        return real(con, sql, params, spill_dir)
 
-    monkeypatch.setattr(engine, "host_by_gpu", counted)
+    monkeypatch.setattr(engine, "_read_by_gpu", counted)
     with compute_connection(day, DATE) as con:
         _parts(con, tmp_path)
     assert sorted(reads) == ["train-0", "train-1"]

@@ -194,16 +194,20 @@ def intervals(con, write) -> int:
         "SELECT endpoint, host, gpu, from_ns, to_ns FROM _pi_windows ORDER BY ALL"
     ).fetchall():
         windows.setdefault(endpoint, []).append((host, gpu, from_ns, to_ns))
+    bounds = {endpoint: con.sql(BOUNDARIES_SQL, params={"endpoint": endpoint}).fetchnumpy()["t"].astype(np.int64)
+              for endpoint in windows}
+    energy = {endpoint: np.zeros(len(t)) for endpoint, t in bounds.items()}
+    held: dict[tuple[str, int], list] = {}  # per GPU, its windows in (endpoint, from_ns) order
     for endpoint, members in windows.items():
-        t = con.sql(BOUNDARIES_SQL, params={"endpoint": endpoint}).fetchnumpy()["t"].astype(np.int64)
-        e = np.zeros(len(t))
-        curves: dict = {}
-        for host, gpu, from_ns, to_ns in members:  # each GPU counts only while the endpoint held it
-            if (host, gpu) not in curves:
-                curves[(host, gpu)] = curve.read_curve(con, host, gpu)
-            c = curves[(host, gpu)]
-            e += c.energy_at(np.clip(t, from_ns, to_ns))
-        with registered(con, "_pi_energy_frame", pl.DataFrame({"endpoint": endpoint, "t": t, "e_j": e})):
+        for host, gpu, from_ns, to_ns in members:
+            held.setdefault((host, gpu), []).append((endpoint, from_ns, to_ns))
+    # each host read once, one GPU's curve at a time; an endpoint's GPUs still add up in
+    # (host, gpu, from_ns) order, so its sums are the same floats
+    for host, gpu, c in curve.curves(con, held):
+        for endpoint, from_ns, to_ns in held[(host, gpu)]:  # each GPU counts only while the endpoint held it
+            energy[endpoint] += c.energy_at(np.clip(bounds[endpoint], from_ns, to_ns))
+    for endpoint, t in bounds.items():
+        with registered(con, "_pi_energy_frame", pl.DataFrame({"endpoint": endpoint, "t": t, "e_j": energy[endpoint]})):
             con.execute("INSERT INTO _pi_energy SELECT * FROM _pi_energy_frame")
     return write(query)
 
@@ -241,14 +245,13 @@ SEGMENTS_SCHEMA = {
 }
 
 
-def source_stats(con, gk: int, host: str, gpu: int, tdp_w: float | None = None) -> tuple[dict, curve.Curve]:
-    """The GPU's power source of the day (the one with most samples in its curve), whether it is a
+def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None) -> dict:
+    """The GPU's power source of the day (the one with most samples in its curve ``c``), whether it is a
     1 s average and the median spacing of its samples (ms); why its workload cannot be segmented
-    from power alone (power_detect.unresolved; None where it can); and its curve, the source's rows marked."""
-    c = curve.read_curve(con, host, gpu)
+    from power alone (power_detect.unresolved; None where it can). Marks the source's rows (``c.mine``)."""
     found = curve.curve_sources(c)
     if not found:
-        return {}, c
+        return {}
     best, _, is_average = found[0]
     if len(found) > 1:  # one source: every row is its
         c.mine = c.source_id == c.source_names.index(best)
@@ -257,8 +260,19 @@ def source_stats(con, gk: int, host: str, gpu: int, tdp_w: float | None = None) 
     unresolved = None
     if not is_average and interval_ms is not None and interval_ms <= power_detect.PREFILL_RESOLVABLE_MS and tdp_w is not None:
         unresolved = power_detect.unresolved(c.t_ns, c.power_w, float(tdp_w), int(interval_ms * 1e6))
-    stats = {"gk": gk, "source": best, "is_average": bool(is_average), "sample_interval_ms": interval_ms, "unresolved": unresolved}
-    return stats, c
+    return {"gk": gk, "source": best, "is_average": bool(is_average), "sample_interval_ms": interval_ms, "unresolved": unresolved}
+
+
+def _gpus_by_curve(con, rows: list[tuple]) -> Iterator[tuple[tuple, curve.Curve]]:
+    """Each row of ``rows`` (gk, endpoint, host, gpu, ...) with its GPU's curve, GPU by GPU in
+    (host, gpu) order, gk order within a GPU: each host's samples read once (curve.curves), one
+    GPU's curve in memory."""
+    of_gpu: dict[tuple[str, int], list[tuple]] = {}
+    for row in rows:
+        of_gpu.setdefault((row[2], row[3]), []).append(row)
+    for host, gpu, c in curve.curves(con, of_gpu):
+        for row in of_gpu[(host, gpu)]:
+            yield row, c
 
 
 def _power_gpus_table(con, stats: list[dict]) -> None:
@@ -278,15 +292,15 @@ def power_gpus(con) -> None:
     """Temp tables `_phase_gpus` (endpoint GPUs with integer keys) and `_power_gpus` (source_stats of
     each), reading each GPU's curve once."""
     con.execute(GPUS_SQL)
-    stats = [source_stats(con, gk, host, gpu, tdp_w)[0]
-             for gk, host, gpu, tdp_w in con.execute("SELECT gk, host, gpu, tdp_w FROM _phase_gpus ORDER BY gk").fetchall()]
-    _power_gpus_table(con, [s for s in stats if s])
+    rows = con.execute("SELECT gk, endpoint, host, gpu, tdp_w FROM _phase_gpus ORDER BY gk").fetchall()
+    stats = [source_stats(c, gk, tdp_w) for (gk, _, _, _, tdp_w), c in _gpus_by_curve(con, rows)]
+    _power_gpus_table(con, sorted((s for s in stats if s), key=lambda s: s["gk"]))
 
 
 def segments(con) -> None:
     """phase_segments' kernel (before= hook): temp tables `_phase_gpus`, `_power_gpus` and `_segments`
     (gk, src 0 requests / 1 power, ph, lo, hi, energy_j, mean_w, peak_w, tokens), one GPU at a time:
-    its curve read once (curve.read_curve), the power-only detector on its samples
+    its curve built once from its host's one read (curve.curves), the power-only detector on its samples
     (pipeline/phases/power_detect.py) where its source resolves prefills, the energies of both
     sources' runs as E(hi) − E(lo) and the request runs' peaks by sorted searches on that curve.
     Memory: one GPU-day's curve, its segments (appended to the temp table GPU by GPU) and its
@@ -299,8 +313,8 @@ def segments(con) -> None:
     stats = []
     gpus = con.execute("SELECT gk, endpoint, host, gpu, tdp_w, from_ns, to_ns FROM _phase_gpus ORDER BY gk").fetchall()
     runs_of: tuple = (None, None)  # ((endpoint, holding), its request runs): GPUs come endpoint by endpoint
-    for gk, endpoint, host, gpu, tdp_w, from_ns, to_ns in gpus:
-        st, c = source_stats(con, gk, host, gpu, tdp_w)
+    for (gk, endpoint, _, _, tdp_w, from_ns, to_ns), c in _gpus_by_curve(con, gpus):
+        st = source_stats(c, gk, tdp_w)
         frames = []
         if runs_of[0] != (endpoint, from_ns, to_ns):
             runs_of = ((endpoint, from_ns, to_ns), arrow_frame(con.sql(
@@ -335,7 +349,7 @@ def segments(con) -> None:
         if frames:
             with registered(con, "_segments_frame", pl.concat(frames)):
                 con.execute("INSERT INTO _segments SELECT * FROM _segments_frame")
-    _power_gpus_table(con, stats)
+    _power_gpus_table(con, sorted(stats, key=lambda s: s["gk"]))
 
 
 CONTINUOUS_BATCHING_MS = 45.0

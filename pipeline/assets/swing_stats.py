@@ -12,15 +12,12 @@ import polars as pl
 from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, carried_slots, grid_max_swing, grid_stats, summed_series
 from pipeline.kernels import best_samples, in_file_order, registered, series_swings
-from pipeline.phases.curve import host_curves
+from pipeline.phases.curve import curve_of
+from pipeline.series.engine import host_samples
 from pipeline.tables import Table, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
 
-_AVG1S_SAMPLES = """
-SELECT gpu, t_ns, power_avg_w, source_rank::UTINYINT AS source_rank
-FROM power_day_samples WHERE host = $host AND power_avg_w IS NOT NULL
-"""
 
 
 
@@ -89,8 +86,8 @@ def gpu_swings(con) -> None:
     (the instant series on energy_curve's best-source samples, the avg1s series on the rows of the
     best source that reports a 1 s average, as kernels.best_samples selects them), exact over
     sample times; p50/p99, ramp and window counts on its 100 ms slots, as the SQL computes them
-    (tests/test_power_swings.py holds the two equal). One GPU at a time (memory: a GPU-day's
-    samples, a host's slots and 1 s averages)."""
+    (tests/test_power_swings.py holds the two equal). Each host's samples read once
+    (engine.host_samples), one GPU at a time (memory: a GPU-day's samples, a host's slots)."""
     provisioned = {e: w for e, w in con.execute("SELECT entity, provisioned_w FROM inventory_entities WHERE level = 'gpu'").fetchall()}
     first_slot = con.execute("SELECT day_first_slot()").fetchall()[0][0]
     gpus: dict[str, list[int]] = {}
@@ -100,22 +97,21 @@ def gpu_swings(con) -> None:
             gpus.setdefault(host, []).append(gpu)
     out: list[dict] = []
     for host, host_gpus in gpus.items():
-        avg = con.sql(_AVG1S_SAMPLES, params={"host": host}).to_arrow_table()
-        avg_gpu = avg["gpu"].to_numpy()
-        avg_t, avg_p, avg_rank = avg["t_ns"].to_numpy(), avg["power_avg_w"].to_numpy(), avg["source_rank"].to_numpy()
-        del avg
         with in_file_order(con):  # power_100ms' part is sorted by (host, gpu, ts)
             slots = con.sql(_GPU_SLOTS, params={"host": host}).fetchnumpy()
         slot_gpu = np.asarray(slots["gpu"])
-        curves = host_curves(con, host)  # the host's samples read once, one GPU's curve at a time
+        samples = host_samples(con, host, host_gpus)  # the host's samples read once, one GPU at a time
+        s = next(samples, None)
         for gpu in host_gpus:
-            native = {}
-            for g, c in curves:  # gpu order; a GPU left out above is skipped
-                if g == gpu:
-                    native = _native("instant", c.t_ns[~c.is_average], c.power_w[~c.is_average])
-                    break
-            rows = np.flatnonzero(avg_gpu == gpu)
-            t, p, _ = best_samples(avg_t[rows], avg_p[rows], avg_rank[rows])
+            native: dict = {}
+            avg_t, avg_p, avg_rank = np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.uint8)
+            if s is not None and s.gpu == gpu:
+                cv = curve_of(s)
+                native = _native("instant", cv.t_ns[~cv.is_average], cv.power_w[~cv.is_average])
+                avg_t, avg_p, avg_rank = s.t_ns[s.has_avg], s.power_avg_w[s.has_avg], s.source_rank[s.has_avg]
+                del cv
+                s = next(samples, None)
+            t, p, _ = best_samples(avg_t, avg_p, avg_rank)
             native |= _native("avg1s", t, p)
             mine = np.flatnonzero(slot_gpu == gpu)
             slot = np.asarray(slots["slot"])[mine]

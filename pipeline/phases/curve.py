@@ -10,20 +10,14 @@ arithmetic is the macro's, operation for operation, so energies agree to roundin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipeline.kernels import energy_curve
-
-SAMPLES_SQL = """
-SELECT t_ns, power_w, source_rank::UTINYINT AS source_rank, list_position($sources, source)::UTINYINT AS source_id
-FROM power_day_samples WHERE host = $host AND gpu = $gpu
-"""
-SOURCE_NAMES_SQL = """
-SELECT DISTINCT source::VARCHAR FROM power_day_samples WHERE host = $host AND gpu = $gpu ORDER BY 1
-"""
+from pipeline.series.engine import host_samples
+from pipeline.series.samples import AVERAGE_RANK, GpuSamples
 
 
 @dataclass
@@ -94,45 +88,16 @@ class Curve:
         return np.where(b > a, red, out)
 
 
-def gpu_samples(con, host: str, gpu: int) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The GPU's raw samples of the partition day (view power_day_samples): t_ns, power_w,
-    source_rank and source_id (1-based into the returned names: list_position)."""
-    names = [n for (n,) in con.execute(SOURCE_NAMES_SQL, {"host": host, "gpu": gpu}).fetchall()]
-    tab = con.sql(SAMPLES_SQL, params={"host": host, "gpu": gpu, "sources": names}).fetchnumpy()
-    return {k: np.asarray(v) for k, v in tab.items()}, names
-
-
-HOST_SAMPLES_SQL = """
-SELECT gpu, t_ns, power_w, source_rank::UTINYINT AS source_rank, list_position($sources, source)::UTINYINT AS source_id
-FROM power_day_samples WHERE host = $host
-"""
-
-
-def host_curves(con, host: str) -> Iterator[tuple[int, Curve]]:
-    """Each GPU's curve (read_curve) of one host, in gpu order, from one read of the host's samples
-    (a read per GPU would scan the host's files once per GPU: they hold every GPU's rows)."""
-    names = [n for (n,) in con.execute("SELECT DISTINCT source::VARCHAR FROM power_day_samples WHERE host = ? ORDER BY 1", [host]).fetchall()]
-    tab = {k: np.asarray(v) for k, v in con.sql(HOST_SAMPLES_SQL, params={"host": host, "sources": names}).fetchnumpy().items()}
-    gpu = tab.pop("gpu")
-    order = np.argsort(gpu, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, gpu[order][1:] != gpu[order][:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        rows = order[lo:hi]
-        yield int(gpu[rows[0]]), _curve({k: v[rows] for k, v in tab.items()}, names)
-
-
-def read_curve(con, host: str, gpu: int, source: str | None = None) -> Curve:
-    """The GPU's energy curve of the partition day, one row per best-source sample (kernels.energy_curve
-    over its raw samples), sorted by t_ns; ``mine`` marks the rows of ``source``."""
-    x, names = gpu_samples(con, host, gpu)
-    return _curve(x, names, source)
-
-
-def _curve(x: dict[str, np.ndarray], names: list[str], source: str | None = None) -> Curve:
-    c = energy_curve(x["t_ns"].astype(np.int64), x["power_w"], x["source_rank"])
+def curve_of(s: GpuSamples, source: str | None = None) -> Curve:
+    """The GPU's energy curve of the day, one row per best-source sample (kernels.energy_curve over
+    its raw samples), sorted by t_ns; ``mine`` marks the rows of ``source``. The one place the
+    per-sample curve is built."""
+    c = energy_curve(s.t_ns.astype(np.int64), s.power_w, s.source_rank)
     t, linked = c["t_ns"], c["linked"]
     p = c["power_w"].astype(np.float32).astype(np.float64)  # the power as the table of samples stored it (FLOAT)
-    source_id = x["source_id"][c["first"]].astype(np.uint8) - 1
+    first = c["first"]
+    source_id = s.source_id[first].astype(np.uint8)
+    names = list(s.sources)
     mine = np.ones(len(t), dtype=bool)
     if source is not None:
         mine = source_id == (names.index(source) if source in names else 255)
@@ -146,8 +111,48 @@ def _curve(x: dict[str, np.ndarray], names: list[str], source: str | None = None
         mine=mine,
         source_id=source_id,
         source_names=names,
-        is_average=x["source_rank"][c["first"]] == 9,
+        is_average=s.source_rank[first] == AVERAGE_RANK,
     )
+
+
+def _no_samples(host: str, gpu: int) -> GpuSamples:
+    none = np.zeros(0)
+    return GpuSamples(host=host, gpu=gpu, sources=(), t_ns=none.astype(np.int64), power_w=none.astype(np.float32),
+                      power_avg_w=none.astype(np.float32), has_avg=none.astype(bool), is_average=none.astype(bool),
+                      source_id=none.astype(np.uint8), source_rank=none.astype(np.uint8))
+
+
+def host_curves(con, host: str, gpus: Sequence[int] | None = None) -> Iterator[tuple[int, Curve]]:
+    """Each GPU's curve (curve_of) of one host with samples that day (of ``gpus`` only, if given),
+    in gpu order, from one read of the host's samples (engine.host_samples: one GPU in memory)."""
+    for s in host_samples(con, host, gpus):
+        yield s.gpu, curve_of(s)
+
+
+def curves(con, wanted: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int, Curve]]:
+    """The curves of the ``wanted`` (host, gpu), in (host, gpu) order, each host read once (not
+    once per GPU: a host's files hold every GPU's rows); an empty curve for a GPU without
+    samples. Memory: one GPU's samples and curve."""
+    by_host: dict[str, list[int]] = {}
+    for host, gpu in sorted(set(wanted)):
+        by_host.setdefault(host, []).append(int(gpu))
+    for host, gpus in by_host.items():
+        found = host_curves(con, host, gpus)
+        got = next(found, None)
+        for gpu in gpus:
+            if got is not None and got[0] == gpu:
+                yield host, gpu, got[1]
+                got = next(found, None)
+            else:
+                yield host, gpu, curve_of(_no_samples(host, gpu))
+
+
+def read_curve(con, host: str, gpu: int, source: str | None = None) -> Curve:
+    """One GPU's curve of the partition day (curve_of), ``mine`` marking the rows of ``source``;
+    for a lookup of one GPU (a consumer of many GPUs reads them host by host: curves)."""
+    for s in host_samples(con, host, [gpu]):
+        return curve_of(s, source)
+    return curve_of(_no_samples(host, gpu), source)
 
 
 def curve_sources(c: Curve) -> list[tuple[str, int, bool]]:

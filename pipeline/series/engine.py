@@ -10,6 +10,7 @@ samples in their narrow types, plus one GPU's rows of each table.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -90,6 +91,12 @@ def host_by_gpu(
     (memory: one batch, then one GPU), else in memory (the host's rows in their narrow types).
     Runs of one GPU (files sorted by gpu, as the collector and the importers write them) are
     sliced, not sorted (~2 s CPU less a read at 8 GPU-days)."""
+    yield from _read_by_gpu(con, sql, params, spill_dir).gpus()
+
+
+def _read_by_gpu(con: duckdb.DuckDBPyConnection, sql: str, params: dict, spill_dir: Path | None) -> _GpuChunks:
+    """host_by_gpu's read: every row of ``sql`` into its GPU's chunks (the result fully read on
+    return, so ``con`` is free for other statements while the GPUs are handed out)."""
     parts = _GpuChunks(spill_dir)
     for batch in con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS):
         cols = {name: batch.column(i).to_numpy(zero_copy_only=False) for i, name in enumerate(batch.schema.names)}
@@ -105,26 +112,71 @@ def host_by_gpu(
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             rows = order[lo:hi]
             parts.add(int(gpu[lo]), {k: v[rows] for k, v in cols.items() if k != "gpu"})
-    yield from parts.gpus()
+    return parts
+
+
+def host_sources(con: duckdb.DuckDBPyConnection, host: str) -> list[str]:
+    """The power sources ``host`` reports on the partition day, sorted (GpuSamples.sources)."""
+    return [n for (n,) in con.execute(
+        "SELECT DISTINCT source::VARCHAR FROM power WHERE date = getvariable('partition_date') AND host = ? ORDER BY 1", [host]
+    ).fetchall()]
+
+
+def _spill_folder() -> tempfile.TemporaryDirectory:
+    """An empty folder of the system's temporary files (``TMPDIR``) for host_samples' per-GPU
+    files. Not DuckDB's temp_directory: with the folder there, phase_intervals' token sums came
+    out different in the last bit on a simulated day (367 of 32,963 rows), in the system's folder
+    identical to reads per GPU."""
+    return tempfile.TemporaryDirectory(prefix="wattline-samples-")
+
+
+def host_samples(
+    con: duckdb.DuckDBPyConnection, host: str, gpus: Sequence[int] | None = None, *,
+    sources: Sequence[str] | None = None, spill_dir: Path | None = None, spill: bool = True,
+) -> Iterator[GpuSamples]:
+    """One host's samples of the partition day (view power_day_samples), GPU by GPU in gpu order,
+    from one read of the host's files in file order: the one reader of raw samples for every
+    per-GPU consumer. ``gpus``: only these GPUs (the others are not read). Each GPU's rows wait
+    in a file of their own while the host is read (in ``spill_dir``, else a temporary folder of
+    the system's; ``spill=False`` holds them in memory), so memory holds one
+    GPU's samples, not the host's. A GPU without samples is not yielded."""
+    names = list(sources) if sources is not None else host_sources(con, host)
+    if not names:
+        return
+    sql = _SAMPLES
+    if gpus is not None:
+        if not len(gpus):
+            return
+        sql += " AND gpu IN (" + ", ".join(str(int(g)) for g in gpus) + ")"
+    ranks = np.array([SampleSource.of(n, False).rank for n in names], np.uint8)
+    folder = _spill_folder() if spill and spill_dir is None else None
+    try:
+        where = Path(folder.name) if folder is not None else (spill_dir if spill else None)
+        kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0]
+        con.execute("SET preserve_insertion_order = true")
+        try:
+            parts = _read_by_gpu(con, sql, {"host": host, "sources": names}, where)
+        finally:  # the caller's setting back: its later statements' order (and float sums) as before
+            con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
+        for g, x in parts.gpus():
+            is_average = x["is_average"]
+            yield GpuSamples(
+                host=host, gpu=g, sources=tuple(names), t_ns=x["t_ns"], power_w=x["power_w"],
+                power_avg_w=x["power_avg_w"], has_avg=x["has_avg"], is_average=is_average,
+                source_id=x["source_id"], source_rank=np.where(is_average, np.uint8(AVERAGE_RANK), ranks[x["source_id"]]),
+            )
+    finally:
+        if folder is not None:
+            folder.cleanup()
 
 
 def day_samples(con: duckdb.DuckDBPyConnection, spill_dir: Path | None = None) -> Iterator[GpuSamples]:
     """Every GPU's samples of the partition day (view power_day_samples), host by host, GPU by
-    GPU, each host's rows read once (``spill_dir``: see host_by_gpu). ``con`` reads in file order
-    meanwhile (a GPU's samples then come as its files hold them, whatever the thread count)."""
-    con.execute("SET preserve_insertion_order = true")
-    try:
-        for host, names in day_sources(con).items():
-            ranks = np.array([SampleSource.of(n, False).rank for n in names], np.uint8)
-            for g, x in host_by_gpu(con, _SAMPLES, {"host": host, "sources": names}, spill_dir):
-                is_average = x["is_average"]
-                yield GpuSamples(
-                    host=host, gpu=g, sources=tuple(names), t_ns=x["t_ns"], power_w=x["power_w"],
-                    power_avg_w=x["power_avg_w"], has_avg=x["has_avg"], is_average=is_average,
-                    source_id=x["source_id"], source_rank=np.where(is_average, np.uint8(AVERAGE_RANK), ranks[x["source_id"]]),
-                )
-    finally:
-        con.execute("SET preserve_insertion_order = false")
+    GPU, each host's rows read once (host_samples; ``spill_dir``: see host_by_gpu, None holds a
+    host's rows in memory). ``con`` reads in file order meanwhile (a GPU's samples then come as
+    its files hold them, whatever the thread count)."""
+    for host, names in day_sources(con).items():
+        yield from host_samples(con, host, sources=names, spill_dir=spill_dir, spill=spill_dir is not None)
 
 
 def _with_date(batch: pa.RecordBatch, table: SeriesTable, days: int) -> pa.RecordBatch:
