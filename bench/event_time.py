@@ -6,6 +6,12 @@ host, two endpoints of 4 GPUs each), then `wattline run --select ...` timed as a
 
     python -m bench.event_time --gpus 8 --hours 24 --runs 3 [--before /tmp/old-checkout] [--threads 1]
 
+``--training``: the same power files as one training host (one job over its 8 GPUs, no requests;
+its own data dir, the power files hard-linked). ``--all``: time the whole ``wattline run`` (every
+asset) instead of the selection. ``--floor``: also time ``bench/baseline_floor.py`` (one DuckDB scan,
+per-GPU per-second means) on the same files each round, and record the bytes on disk of the raw
+power and of each derived table after each contender's run.
+
 ``--before DIR``: also time the same assets with the code of another checkout (PYTHONPATH=DIR),
 e.g. ``git archive 6094b1d | tar -x -C DIR``. The machine may be shared: CPU seconds, not wall.
 DuckDB's thread count is left to the pipeline's default unless ``--threads`` sets
@@ -19,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -99,6 +106,31 @@ def write_data(data_dir: Path, gpus: int, hours: float) -> int:
     return rows
 
 
+def as_training(src: Path, dst: Path) -> None:
+    """``src``'s power files (hard links) under ``dst`` with its one host made a training host of one job."""
+    inv = yaml.safe_load((src / "inventory.yaml").read_text())
+    for cluster in inv["fleets"][0]["clusters"]:
+        for host in cluster["hosts"]:
+            host["role"] = "training"
+            host["jobs"] = [{"name": f"pretrain-{host['name']}", "gpus": [g["index"] for g in host["gpus"]]}]
+            host.pop("endpoints", None)
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src / "power", dst / "power", copy_function=os.link)
+    (dst / "inventory.yaml").write_text(yaml.safe_dump(inv, sort_keys=False))
+
+
+def du_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (as ``du -sb`` counts file sizes), 0 when absent."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def disk_bytes(data_dir: Path) -> dict:
+    """Raw power bytes, derived bytes, and bytes per derived table (derived/<table>/...)."""
+    derived = data_dir / "derived"
+    tables = {d.name: du_bytes(d) for d in sorted(derived.iterdir()) if d.is_dir()} if derived.exists() else {}
+    return {"power": du_bytes(data_dir / "power"), "derived": du_bytes(derived), "derived_by_table": tables}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=8)
@@ -109,12 +141,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="WATTLINE_DUCKDB_THREADS (default: unset)")
     ap.add_argument("--only", choices=("before", "after"), default=None, help="time only one side")
     ap.add_argument("--out", type=Path, default=None, help="JSON result (default: bench/results/event-time/gpus-G-hH.json)")
+    ap.add_argument("--training", action="store_true", help="the same power files as one training host, no requests")
+    ap.add_argument("--all", action="store_true", help="time the whole wattline run (every asset), not the selection")
+    ap.add_argument("--floor", action="store_true", help="also time bench/baseline_floor.py on the same files; record bytes on disk")
     args = ap.parse_args()
     data_dir = args.work / f"gpus-{args.gpus}-h{args.hours:g}"
     if not (data_dir / "power").exists():
         print(f"wrote {write_data(data_dir, args.gpus, args.hours)} power rows", flush=True)
+    if args.training:
+        src, data_dir = data_dir, args.work / f"gpus-{args.gpus}-h{args.hours:g}-training"
+        if not (data_dir / "power").exists():
+            as_training(src, data_dir)
     gpu_days = args.gpus * args.hours / 24
     out = {"gpus": args.gpus, "hours": args.hours, "gpu_days": gpu_days, "threads": args.threads,
+           "variant": "training" if args.training else "inference+requests", "assets": "all" if args.all else "selection",
            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_start": os.getloadavg()}
     threads = {"WATTLINE_DUCKDB_THREADS": str(args.threads)} if args.threads else {}
     if not args.threads:
@@ -122,13 +162,22 @@ def main() -> None:
     contenders = [] if args.only == "before" else [("after", AFTER_ASSETS, dict(threads))]
     if args.before and args.only != "after":
         contenders.insert(0, ("before", BEFORE_ASSETS, {"PYTHONPATH": str(args.before), **threads}))
-    path = args.out or RESULTS / f"gpus-{args.gpus}-h{args.hours:g}.json"
+    if args.floor:
+        contenders.append(("floor", None, {}))
+    suffix = ("-training" if args.training else "") + ("-all" if args.all else "")
+    path = args.out or RESULTS / f"gpus-{args.gpus}-h{args.hours:g}{suffix}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list] = {name: [] for name, _, _ in contenders}
     for _ in range(args.runs):  # before and after alternate, so a change in the machine's load hits both
         for name, assets, env in contenders:
-            m = run_measured(name, [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir), "--timings",
-                                    "--select", ",".join(assets)], env=env)
+            if assets is None:  # the floor
+                argv = [sys.executable, str(Path(__file__).resolve().parent / "baseline_floor.py"), str(data_dir), DATE]
+            else:
+                if args.floor:  # the bytes recorded are this contender's tables only
+                    shutil.rmtree(data_dir / "derived", ignore_errors=True)
+                argv = [str(BIN / "wattline"), "run", "--date", DATE, "--data-dir", str(data_dir), "--timings",
+                        *([] if args.all else ["--select", ",".join(assets)])]
+            m = run_measured(name, argv, env=env)
             print(name, f"rc {m.returncode}, cpu {m.cpu_s:.1f} s, wall {m.wall_s:.1f} s, rss {m.peak_rss_mb:.0f} MB", flush=True)
             print(m.stdout, flush=True)
             if m.returncode != 0:  # e.g. out of memory: recorded, not a median
@@ -141,6 +190,8 @@ def main() -> None:
                              "cpu_s_per_gpu_day": statistics.median(r.cpu_s for r in done) / gpu_days,
                              "peak_rss_mb": max(r.peak_rss_mb for r in done), "wall_s": [r.wall_s for r in done],
                              "asset_wall_s": asset_times(done[-1].stdout), "asset_peak_rss_mb": asset_peaks(done[-1].stdout)}
+                if args.floor and assets is not None:
+                    out[name]["bytes"] = disk_bytes(data_dir)
             out["load_avg_end"] = os.getloadavg()
             path.write_text(json.dumps(out, indent=1, default=str) + "\n")  # kept after every run
     print(json.dumps(out, indent=1, default=str))
