@@ -233,8 +233,9 @@ def adjacent_power_files(context, warehouse, scope) -> dict:
 
 
 _UNMET = """
-SELECT e.endpoint, count(*) AS requests
+SELECT e.endpoint, count(*) AS requests, count(*) FILTER (WHERE c.held_ns > 0) AS held_requests
 FROM request_energy AS e
+LEFT JOIN _coverage AS c USING (request_id, endpoint)  -- request_energy.sql's held GPU-time of each request
 WHERE e.date = getvariable('partition_date')
 GROUP BY ALL
 HAVING max(coalesce(e.power_coverage, 0)) = 0
@@ -243,12 +244,6 @@ ORDER BY 1
 _REQUESTS = """
 SELECT epoch_ns(prefill_start_ts) AS a, epoch_ns(first_token_ts) AS ft, epoch_ns(end_ts) AS b
 FROM request_phases WHERE endpoint = $endpoint AND arrival_ts >= day_start()
-"""
-_HELD_WHILE_RUNNING = """
-SELECT count(*) FROM request_phases AS r
-WHERE r.endpoint = $endpoint AND r.arrival_ts >= day_start() AND EXISTS (
-    SELECT 1 FROM gpu_assignments AS a WHERE a.kind = 'endpoint' AND a.name = r.endpoint
-      AND a.from_ns <= epoch_ns(r.end_ts) AND a.to_ns > epoch_ns(r.prefill_start_ts))
 """
 
 
@@ -274,7 +269,7 @@ def requests_meet_power(con, adjacent_power_files: list[str] | None = None, **_)
     unmet = con.execute(_UNMET).fetchall()
     found: dict[str, dict] = {}
     lines = []
-    for endpoint, n_requests in unmet:
+    for endpoint, n_requests, held_requests in unmet:
         req = con.sql(_REQUESTS, params={"endpoint": endpoint}).fetchnumpy()
         a, ft, b = (np.asarray(req[c], np.int64) for c in ("a", "ft", "b"))
         t, w = _endpoint_power(con, endpoint, adjacent_power_files or [])
@@ -285,7 +280,7 @@ def requests_meet_power(con, adjacent_power_files: list[str] | None = None, **_)
             continue  # no power at all near these requests: incomplete (power_coverage WARNs), not wrong
         est = estimate_offset(a, ft, b, t, w)
         unaligned = est is None or est["correlation"] < MIN_CORRELATION
-        if unaligned and con.execute(_HELD_WHILE_RUNNING, {"endpoint": endpoint}).fetchone()[0] == 0:
+        if unaligned and held_requests == 0:
             continue  # it held no GPU while they ran (an assignment, not a clock): power_coverage WARNs
         if unaligned:
             text = f"endpoint {endpoint}: none of its {n_requests} requests overlaps its GPUs' power, and no clock offset within ±14 h lines them up"

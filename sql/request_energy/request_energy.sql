@@ -40,7 +40,8 @@ covered AS (
 )
 SELECT r.request_id, r.endpoint,
        -- least() skips NULLs: without this CASE a request whose endpoint held no GPU read 1.0
-       CASE WHEN h.held_ns > 0 THEN least(coalesce(c.gpu_ns, 0) / h.held_ns::DOUBLE, 1.0) ELSE 0.0 END AS power_coverage
+       CASE WHEN h.held_ns > 0 THEN least(coalesce(c.gpu_ns, 0) / h.held_ns::DOUBLE, 1.0) ELSE 0.0 END AS power_coverage,
+       coalesce(h.held_ns, 0) AS held_ns  -- for the coverage checks: 0 where its endpoint held no GPU while it ran
 FROM req AS r LEFT JOIN held AS h USING (request_id, endpoint) LEFT JOIN covered AS c USING (request_id, endpoint);
 
 CREATE OR REPLACE TEMP TABLE _charged AS
