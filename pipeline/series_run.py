@@ -60,15 +60,17 @@ def series_part(context: AssetExecutionContext, resource: WarehouseResource, con
             paths = {t.name: staged_path(data_dir, scope, t.name, run_id) for t in tables}
             for path in paths.values():
                 path.parent.mkdir(parents=True, exist_ok=True)
-            spill = data_dir / ".duckdb_tmp"  # where DuckDB spills too
-            try:
-                with tempfile.TemporaryDirectory(prefix="series-", dir=spill) as folder:
+
+            def one_pass() -> None:
+                with tempfile.TemporaryDirectory(prefix="series-", dir=data_dir / ".duckdb_tmp") as folder:  # where DuckDB spills too
                     write_parts(con, tables, paths, str(scope.date), Path(folder))
+
+            try:
+                one_pass()
             except (duckdb.Error, OSError, pa.ArrowException):  # DuckDB's errors come through the Arrow stream as OSError
                 if not resource.quarantine_damaged(con, scope):
                     raise
-                with tempfile.TemporaryDirectory(prefix="series-", dir=spill) as folder:
-                    write_parts(con, tables, paths, str(scope.date), Path(folder))
+                one_pass()  # over the views the quarantine redefined
         rows = warehouse.install_part(con, data_dir, series_table(name).name, scope, staged)
     resource.publish_part(name, scope)
     return rows
