@@ -28,9 +28,11 @@ CREATE OR REPLACE TEMP TABLE _pi_span AS
 SELECT endpoint, min(lo) AS lo, max(hi) AS hi, count(*) AS gpus FROM _pi_windows GROUP BY endpoint;
 
 -- the day's request phase intervals clipped to the span (a request of the day before still running
--- at midnight keeps its rate, so it gets this day's share)
+-- at midnight keeps its rate, so it gets this day's share). Rates are summed as DECIMAL (tokens per
+-- ns to 1e-30): exact sums, so the result does not depend on the order in which DuckDB's threads add
+-- them (DOUBLE sums differed in the last bit from one run to the next).
 CREATE OR REPLACE TEMP TABLE _pi_requests AS
-SELECT iv.request_id, iv.endpoint, iv.phase = 'prefill' AS pre, iv.rate, iv.estimated,
+SELECT iv.request_id, iv.endpoint, iv.phase = 'prefill' AS pre, iv.rate::DECIMAL(38, 30) AS rate, iv.estimated,
        greatest(iv.a_ns, s.lo) AS a_ns, least(iv.b_ns, s.hi) AS b_ns
 FROM request_intervals AS iv JOIN _pi_span AS s USING (endpoint)
 WHERE least(iv.b_ns, s.hi) > greatest(iv.a_ns, s.lo);
@@ -73,8 +75,8 @@ state AS (
 )
 SELECT endpoint, start_ns, end_ns, n_prefill::INTEGER AS n_prefill, n_decode::INTEGER AS n_decode,
        n_estimated > 0 AS prefill_estimated,
-       CASE WHEN n_prefill > 0 THEN rate_pre ELSE 0 END AS rate_pre,  -- token rates (tokens per ns); exact 0 when nobody is in the phase
-       CASE WHEN n_decode > 0 THEN rate_dec ELSE 0 END AS rate_dec,
+       CASE WHEN n_prefill > 0 THEN rate_pre::DOUBLE ELSE 0 END AS rate_pre,  -- token rates (tokens per ns); exact 0 when nobody is in the phase
+       CASE WHEN n_decode > 0 THEN rate_dec::DOUBLE ELSE 0 END AS rate_dec,
        CASE WHEN n_prefill > 0 THEN 'prefill' WHEN n_decode > 0 THEN 'decode' ELSE 'idle' END AS phase,
        gpus::BIGINT AS gpus
 FROM state WHERE end_ns IS NOT NULL;
