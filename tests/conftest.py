@@ -26,13 +26,18 @@ def data_dir(tmp_path):
 # One small `wattline demo` day per session, for the tests of what a user sees (tests/demo_day.py).
 # Days built once per session and read by every test that needs them; a test that writes copies
 # one first (tests/days.py, CONTRIBUTING.md "Tests that read a built day").
-from tests.days import report_day, square_day  # noqa: E402,F401
+from tests.days import capture_2_day, capture_4_day, report_day, square_day  # noqa: E402,F401
 from tests.demo_day import demo_day  # noqa: E402,F401
 from tests.s3_server import s3, s3_server  # noqa: E402,F401
 
+
 # CI (env CI set, as .ci/run does) must run the browser tests: a run in which a collected
-# `browser` test was skipped or deselected fails, so they can never pass silently.
-_browser = {"collected": 0, "ran": 0}
+# `browser` test was skipped or deselected fails, so they can never pass silently, with or
+# without pytest-xdist's -n (tests/browser_ran.py).
+def pytest_configure(config):
+    from tests.browser_ran import register
+
+    register(config)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` / `-k` deselect anything
@@ -42,7 +47,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if takes_a_day_of_its_own(item):
             item.add_marker(pytest.mark.slow)
-    _browser["collected"] = sum(1 for item in items if item.get_closest_marker("browser") or "/tests/browser/" in item.path.as_posix())
 
 
 # `make test-fast` skips the `slow` tests; one that takes longer than this without the marker is
@@ -52,8 +56,7 @@ _unmarked_slow: list[tuple[str, str, float]] = []
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call" and "browser" in report.keywords:
-        _browser["ran"] += 1
+    # Under pytest-xdist every report also reaches the controller, which prints the summary.
     if report.when in ("setup", "call") and report.duration > SLOW_S and "slow" not in report.keywords and "browser" not in report.keywords:
         _unmarked_slow.append((report.nodeid, report.when, report.duration))
 
@@ -64,17 +67,3 @@ def pytest_terminal_summary(terminalreporter):
         for nodeid, when, seconds in sorted(_unmarked_slow, key=lambda x: -x[2]):
             # A long setup is a fixture's: every test that takes it must be marked, or the fixture shared.
             terminalreporter.write_line(f"{seconds:7.1f}s {when:<5} {nodeid}")
-
-
-def browser_tests_missing() -> str | None:
-    """Why this CI run must fail for its browser tests, or None."""
-    if not os.environ.get("CI") or not _browser["collected"] or _browser["ran"] == _browser["collected"]:
-        return None
-    return f"CI: {_browser['collected'] - _browser['ran']} of {_browser['collected']} browser test(s) did not run (skipped or deselected); CI must run them all"
-
-
-def pytest_sessionfinish(session, exitstatus):
-    why = browser_tests_missing()
-    if why:
-        session.config.get_terminal_writer().line(f"error: {why}", red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -32,6 +32,10 @@ class BuiltDay:
     date: str = DATE
     files: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
 
+    def tables(self) -> set[str]:
+        """The tables the run materialized, by name (a fleet-day asset's key without its ``fleet/``)."""
+        return {key.rsplit("/", 1)[-1] for key in self.outcome.materialized}
+
     def changed(self) -> list[str]:
         """Files of the data dir added, removed or rewritten since the day was built."""
         now = _fingerprint(self.data_dir)
@@ -53,23 +57,25 @@ def copy_of(day: BuiltDay, target: Path) -> Path:
     return target
 
 
-def build(root: Path, write) -> BuiltDay:
-    """``write(data_dir)`` then one daily run, its report written under ``root/reports`` (never the
-    session's shared report folder, which every other run of the same date overwrites)."""
+def build(root: Path, write, date: str = DATE, selection: list[str] | None = None) -> BuiltDay:
+    """``write(data_dir)`` then one daily run of ``date`` (of ``selection`` only, when given), its
+    report written under ``root/reports`` (never the session's shared report folder, which every
+    other run of the same date overwrites)."""
     data_dir, reports_dir = root / "data", root / "reports"
     write(data_dir)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WATTLINE_REPORTS_DIR", str(reports_dir))
-        outcome = run_day(data_dir, DATE)
+        outcome = run_day(data_dir, date, selection=selection)
     assert outcome.success, outcome.error
-    return BuiltDay(data_dir, outcome, reports_dir, files=_fingerprint(data_dir))
+    return BuiltDay(data_dir, outcome, reports_dir, date=date, files=_fingerprint(data_dir))
 
 
 def builds_a_day(fixture_function):
     """Says that a fixture builds a day of its own through the daily job (tens of seconds on a
     busy 2-core machine): every test that takes it, directly or through another fixture, is
     marked ``slow`` (tests/conftest.py), so ``make test-fast`` leaves it to ``make test``. Put it
-    under ``@pytest.fixture``. A fixture that could read a shared day instead should."""
+    under ``@pytest.fixture``. A fixture that could read a shared day instead should. The shared
+    days of real captures below say it too: ``make test`` builds each once, the inner loop none."""
     fixture_function.builds_a_day = True
     return fixture_function
 
@@ -103,4 +109,33 @@ def report_day(tmp_path_factory) -> BuiltDay:
     yield from _unchanged(build(tmp_path_factory.mktemp("report-day"), write_day))
 
 
-__all__ = ["BuiltDay", "build", "builds_a_day", "copy_of", "report_day", "square_day", "takes_a_day_of_its_own"]
+# The real captures' days, each read by tests of several files. Their runs select the union of
+# what those tests read (a whole day would add the tables none of them reads).
+CAPTURE_4_TABLES = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats",
+                    "phase_timeline", "phase_intervals", "phase_segments", "request_energy", "energy_per_token",
+                    "power_cap_whatif"]
+CAPTURE_2_TABLES = ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_intervals", "phase_segments",
+                    "request_energy", "energy_per_token"]
+
+
+@pytest.fixture(scope="session")
+@builds_a_day
+def capture_4_day(tmp_path_factory) -> BuiltDay:
+    """h200-capture-4 (tests/data/h200-capture-4): the collector's own files of one H200, its
+    inventory entry and its 368 logged requests (``write_capture_4``), on 2026-12-03."""
+    from tests.test_phases_event_time_real import write_capture_4
+
+    yield from _unchanged(build(tmp_path_factory.mktemp("capture-4-day"), write_capture_4, "2026-12-03", CAPTURE_4_TABLES))
+
+
+@pytest.fixture(scope="session")
+@builds_a_day
+def capture_2_day(tmp_path_factory) -> BuiltDay:
+    """The H200 capture 2's inference phase (tests/data/phases/h200-capture-2: driver buffer at
+    ~20 ms, 59 logged requests, ``tests.phase_real.write_h200_capture``), on 2026-12-02."""
+    from tests.phase_real import write_h200_capture
+
+    yield from _unchanged(build(tmp_path_factory.mktemp("capture-2-day"), write_h200_capture, "2026-12-02", CAPTURE_2_TABLES))
+
+
+__all__ = ["BuiltDay", "build", "builds_a_day", "capture_2_day", "capture_4_day", "copy_of", "report_day", "square_day", "takes_a_day_of_its_own"]

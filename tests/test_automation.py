@@ -25,7 +25,6 @@ from pipeline.resources import WarehouseResource
 from pipeline.runner import dagster_home, run_day
 from pipeline.sensors import RAW_FILES_TAG
 from tests.builders import DAY, day_start_ns, power_table, square_wave, write_square_fleet
-from tests.days import builds_a_day
 
 
 def _evaluate(data_dir, cursor=None, instance=None):
@@ -95,14 +94,10 @@ def test_schedule_materializes_yesterdays_cluster_days(tmp_path):
 
 
 @pytest.fixture(scope="module")
-@builds_a_day
-def built_day(tmp_path_factory):
-    """A 10-second day built by `wattline run`'s code path (its own Dagster instance on disk)."""
-    data_dir = tmp_path_factory.mktemp("built") / "data"
-    write_square_fleet(data_dir, seconds=10)
-    outcome = run_day(data_dir, DAY.isoformat(), fleet_day=False)
-    assert outcome.success, outcome.error
-    return data_dir
+def built_day(square_day):
+    """The shared square-wave day, built by `wattline run`'s code path (its own Dagster instance on
+    disk). Only read here: a test that evaluates the sensor on it copies it first."""
+    return square_day.data_dir
 
 
 def _instance(data_dir):

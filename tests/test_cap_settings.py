@@ -40,6 +40,7 @@ def _caps(d) -> set[tuple]:
     return set(con.execute("SELECT cap_factor, alpha, alpha_low, alpha_high, alpha_source FROM t WHERE level = 'host'").fetchall())
 
 
+@pytest.mark.slow  # runs the daily job (`wattline run`, ~10 s on a busy 2-core machine)
 def test_run_flags_set_the_caps_and_alpha(tmp_path):
     d = _day(tmp_path / "data")
     result = invoke("run", "--date", DATE, "--select", SELECT, "--cap-factors", "0.5, 0.85",
@@ -48,6 +49,7 @@ def test_run_flags_set_the_caps_and_alpha(tmp_path):
     assert _caps(d) == {(f, 0.5, 0.4, 0.9, "configured") for f in (1.0, 0.85, 0.5)}
 
 
+@pytest.mark.slow  # runs the daily job (`wattline run`, ~10 s on a busy 2-core machine)
 def test_settings_set_them_without_flags(tmp_path):
     d = _day(tmp_path / "data")
     result = invoke("run", "--date", DATE, "--select", SELECT, "--data-dir", str(d),
@@ -56,6 +58,7 @@ def test_settings_set_them_without_flags(tmp_path):
     assert _caps(d) == {(f, 0.3, 0.3, 0.3, "configured") for f in (1.0, 0.75)}
 
 
+@pytest.mark.slow  # runs the daily job (`wattline run`, ~10 s on a busy 2-core machine)
 def test_without_either_the_defaults_hold(tmp_path):
     d = _day(tmp_path / "data")
     assert invoke("run", "--date", DATE, "--select", SELECT, "--data-dir", str(d), env=UNSET).exit_code == 0

@@ -49,3 +49,20 @@ def test_a_test_taking_a_day_building_fixture_is_slow(request, _through_another)
 
 def test_a_test_without_one_is_not(request):
     assert request.node.get_closest_marker("slow") is None
+
+
+def test_tests_reading_a_capture_day_are_slow_also_when_they_take_it_by_name():
+    """The capture days are built through the daily job: the inner loop (`-m "not slow"`) keeps none
+    of the tests that read them, those that choose the day by a parameter (getfixturevalue) included."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                           "tests/test_phases_event_time_real.py", "tests/test_power_swings_native.py", "tests/test_phases_real.py"],
+                          cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = [line for line in done.stdout.splitlines() if "::" in line]
+    # What stays in the inner loop reads no capture day: the brute-force kernel check on synthetic rows.
+    assert kept == ["tests/test_power_swings_native.py::test_kernel_equals_brute_force_per_gpu_and_run"], kept

@@ -20,10 +20,9 @@ import pytest
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.assets.inference_phases import power_resolution
-from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
-from tests.days import builds_a_day
-from tests.phase_real import _requests, write_h200_capture
+from tests.days import BuiltDay
+from tests.phase_real import _requests
 from tests.phase_reference import Request, attribute, interval_energy_j, iou
 
 CAPTURE_4 = Path(__file__).parent / "data" / "h200-capture-4"
@@ -57,9 +56,10 @@ def _buffer(data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     return df["t"].to_numpy(), df["power_w"].to_numpy()
 
 
-def _run(data_dir: Path, date: str):
-    outcome = run_day(data_dir, date, selection=ASSETS)
-    assert outcome.success, outcome.error
+def _read(day: BuiltDay):
+    """The shared day's phase tables and the reference computed from its raw files."""
+    data_dir, date, outcome = day.data_dir, day.date, day.outcome
+    assert set(ASSETS) <= day.tables(), outcome.materialized
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     for name in ASSETS[3:]:
@@ -78,20 +78,21 @@ def _run(data_dir: Path, date: str):
 
 
 @pytest.fixture(scope="module")
-@builds_a_day
-def cap4(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cap4") / "data"
-    return _run(d, write_capture_4(d))
+def cap4(capture_4_day):
+    return _read(capture_4_day)
 
 
 @pytest.fixture(scope="module")
-@builds_a_day
-def cap2(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cap2") / "data"
-    return _run(d, write_h200_capture(d))
+def cap2(capture_2_day):
+    return _read(capture_2_day)
 
 
-@pytest.fixture(params=["cap4", "cap2"])
+# A capture day taken by name (request.getfixturevalue) is not in a test's fixture closure, where
+# tests/conftest.py looks for a day built through the daily job: its params say `slow` themselves.
+CAPTURES = [pytest.param(name, marks=pytest.mark.slow, id=name) for name in ("cap4", "cap2")]
+
+
+@pytest.fixture(params=CAPTURES)
 def capture(request):
     return request.getfixturevalue(request.param)
 
@@ -158,7 +159,7 @@ def test_power_resolution_is_reported(cap4):
 POWER_IOU_MIN = {"cap2": 0.85, "cap4": 0.6}
 
 
-@pytest.mark.parametrize("name", ["cap2", "cap4"])
+@pytest.mark.parametrize("name", CAPTURES[::-1])
 def test_power_only_prefills_match_the_logged_prefills(request, name):
     con, outcome, ref = request.getfixturevalue(name)
     assert "power_segmentation_agreement" not in {c.check for c in outcome.failed_checks}

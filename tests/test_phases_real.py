@@ -9,7 +9,6 @@ from pipeline.assets.inference_phases import power_resolution
 from pipeline.phases.checks import segmentation_agreement
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
-from tests.days import builds_a_day
 from tests.phase_engine import engine_agreement
 from tests.phase_real import write_a100_smoke, write_engine_run, write_h200_capture
 
@@ -32,10 +31,16 @@ def _mean_w_by_phase(con):
 
 
 @pytest.fixture(scope="module")
-@builds_a_day
-def h200(tmp_path_factory):
-    d = tmp_path_factory.mktemp("h200") / "data"
-    return _run(d, write_h200_capture(d))
+def h200(capture_2_day):
+    """The shared capture-2 day's phase tables and its failed checks by name (as ``_run`` gives them)."""
+    outcome = capture_2_day.outcome
+    assert set(ASSETS) <= capture_2_day.tables(), outcome.materialized
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"SET VARIABLE partition_date = DATE '{capture_2_day.date}'")
+    for name in ASSETS:
+        con.register(name, read_day(capture_2_day.data_dir, name, capture_2_day.date))
+    return con, {c.check: c for c in outcome.failed_checks}
 
 
 def test_h200_power_only_segmentation_agrees_with_logged_requests(h200):

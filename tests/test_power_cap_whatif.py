@@ -256,16 +256,13 @@ def test_alpha_fitted_from_a_two_limit_fleet(tmp_path):
     assert fitted["H100 80GB HBM3"] == pytest.approx(true_alpha, rel=0.10)
 
 
-@pytest.mark.slow  # runs the daily job on a day of its own
-def test_capture_4_energy_above_560_w_matches_the_buffer_samples(tmp_path):
+def test_capture_4_energy_above_560_w_matches_the_buffer_samples(capture_4_day):
     """The real H200 (700 W limit): energy above 0.8 × 700 W from power_1s equals Σ max(P̄ − 560, 0)
     over the 1 s means of the driver's ~20 ms buffer samples, read straight from the raw files."""
-    from tests.test_phases_event_time_real import _buffer, write_capture_4
+    from tests.test_phases_event_time_real import _buffer
 
-    d = tmp_path / "data"
-    date = write_capture_4(d)
-    outcome = run_day(d, date, selection=ASSETS)
-    assert outcome.success, outcome.error
+    d, date = capture_4_day.data_dir, capture_4_day.date
+    assert set(ASSETS) <= capture_4_day.tables(), capture_4_day.outcome.materialized
     t, p = _buffer(d)
     sec = t // S
     sums = np.bincount(sec - sec[0], weights=p)

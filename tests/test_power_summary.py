@@ -3,26 +3,22 @@
 import duckdb
 import pytest
 
-from pipeline.runner import run_day
 from pipeline.warehouse import read_day
-from tests.builders import DAY, write_square_fleet
-from tests.days import builds_a_day
+from tests.builders import DAY
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary", "training_vs_inference"]
 
 
 @pytest.fixture(scope="module")
-@builds_a_day
-def built(tmp_path_factory):
-    """train-0: 2 GPUs 100↔700 W (period 4 s); infer-0: 2 GPUs at 200 W; 120 s at 10 Hz."""
-    data_dir = tmp_path_factory.mktemp("summary") / "data"
-    write_square_fleet(data_dir, seconds=120)
-    outcome = run_day(data_dir, DATE, selection=ASSETS)
-    assert outcome.success, outcome.error
+def built(square_day):
+    """The shared square-wave day (``square_day``): train-0, 2 GPUs 100↔700 W (period 4 s);
+    infer-0, 2 GPUs at 200 W; 600 s at 10 Hz."""
+    outcome = square_day.outcome
+    assert set(ASSETS) <= square_day.tables(), outcome.materialized
     con = duckdb.connect()
     for t in ("power_summary", "training_vs_inference"):
-        con.register(t, read_day(data_dir, t, DATE))
+        con.register(t, read_day(square_day.data_dir, t, DATE))
     return con, outcome
 
 
@@ -40,8 +36,8 @@ def test_gpu_and_host_summaries(built):
     assert (mean, p99, p999, mx) == (400.0, 700.0, 700.0, 700.0)
     assert (mean_pct, max_pct, pta, prov) == (pytest.approx(400 / 7), 100.0, 1.75, 700.0)
     assert idle == 0.5 and above == 0.0  # 100 W < 20% of 700 W half the time
-    # 119.9 s of samples, trapezoid: the 30 edges each lose half a step of the 600 W jump... within 0.5%.
-    assert kwh == pytest.approx(400 * 120 / 3.6e6, rel=5e-3)
+    # 599.9 s of samples, trapezoid: the 150 edges each lose half a step of the 600 W jump... within 0.5%.
+    assert kwh == pytest.approx(400 * 600 / 3.6e6, rel=5e-3)
     host = _summary(con, "host", "train-0")
     assert host[:4] == (800.0, 1400.0, 1400.0, 1400.0) and host[10] == 1500.0
     cluster = _summary(con, "cluster", "c0")

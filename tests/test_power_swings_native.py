@@ -8,10 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.runner import run_day
 from pipeline.warehouse import read_day
-from tests.days import builds_a_day
-from tests.test_phases_event_time_real import write_capture_4
 from tests.test_power_swings import assert_kernels_match_sql
 
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats"]
@@ -36,12 +33,9 @@ def _rows(data_dir: Path, source: str, column: str) -> tuple[np.ndarray, np.ndar
 
 
 @pytest.fixture(scope="module")
-@builds_a_day
-def cap4(tmp_path_factory):
-    d = tmp_path_factory.mktemp("swing4") / "data"
-    date = write_capture_4(d)
-    outcome = run_day(d, date, selection=ASSETS)
-    assert outcome.success, outcome.error
+def cap4(capture_4_day):
+    d, date, outcome = capture_4_day.data_dir, capture_4_day.date, capture_4_day.outcome
+    assert set(ASSETS) <= capture_4_day.tables(), outcome.materialized
     con = duckdb.connect()
     con.register("swing_stats", read_day(d, "swing_stats", date))
     return d, con, outcome

@@ -104,6 +104,7 @@ def _pass_ids(d) -> dict[str, set[bytes]]:
                      for p in (d / "derived" / t.name).rglob("part-0.parquet")} for t in SERIES_TABLES}
 
 
+@pytest.mark.slow  # two runs of the daily job (24 s on a busy 2-core machine)
 def test_a_run_computes_its_series_tables_in_one_pass(day):
     """A run of the three assets writes them from one pass (one pass id per cluster-day, shared by
     the three parts), and leaves no staged part; a later run of energy_curve alone computes only
