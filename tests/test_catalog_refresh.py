@@ -153,6 +153,17 @@ def test_a_table_whose_parts_are_gone_leaves_the_catalog(data_dir):
     assert not _read(data_dir, "SELECT * FROM duckdb_views() WHERE view_name = 'power_summary'")
 
 
+def test_a_data_dir_named_with_a_question_mark_gets_its_new_tables(tmp_path):
+    """DuckDB takes a ``?`` in a database path for URL parameters: the copy a new view is added
+    to is edited in the system's temporary folder, as a whole rebuild is."""
+    d = tmp_path / "d?x"
+    two_host_inventory(d)
+    _write(d, "power_1s", _rows(2))
+    _write(d, "power_summary", f"SELECT DATE '{DATE}' AS date, 'host' AS level, 'train-0' AS entity")
+    assert _read(d, "SELECT (SELECT count(*) FROM power_1s), (SELECT count(*) FROM power_summary)") == [(2, 1)]
+    assert warehouse.catalog_problem(d) is None
+
+
 def test_publish_rebuilds_whatever_the_state_says(data_dir):
     _write(data_dir, "power_1s", _rows(2))
     before = _catalog_file(data_dir)
