@@ -462,9 +462,10 @@ def describe_columns(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _execute_all(con: duckdb.DuckDBPyConnection, statements: list[str] | tuple[str, ...]) -> None:
-    """Run ``statements`` as one script: one call into DuckDB instead of one per statement."""
+    """Run ``statements`` as one script: one call into DuckDB instead of one per statement (each
+    ``;`` on a line of its own, so a statement's trailing ``--`` comment cannot swallow it)."""
     if statements:
-        con.execute(";\n".join(statements))
+        con.execute("\n;\n".join(statements))
 
 
 @contextlib.contextmanager

@@ -190,3 +190,11 @@ def test_a_run_builds_the_catalog_once_and_its_rerun_not_at_all(tmp_path, monkey
     assert run_day(d, DATE, selection=selection).success
     assert len(builds) == 1 and _catalog_file(d) == before
     assert _read(d, "SELECT count(*) > 0 FROM power_100ms") == [(True,)]
+
+
+def test_statements_run_as_one_script_stay_apart_after_a_trailing_comment():
+    """The shared macros and the comments run as one script: a statement ending in a ``--``
+    comment must not swallow the next one."""
+    con = duckdb.connect()
+    warehouse._execute_all(con, ["CREATE TABLE a AS SELECT 1 AS x -- the first", "CREATE TABLE b AS SELECT 2 AS x"])
+    assert con.execute("SELECT (SELECT x FROM a), (SELECT x FROM b)").fetchall() == [(1, 2)]
