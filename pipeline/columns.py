@@ -94,9 +94,15 @@ def other_columns(section: str) -> dict[str, tuple[str, tuple[Column, ...]]]:
     }
 
 
+@functools.cache
+def _others() -> dict[str, tuple[str, tuple[Column, ...]]]:
+    """The raw datasets and the catalog's other tables, merged once (asked once per relation)."""
+    return {**other_columns("raw"), **other_columns("catalog")}
+
+
 def declared(name: str) -> tuple[Column, ...]:
     """The declared columns of any table or view of the catalog (empty: none declared)."""
-    return table_columns(name) or {**other_columns("raw"), **other_columns("catalog")}.get(name, ("", ()))[1]
+    return table_columns(name) or _others().get(name, ("", ()))[1]
 
 
 @functools.cache
@@ -132,7 +138,7 @@ def table_docs() -> dict[str, str]:
 def relation_doc(name: str) -> str:
     """What a relation of the catalog holds: a derived table's description (its declaration's), a
     raw dataset's or catalog table's ``doc``, a helper view's line."""
-    others = {**other_columns("raw"), **other_columns("catalog")}
+    others = _others()
     return table_docs().get(name) or (others[name][0] if name in others else "") or helper_views().get(name, "")
 
 
@@ -146,8 +152,9 @@ def comment_statements(relations: dict[str, list[str]], views: Collection[str] =
         doc = relation_doc(name)
         if doc:
             out.append(f"COMMENT ON {'VIEW' if name in views else 'TABLE'} {name} IS {literal(doc)}")
+        names = set(present)
         for column in declared(name):
-            if column.name in present:
+            if column.name in names:
                 out.append(f"COMMENT ON COLUMN {name}.{column.name} IS {literal(column.comment)}")
     return out
 

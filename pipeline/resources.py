@@ -173,7 +173,9 @@ class WarehouseResource(ConfigurableResource):
         return True
 
     def publish_part(self, table: str, scope: Scope) -> None:
-        """Publish ``table``'s part for ``scope`` (S3: upload it) and republish the catalog."""
-        remote.publish_part(self.root, self.path, scope.part_dir(self.path, table) / "part-0.parquet")
-        warehouse.publish(self.path)
+        """Publish ``table``'s part for ``scope`` (S3: upload it) and bring the catalog up to date
+        (only a table's first part or a change of what else it holds needs a new one)."""
+        part = scope.part_dir(self.path, table) / "part-0.parquet"
+        remote.publish_part(self.root, self.path, part)
+        warehouse.refresh_catalog(self.path, table, part)
 

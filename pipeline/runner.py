@@ -162,6 +162,8 @@ def run_day(
             _tag_raw_files(data_dir, date, [r["run_id"] for r in results if r["run_id"]])
         if fleet_day and (all(r["success"] for r in results) or not results):
             results.append(_run_part((url, date, None, selection, settings)))
+        if warehouse.warehouse_path(data_dir).exists():  # a table gone with stale parts and no part after it
+            warehouse.refresh_catalog(data_dir)
     for r in results:
         _merge(outcome, r)
     logged = file_quarantine.entries(data_dir, date)

@@ -19,6 +19,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import functools
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -34,10 +37,11 @@ import pyarrow.parquet as pq
 
 from collectors import assignments
 from collectors.atomic import TMP_PREFIX, fsync_dir
-from collectors.contract import ADDED_COLUMNS, DATASETS, JOB_EVENTS
+from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS_DIR, DATASETS, JOB_EVENTS
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import DEFAULT_JOB_EVENTS_LOOKBACK_DAYS
+from collectors.storage import walk_matches
 from pipeline import columns, file_quarantine, remote, sqlfiles
 from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
 from pipeline.datadir import cluster_members, linked_paths, load_inventory_if_any, raw_files, stored_assignments
@@ -170,18 +174,29 @@ def _raw_relation_sql(data_dir: Path, dataset: str, files: list[Path] | None = N
     return f"SELECT {columns} FROM ({sql} UNION ALL BY NAME {_empty_relation_sql(dataset)})"
 
 
-def _has_levels(con: duckdb.DuckDBPyConnection, relation: str) -> bool:
-    names = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
-    return {"level", "entity"} <= names
+_LEVELED: dict[tuple, bool] = {}
+"""Whether parts have level/entity columns, by the parts' paths and file identities: a compute
+connection asks it of every table it defines, and the answer changes only when a part does."""
+
+
+def _has_levels(con: duckdb.DuckDBPyConnection, relation: str, parts: list[Path]) -> bool:
+    key = (relation, *((str(p), *(_file_id(p) or ())) for p in parts))
+    if key not in _LEVELED:
+        if len(_LEVELED) > 4096:
+            _LEVELED.clear()
+        names = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+        _LEVELED[key] = {"level", "entity"} <= names
+    return _LEVELED[key]
 
 
 def _derived_view_sql(data_dir: Path, table: str, scope: Scope | None = None, con: duckdb.DuckDBPyConnection | None = None) -> str:
     """The view of ``table``: all its parts; inside a cluster scope only that cluster's part,
     its cluster_role rows read back as role (see pipeline/scope.py)."""
     cluster = scope.cluster if scope else None
-    if cluster and any(p.is_file() for p in data_dir.glob(_parts_pattern(table, cluster))):
+    parts = sorted(p for p in data_dir.glob(_parts_pattern(table, cluster)) if p.is_file()) if cluster else []
+    if parts:
         source = f"read_parquet({pattern_literal(data_dir, _parts_pattern(table, cluster))}, hive_partitioning = false)"
-        leveled = con is not None and _has_levels(con, source)
+        leveled = con is not None and _has_levels(con, source, parts)
         body = read_back_sql(source, cluster) if leveled else f"SELECT * FROM {source}"
     else:  # the whole table; a cluster without its part of it yet sees it typed and empty
         source = f"read_parquet({pattern_literal(data_dir, _parts_pattern(table))}, hive_partitioning = false)"
@@ -189,8 +204,10 @@ def _derived_view_sql(data_dir: Path, table: str, scope: Scope | None = None, co
     return f"CREATE OR REPLACE VIEW {table} AS {body}"
 
 
+@functools.cache
 def _empty_relation_sql(dataset: str) -> str:
-    """A typed, empty relation for a dataset that has no files yet, so queries still bind."""
+    """A typed, empty relation for a dataset that has no files yet, so queries still bind (once
+    per process: it opens a DuckDB connection of its own)."""
     con = duckdb.connect()
     con.register("_empty", pa.table({f.name: pa.array([], f.type) for f in DATASETS[dataset].schema}))
     cols = con.execute("DESCRIBE SELECT * FROM _empty").fetchall()
@@ -423,8 +440,7 @@ def create_views(
     _create_inventory_tables(con, inventory)
     _create_gpu_assignments(con, data_dir, inventory, full_inventory, stored, lookback_days)
     con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")
-    for statement in sqlfiles.macros():
-        con.execute(statement)
+    _execute_all(con, sqlfiles.macros())
     if scope is None and kind == "VIEW":  # a reader's catalog: say what the columns mean
         describe_columns(con)
 
@@ -442,8 +458,14 @@ def describe_columns(con: duckdb.DuckDBPyConnection) -> None:
     views = {name for (name,) in con.execute(
         "SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = current_schema() AND database_name = current_database()"
     ).fetchall()}
-    for statement in columns.comment_statements(present, views):
-        con.execute(statement)
+    _execute_all(con, columns.comment_statements(present, views))
+
+
+def _execute_all(con: duckdb.DuckDBPyConnection, statements: list[str] | tuple[str, ...]) -> None:
+    """Run ``statements`` as one script: one call into DuckDB instead of one per statement (each
+    ``;`` on a line of its own, so a statement's trailing ``--`` comment cannot swallow it)."""
+    if statements:
+        con.execute("\n;\n".join(statements))
 
 
 @contextlib.contextmanager
@@ -561,47 +583,217 @@ def _publish_lock(data_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _write_catalog(path: Path, data_dir: Path) -> None:
+CATALOG_STATE = ".warehouse.inputs.json"
+"""Beside the catalog: what the catalog in place was built from (:func:`_catalog_inputs`), the
+file it is (inode, size, mtime) and each derived view's columns, so a publish after a part can tell
+whether the catalog already holds all it would hold when rebuilt."""
+
+
+def _write_catalog(path: Path, data_dir: Path) -> dict[str, list[str]]:
+    """Build the catalog at ``path`` in one transaction (a statement-per-commit file DuckDB spent
+    most of its time writing its log); returns each derived view's columns."""
     con = duckdb.connect(str(path))
     try:
         con.execute("SET TimeZone = 'UTC'")
+        con.execute("BEGIN")
+        tables = derived_tables(data_dir)  # listed first: a table whose first part lands meanwhile is added next time
         create_views(con, data_dir)
         con.execute(f"CREATE TABLE {CATALOG_INFO} AS SELECT {literal(str(data_dir))} AS data_dir, now() AS built_at")
-        for statement in columns.comment_statements({CATALOG_INFO: ["data_dir", "built_at"]}):
-            con.execute(statement)
+        _execute_all(con, columns.comment_statements({CATALOG_INFO: ["data_dir", "built_at"]}))
+        views = _view_columns(con, tables)
+        con.execute("COMMIT")
         con.execute("CHECKPOINT")
+        return views
     finally:
         con.close()
 
 
-def _build_catalog(tmp: Path, data_dir: Path) -> None:
-    """Write the catalog to ``tmp``. DuckDB 2.0 takes a ``?`` in a database path for the start of
+def _add_to_catalog(path: Path, data_dir: Path, tables: list[str]) -> dict[str, list[str]]:
+    """Define (again) the views of ``tables`` in the catalog copy at ``path``, with their comments,
+    in one transaction; returns their columns. Every other relation of the catalog stays as built:
+    views bind their files and one another when queried, so nothing else depends on them."""
+    con = duckdb.connect(str(path))
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("BEGIN")
+        for table in tables:
+            con.execute(_derived_view_sql(data_dir, table))
+        views = _view_columns(con, tables)
+        _execute_all(con, columns.comment_statements(views, views=set(views)))
+        con.execute(f"UPDATE {CATALOG_INFO} SET built_at = now()")
+        con.execute("COMMIT")
+        con.execute("CHECKPOINT")
+        return views
+    finally:
+        con.close()
+
+
+def _view_columns(con: duckdb.DuckDBPyConnection, tables: list[str]) -> dict[str, list[str]]:
+    """The columns of each of ``tables`` as ``con``'s views bind them now."""
+    found: dict[str, list[str]] = {t: [] for t in tables}
+    for table, column in con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE NOT internal AND schema_name = current_schema() "
+        "AND database_name = current_database() ORDER BY table_name, column_index"
+    ).fetchall():
+        if table in found:
+            found[table].append(column)
+    return found
+
+
+def _in_local_folder(tmp: Path, build) -> dict[str, list[str]]:
+    """Run ``build(path)`` on ``tmp``. DuckDB 2.0 takes a ``?`` in a database path for the start of
     URL parameters (it names the WAL ``d.wal?x/file`` and fails): for such a data dir the catalog
     is built in the system's temporary folder and copied to ``tmp`` (a few hundred KB)."""
     if "?" not in str(tmp):
-        _write_catalog(tmp, data_dir)
-        return
+        return build(tmp)
     with tempfile.TemporaryDirectory(prefix="wattline-catalog-") as folder:
         built = Path(folder) / "catalog.duckdb"
-        _write_catalog(built, data_dir)
+        if tmp.exists():
+            shutil.copyfile(tmp, built)
+        views = build(built)
         shutil.copyfile(built, tmp)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        return views
+
+
+def _build_catalog(tmp: Path, data_dir: Path) -> dict[str, list[str]]:
+    """Write the catalog to ``tmp``; returns each derived view's columns."""
+    return _in_local_folder(tmp, lambda path: _write_catalog(path, data_dir))
+
+
+def _file_id(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+@functools.cache
+def _code_version() -> str:
+    """A digest of the code and SQL that shape a catalog, and of DuckDB's version: a new wattline
+    rebuilds the catalog its predecessor left."""
+    digest = hashlib.sha256(duckdb.__version__.encode())
+    root = Path(__file__).resolve().parent.parent
+    for folder, pattern in (("pipeline", "**/*.py"), ("collectors", "**/*.py"), ("sql", "**/*")):
+        for path in sorted((root / folder).glob(pattern)):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(root)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _catalog_inputs(data_dir: Path) -> str:
+    """A digest of everything the catalog holds but its derived views: the data dir it names, the
+    code, whether each raw dataset has files and which links sit in its way (its view reads a glob,
+    so new files of a day need no new catalog), the inventory, the assignments and job_events files
+    (gpu_assignments is materialized from them) and whether anything was ever quarantined."""
+    digest = hashlib.sha256(_code_version().encode())
+    digest.update(str(data_dir).encode())
+    for name, dataset in DATASETS.items():
+        files, links = walk_matches(data_dir, dataset.glob())
+        files = sorted(f for f in files if not f.name.startswith(TMP_PREFIX))
+        digest.update(f"\0{name} {bool(files)}".encode())
+        for link in sorted(links):
+            digest.update(f"\0{link} -> {os.readlink(link)}".encode())
+        if name == "job_events":
+            for f in files:
+                digest.update(f"\0{f} {_file_id(f)}".encode())
+    for f in sorted((data_dir / ASSIGNMENTS_DIR).glob("*.parquet")):
+        digest.update(f"\0{f} {_file_id(f)}".encode())
+    inventory = data_dir / INVENTORY_FILE
+    digest.update(b"\0inventory " + (inventory.read_bytes() if inventory.is_file() else b"-"))
+    log = file_quarantine.log_dir(data_dir)
+    digest.update(f"\0quarantine {log.is_dir() and any(log.glob('*.parquet'))}".encode())
+    return digest.hexdigest()
+
+
+def _read_state(data_dir: Path) -> dict | None:
+    try:
+        state = json.loads((data_dir / CATALOG_STATE).read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _write_state(data_dir: Path, inputs: str, tables: dict[str, list[str]]) -> None:
+    """Record what the catalog now in place holds (after it was renamed into place: a state that
+    names another file than the catalog there means nothing and the next publish rebuilds)."""
+    state = {"inputs": inputs, "catalog": _file_id(warehouse_path(data_dir)), "tables": tables}
+    tmp = data_dir / f"{TMP_PREFIX}{CATALOG_STATE}.{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.write_text(json.dumps(state, sort_keys=True))
+        os.replace(tmp, data_dir / CATALOG_STATE)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _swap_in(data_dir: Path, build) -> dict[str, list[str]]:
+    """Write a catalog to a temporary file with ``build(tmp)`` and rename it over the catalog (the
+    caller holds the publish lock); returns what ``build`` returns."""
+    target = warehouse_path(data_dir)
+    tmp = data_dir / f"{TMP_PREFIX}{target.name}.{uuid.uuid4().hex[:8]}"
+    try:
+        views = build(tmp)
+        (data_dir / CATALOG_STATE).unlink(missing_ok=True)
+        os.replace(tmp, target)
+        fsync_dir(data_dir)
+    finally:
+        tmp.unlink(missing_ok=True)
+        Path(f"{tmp}.wal").unlink(missing_ok=True)
+    return views
+
+
+def _rebuild(data_dir: Path) -> None:
+    inputs = _catalog_inputs(data_dir)
+    views = _swap_in(data_dir, lambda tmp: _build_catalog(tmp, data_dir))
+    _write_state(data_dir, inputs, views)
 
 
 def publish(data_dir: Path) -> Path:
     """Rebuild ``warehouse.duckdb`` as a catalog of views and swap it in atomically."""
+    with _publish_lock(data_dir):
+        _rebuild(data_dir)
+    return warehouse_path(data_dir)
+
+
+def refresh_catalog(data_dir: Path, table: str | None = None, part: Path | None = None) -> str:
+    """Bring ``warehouse.duckdb`` up to date after ``part`` of ``table`` was written (or, with no
+    part, after a run), doing only what changed: nothing when the catalog already holds every
+    derived table present with the part's columns (a derived view reads all its parts, so a new
+    part of a known table needs no new catalog); the missing views added to a copy when only new
+    tables (or a table's new columns) appeared; a whole rebuild when anything else it holds
+    changed (:func:`_catalog_inputs`), a table is gone, or the catalog in place is not the one
+    last recorded. The copy or rebuild is renamed into place under the publish lock, so a reader
+    sees the old catalog or the new one. Returns ``"kept"``, ``"added"`` or ``"rebuilt"``."""
     target = warehouse_path(data_dir)
     with _publish_lock(data_dir):
-        tmp = data_dir / f"{TMP_PREFIX}{target.name}.{uuid.uuid4().hex[:8]}"
-        try:
-            _build_catalog(tmp, data_dir)
-            os.replace(tmp, target)
-            fsync_dir(data_dir)
-        finally:
-            tmp.unlink(missing_ok=True)
-            Path(f"{tmp}.wal").unlink(missing_ok=True)
-    return target
+        state = _read_state(data_dir)
+        inputs = _catalog_inputs(data_dir)
+        known = state.get("tables") if state else None
+        if (state is None or not isinstance(known, dict) or state.get("inputs") != inputs
+                or state.get("catalog") != _file_id(target) or _file_id(target) is None):
+            _rebuild(data_dir)
+            return "rebuilt"
+        present = derived_tables(data_dir)
+        if set(known) - set(present):
+            _rebuild(data_dir)
+            return "rebuilt"
+        missing = [t for t in present if t not in known]
+        if table is not None and table in known and part is not None and part.is_file():
+            if pq.read_schema(part).names != known[table]:
+                missing.append(table)
+        if not missing:
+            return "kept"
+
+        def add(tmp: Path) -> dict[str, list[str]]:
+            shutil.copyfile(target, tmp)
+            return _in_local_folder(tmp, lambda path: _add_to_catalog(path, data_dir, missing))
+
+        views = _swap_in(data_dir, add)
+        _write_state(data_dir, inputs, {**known, **views})
+        return "added"
 
 
 def catalog_root(path: Path) -> str | None:
