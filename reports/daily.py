@@ -20,6 +20,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from altair.utils.schemapi import debug_mode
+
 from collectors.settings import load
 from pipeline.constants import REPORTS_DIR
 from reports import charts
@@ -61,27 +63,31 @@ class Report:
 
 
 def build_sections(data_dir: Path, date: str, instance=None) -> list[Section]:
+    """Every section, in order. Charts are made with altair's debug mode off: it validates each
+    object against the Vega-Lite schema as it is made, most of what a chart costs to build; one
+    test validates every chart the report builds instead (tests/test_report.py)."""
     reader = Reader.open(data_dir)
     try:
         history = run_history(data_dir, date, instance=instance)
         ctx = Ctx(reader=reader, data_dir=data_dir, date=date, history=history)
         sections = []
-        for module in SECTIONS:
-            if reader.con is None:
-                s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE)
-                s.not_available(f"no warehouse at {data_dir} (run `wattline run --date {date}` first)")
-                sections.append(s)
-                continue
-            try:
-                sections.append(module.build(ctx))
-            except Exception as exc:  # one broken section must not take the report down
-                # Debug only: the section carries the error (the CLI prints one line for it and
-                # exits non-zero) and the HTML the traceback; no traceback per section on stderr.
-                log.debug("report section %s failed", module.__name__, exc_info=True)
-                s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE, error=f"{type(exc).__name__}: {exc}")
-                s.add(Note(f"This section could not be built: {type(exc).__name__}: {exc}", "warn"))
-                s.add(Code("traceback", traceback.format_exc(limit=3)))
-                sections.append(s)
+        with debug_mode(False):
+            for module in SECTIONS:
+                if reader.con is None:
+                    s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE)
+                    s.not_available(f"no warehouse at {data_dir} (run `wattline run --date {date}` first)")
+                    sections.append(s)
+                    continue
+                try:
+                    sections.append(module.build(ctx))
+                except Exception as exc:  # one broken section must not take the report down
+                    # Debug only: the section carries the error (the CLI prints one line for it and
+                    # exits non-zero) and the HTML the traceback; no traceback per section on stderr.
+                    log.debug("report section %s failed", module.__name__, exc_info=True)
+                    s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE, error=f"{type(exc).__name__}: {exc}")
+                    s.add(Note(f"This section could not be built: {type(exc).__name__}: {exc}", "warn"))
+                    s.add(Code("traceback", traceback.format_exc(limit=3)))
+                    sections.append(s)
         return sections
     finally:
         reader.close()
@@ -101,7 +107,7 @@ def build_report(data_dir: Path, date: str, out_dir: Path = REPORTS_DIR, *, inst
     specs: dict[str, dict] = {}
     for s in report.sections:
         for c in s.charts:
-            spec = charts.plain_titles(c.chart.to_dict())
+            spec = charts.plain_titles(c.chart.to_dict(validate=False))  # validated by a test, not per run
             specs[c.name] = spec
             report.points[c.name] = charts.count_points(spec)
             if report.points[c.name] > charts.MAX_POINTS:

@@ -489,3 +489,44 @@ def test_chart_titles_lose_the_captions_code_backticks_and_keep_their_data():
     assert "swing (% of provisioned)" in titles and "table" in titles
     assert not any("`" in t for t in titles)
     assert spec["data"] == chart.to_dict()["data"]
+
+
+def _chart_names_in_sections() -> set[str]:
+    """Every chart name a section can add: the first argument of each ``Chart(...)`` in reports/sections/."""
+    import ast
+    from pathlib import Path
+
+    import reports.sections
+
+    names = set()
+    for path in Path(reports.sections.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Chart" and node.args \
+                    and isinstance(node.args[0], ast.Constant):
+                names.add(node.args[0].value)
+    return names
+
+
+def test_every_chart_the_report_builds_follows_the_vega_lite_schema(full, tmp_path):
+    """A run builds and renders its charts without altair's schema validation (most of what a chart
+    cost): here every chart a report can build, exactly as its page embeds it, is validated against
+    the Vega-Lite schema, so a spec error still fails a test."""
+    import jsonschema
+    from altair.vegalite.v6.schema.core import Root
+
+    from tests.test_report_serving import serving_day
+
+    specs = _page_specs(build_report(full, DATE, tmp_path / "out", png=False).html_path.read_text())
+    specs |= _page_specs(build_report(serving_day(tmp_path / "serving"), DATE, tmp_path / "out-serving", png=False).html_path.read_text())
+    assert set(specs) == _chart_names_in_sections() and len(specs) >= 14
+    invalid = {}
+    for name, spec in specs.items():
+        try:
+            Root.validate(spec)
+        except jsonschema.ValidationError as exc:
+            invalid[name] = exc.message
+    assert invalid == {}
+    broken = json.loads(json.dumps(specs["fleet_power"]))
+    broken["width"] = "wide"
+    with pytest.raises(jsonschema.ValidationError):  # the validator does see a bad value
+        Root.validate(broken)
