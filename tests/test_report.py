@@ -322,6 +322,73 @@ def test_swing_events_known_answer_on_a_constructed_grid(tmp_path):
     assert len(events) == 1  # one event per entity and minute; the incomplete 7 kW slot is in no window
 
 
+def _naive_top_events(slots: dict, provisioned: dict, limit: int = 10) -> list[tuple]:
+    """top_events' rule, slot by slot: each complete slot t's window (t − 2 s, t]; per entity and
+    minute the largest swing at its earliest slot; ranked by % of provisioned (none last), W, time;
+    from → to the window's first maximum and first minimum in time order."""
+    found = []
+    for key, series in slots.items():  # key: (level, entity); series: [(t_ms, w)] of complete slots, in time order
+        best: dict = {}
+        for i, (t, _) in enumerate(series):
+            inside = [(u, w) for u, w in series[: i + 1] if u > t - 2000]
+            ws = [w for _, w in inside]
+            swing = max(ws) - min(ws)
+            if swing > 0 and (t // 60_000 not in best or swing > best[t // 60_000][1]):
+                hi, lo = inside[ws.index(max(ws))], inside[ws.index(min(ws))]
+                best[t // 60_000] = (t, swing, *(w for _, w in sorted([lo, hi])))
+        p = provisioned.get(key)
+        found += [(key, t, swing, None if p is None else 100 * swing / p, a, b) for t, swing, a, b in best.values()]
+    found.sort(key=lambda e: (e[3] is None, -(e[3] or 0), -e[2], e[1], e[0]))
+    return found[:limit]
+
+
+def test_swing_events_equal_a_slot_by_slot_reference_with_ties_gaps_and_no_provisioned(tmp_path):
+    """Random steps and plateaus (many windows tie for a minute's largest swing), incomplete slots,
+    a missing slot and an entity without provisioned power: the events table equals the rule
+    evaluated slot by slot (the instant, swing, % and from → to of each)."""
+    import random
+
+    from pipeline import warehouse
+    from reports.data import Reader, RunHistory
+    from reports.sections import swings
+    from reports.sections.base import Ctx
+    from tests.report_tables import _schema, _ts, write_table
+
+    rng = random.Random(7)
+    day = dt.date.fromisoformat(DATE)
+    rows, slots = [], {}
+    for level, entity in (("cluster", "c1"), ("cluster", "c2"), ("role", "inference"), ("role", "training")):
+        w, series = 1000.0, []
+        for k in range(1800):  # 3 minutes of 100 ms slots
+            if rng.random() < 0.03:
+                w = float(rng.choice([600, 800, 1000, 1200, 1400]))  # steps: plateaus tie
+            if k == 900 and entity == "c2":
+                continue  # a missing slot
+            complete = rng.random() > 0.02
+            rows.append({"date": day, "level": level, "entity": entity, "ts": _ts(DATE, k / 10), "power_w": w if complete else 9000.0,
+                         "power_avg_w": None, "gpus_reporting": 8, "complete": complete})
+            if complete:
+                series.append((int(_ts(DATE, k / 10).timestamp() * 1000), w))
+        slots[(level, entity)] = series
+    provisioned = {("cluster", "c1"): 2000.0, ("cluster", "c2"): 2000.0, ("role", "inference"): 4000.0}  # training: none
+    write_table(tmp_path / "data", "fleet_power_100ms", DATE, rows,
+                _schema("date:d", "level:s", "entity:s", "ts:t", "power_w:f", "power_avg_w:f", "gpus_reporting:i", "complete:b"))
+    write_table(tmp_path / "data", "fleet_power_1s", DATE, [
+        {"date": day, "level": lv, "entity": e, "ts": _ts(DATE, 0), "power_w": 1.0, "provisioned_w": p} for (lv, e), p in provisioned.items()
+    ], _schema("date:d", "level:s", "entity:s", "ts:t", "power_w:f", "provisioned_w:f"))
+    warehouse.publish(tmp_path / "data")
+    reader = Reader.open(tmp_path / "data")
+    try:
+        ctx = Ctx(reader=reader, data_dir=tmp_path / "data", date=DATE, history=RunHistory(available=False))
+        for limit in (12, 5):  # every minute of every entity; the top 5 only
+            events = swings.top_events(ctx, ("cluster", "role"), limit=limit)
+            got = [((e["level"], e["entity"]), e["t_ms"], e["swing_w"], e["swing_pct"], e["from_w"], e["to_w"]) for e in events]
+            assert got == _naive_top_events(slots, provisioned, limit=limit)
+    finally:
+        reader.close()
+    assert len(got) == 5 and got[0][3] is not None
+
+
 def test_failed_checks_listed_first_passed_ones_folded_under_a_count(built, tmp_path):
     from reports.daily import _block
     from reports.sections.base import Collapsed, Table
