@@ -17,6 +17,7 @@ import os
 import re
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def build_report(data_dir: Path, date: str, out_dir: Path = REPORTS_DIR, *, inst
             report.points[c.name] = charts.count_points(spec)
             if report.points[c.name] > charts.MAX_POINTS:
                 log.warning("chart %s embeds %d points (budget %d)", c.name, report.points[c.name], charts.MAX_POINTS)
-    page = render_html(report, specs, data_dir)
+    page = render_html(report, specs, data_dir, out_dir)
     report.html_path = _write_atomic(out_dir / f"{date}.html", page.encode())
     if png if png is not None else png_enabled():
         report.pngs = write_pngs(specs, out_dir / date)
@@ -237,11 +238,47 @@ def _script_json(value) -> str:
     return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: Report, specs: dict[str, dict], data_dir: Path) -> str:
+BUNDLE_CACHE_DIR = ".cache"
+
+
+def vega_bundle(out_dir: Path | None = None) -> str:
+    """Vega, Vega-Lite and vega-embed as one script for the page to inline (vl-convert's bundle,
+    ~0.9 MB). vl-convert builds it in ~1.7 s of CPU once per process; kept in
+    ``out_dir/.cache/`` under the versions that make it, a later process reads it instead."""
     import vl_convert as vlc
     from altair.utils._importers import vl_version_for_vl_convert
 
-    bundle = vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    vl_version = vl_version_for_vl_convert()
+    if out_dir is None:
+        return vlc.javascript_bundle(vl_version=vl_version)
+    folder = out_dir / BUNDLE_CACHE_DIR
+    path = folder / f"vega-bundle-vl-convert-{vlc.__version__}-{vl_version}.js"
+    try:
+        if kept := path.read_text(encoding="utf-8"):
+            return kept
+    except (OSError, UnicodeDecodeError):
+        pass
+    bundle = vlc.javascript_bundle(vl_version=vl_version)
+    tmp: Path | None = None
+    try:
+        folder.mkdir(exist_ok=True)
+        tmp = folder / f".vega-bundle-{os.getpid()}-{uuid.uuid4().hex}.tmp"  # its own name: two reports at once each rename a whole file
+        tmp.write_text(bundle, encoding="utf-8")
+        os.replace(tmp, path)
+        tmp = None
+        for other in folder.glob("vega-bundle-*.js"):  # bundles of other versions
+            if other != path:
+                other.unlink(missing_ok=True)
+    except OSError:
+        log.debug("could not keep the JavaScript bundle in %s", folder, exc_info=True)  # a cache only
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+    return bundle
+
+
+def render_html(report: Report, specs: dict[str, dict], data_dir: Path, out_dir: Path | None = None) -> str:
+    bundle = vega_bundle(out_dir)
     nav = "".join(f'<a href="#{s.key}">{i}. {html.escape(s.title)}</a>' for i, s in enumerate(report.sections, 1))
     parts = []
     for i, s in enumerate(report.sections, 1):

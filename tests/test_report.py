@@ -136,6 +136,30 @@ def test_empty_data_dir_gives_a_report_of_missing_sections(tmp_path):
     assert path.exists() and "not available yet" in path.read_text().lower()
 
 
+def test_the_pages_javascript_is_built_once_and_kept_beside_the_reports(tmp_path, monkeypatch):
+    """vl-convert's bundle of Vega, Vega-Lite and vega-embed costs ~1.7 s of CPU to build: a later
+    report into the same folder (another process, another day) inlines the kept copy, the same bytes."""
+    import re
+
+    import vl_convert
+
+    data_dir = tmp_path / "empty"
+    data_dir.mkdir()
+    out = tmp_path / "out"
+    first = write_report(data_dir, DATE, out, png=False).read_text()
+    kept = list((out / ".cache").glob("vega-bundle-*.js"))
+    assert len(kept) == 1 and kept[0].read_text() in first and kept[0].stat().st_size > 500_000
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the bundle was built again")
+
+    monkeypatch.setattr(vl_convert, "javascript_bundle", no_build)
+    second = write_report(data_dir, DATE, out, png=False).read_text()
+    generated = re.compile(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC")
+    assert generated.sub("", second) == generated.sub("", first)
+    assert [p.name for p in (out / ".cache").iterdir()] == [kept[0].name]  # no temporary file left
+
+
 def test_thousand_gpu_fleet_stays_within_budgets(tmp_path):
     """A day of role/cluster power for 125 hosts × 8 GPUs: ≤ 5,000 points per chart, HTML < 5 MB."""
     from tests.scale_fleet import write_scale_fleet
