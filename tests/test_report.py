@@ -621,3 +621,29 @@ def test_every_chart_the_report_builds_follows_the_vega_lite_schema(full, tmp_pa
     broken["width"] = "wide"
     with pytest.raises(jsonschema.ValidationError):  # the validator does see a bad value
         Root.validate(broken)
+
+
+@pytest.mark.parametrize("batch", [100, 1])
+def test_latest_materialization_per_partition_with_one_query_per_asset(batch, monkeypatch):
+    """The quality section lists each asset's newest materialization of the day and of each
+    cluster-day: read with one query per asset (and one per partition the first records did
+    not reach, here forced with a batch of 1), the same records as one query per partition."""
+    from dagster import AssetKey, AssetMaterialization, DagsterInstance
+
+    from pipeline.constants import CLUSTER_DIM
+    from pipeline.partitions import cluster_day_key
+    from reports import data
+
+    real = data._latest_materializations
+    monkeypatch.setattr(data, "_latest_materializations", lambda i, k, p: real(i, k, p, batch=batch))
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(CLUSTER_DIM, ["c0", "c1"])
+        for rows, partition in [(1, DATE), (2, cluster_day_key(DATE, "c0")), (3, DATE), (4, cluster_day_key(DATE, "c1")),
+                                (5, cluster_day_key(DATE, "c0")), (6, "2026-11-29"), (7, cluster_day_key(DATE, "c0"))]:
+            instance.report_runless_asset_event(AssetMaterialization("power_1s", partition=partition, metadata={"dagster/row_count": rows}))
+        instance.report_runless_asset_event(AssetMaterialization("swing_stats", partition=cluster_day_key(DATE, "c1"),
+                                                                 metadata={"dagster/row_count": 8}))
+        history = data._history_from(instance, DATE, ["power_1s", "swing_stats", "energy_curve"])
+        assert instance.get_asset_keys() and AssetKey("power_1s") in instance.get_asset_keys()
+    assert [(m.asset, m.rows) for m in history.materializations] == [
+        ("power_1s", 3), ("power_1s [c0]", 7), ("power_1s [c1]", 4), ("swing_stats [c1]", 8)]
