@@ -72,7 +72,7 @@ def role_pct_bars(rows: list[dict]) -> alt.Chart:
             yOffset=alt.YOffset("stat:N", sort=stats),
             x=alt.X("pct:Q", title="% of provisioned power"),
             color=alt.Color("stat:N", title="statistic", scale=alt.Scale(domain=stats, range=["#9ecae1", "#3182bd"][: len(stats)])),
-            tooltip=["role:N", "stat:N", alt.Tooltip("pct:Q", format=".1f")],
+            tooltip=[alt.Tooltip("role:N"), alt.Tooltip("stat:N"), alt.Tooltip("pct:Q", format=".1f")],
         )
         .properties(width=WIDTH, height=40 + 40 * len({r["role"] for r in rows}))
     )
@@ -83,13 +83,14 @@ def swing_projection(rows: list[dict], published: list[dict]) -> alt.LayerChart:
     base = alt.Chart(alt.Data(values=rows))
     x = alt.X("gpus:Q", scale=alt.Scale(type="log", base=2), title="GPUs summed (log scale)")
     color = alt.Color("series:N", title="kind / entity")
-    band = base.mark_area(opacity=0.2).encode(x=x, y=alt.Y("low:Q", title="max 2 s swing, 100 ms grid (% of provisioned)"), y2="high:Q", color=color)
+    band = base.mark_area(opacity=0.2).encode(x=x, y=alt.Y("low:Q", title="max 2 s swing, 100 ms grid (% of provisioned)"), y2=alt.Y2("high:Q"), color=color)
     line = base.mark_line(point=True).encode(
-        x=x, y="pct:Q", color=color, strokeDash=alt.StrokeDash("method:N", title="method"),
-        tooltip=["series:N", "method:N", "gpus:Q", alt.Tooltip("pct:Q", format=".1f"), alt.Tooltip("low:Q", format=".1f"), alt.Tooltip("high:Q", format=".1f")],
+        x=x, y=alt.Y("pct:Q"), color=color, strokeDash=alt.StrokeDash("method:N", title="method"),
+        tooltip=[alt.Tooltip("series:N"), alt.Tooltip("method:N"), alt.Tooltip("gpus:Q"), alt.Tooltip("pct:Q", format=".1f"),
+                 alt.Tooltip("low:Q", format=".1f"), alt.Tooltip("high:Q", format=".1f")],
     )
     pub = alt.Chart(alt.Data(values=published)).mark_point(shape="diamond", size=90, filled=True, color="black").encode(
-        x="gpus:Q", y="pct:Q", tooltip=["kind:N", "gpus:Q", alt.Tooltip("pct:Q", title="published max 2 s swing (%)")])
+        x=alt.X("gpus:Q"), y=alt.Y("pct:Q"), tooltip=[alt.Tooltip("kind:N"), alt.Tooltip("gpus:Q"), alt.Tooltip("pct:Q", title="published max 2 s swing (%)")])
     return (band + line + pub).properties(
         width=WIDTH, height=260,
         title=alt.TitleParams("Swing at scale: max 2 s swing of the summed endpoints / job hosts",
@@ -106,9 +107,9 @@ def headroom_bars(rows: list[dict]) -> alt.LayerChart:
         yOffset=alt.YOffset("stat:N"),
         x=alt.X("pct:Q", title="% of provisioned", scale=alt.Scale(domainMax=100)),
         color=alt.Color("stat:N", title=None, scale=alt.Scale(range=["#bcbddc", "#756bb1"])),
-        tooltip=["entity:N", "stat:N", alt.Tooltip("pct:Q", format=".1f")],
+        tooltip=[alt.Tooltip("entity:N"), alt.Tooltip("stat:N"), alt.Tooltip("pct:Q", format=".1f")],
     )
-    rule = alt.Chart(alt.Data(values=[{"x": 100}])).mark_rule(color="#a50f15", strokeDash=[4, 3]).encode(x="x:Q")
+    rule = alt.Chart(alt.Data(values=[{"x": 100}])).mark_rule(color="#a50f15", strokeDash=[4, 3]).encode(x=alt.X("x:Q"))
     return alt.layer(bars, rule).properties(width=WIDTH, height=40 + 36 * len({r["entity"] for r in rows}))
 
 
@@ -125,7 +126,8 @@ def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucke
             y=alt.Y("w:Q", stack="zero", title=f"power ({unit}, {bucket} means)"),
             color=alt.Color("role:N", scale=ROLE_COLORS, title="role"),
             order=alt.Order("role:N", sort="descending"),
-            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), "role:N", alt.Tooltip("w:Q", format=",.1f", title=f"{bucket} mean ({unit})")],
+            tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("role:N"),
+                     alt.Tooltip("w:Q", format=",.1f", title=f"{bucket} mean ({unit})")],
         )
     )
     env = (
@@ -137,8 +139,9 @@ def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucke
             tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.1f", title=f"2 s max in the {bucket} ({unit})")],
         )
     )
-    rule = alt.Chart(alt.Data(values=rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y="w:Q", tooltip=["label:N"])
-    text = alt.Chart(alt.Data(values=rules)).mark_text(align="left", dx=4, dy=-6, color="#a50f15", fontSize=10).encode(y="w:Q", x=alt.value(0), text="label:N")
+    rule = alt.Chart(alt.Data(values=rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y=alt.Y("w:Q"), tooltip=[alt.Tooltip("label:N")])
+    text = alt.Chart(alt.Data(values=rules)).mark_text(align="left", dx=4, dy=-6, color="#a50f15", fontSize=10).encode(
+        y=alt.Y("w:Q"), x=alt.XValue(0), text=alt.Text("label:N"))
     return alt.layer(stack, env, rule, text, title=title).properties(width=WIDTH, height=HEIGHT + 40)
 
 
@@ -153,7 +156,7 @@ def swing_ecdf(curves: list[dict], marks: list[dict]) -> alt.LayerChart | alt.Fa
             x=alt.X("pct:Q", title="swing within the window (% of provisioned)"),
             y=alt.Y("q:Q", title="share of windows (ECDF, 0–1)", scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("role:N", scale=ROLE_COLORS),
-            tooltip=["role:N", "window:N", alt.Tooltip("q:Q", format=".2f"), alt.Tooltip("pct:Q", format=".2f")],
+            tooltip=[alt.Tooltip("role:N"), alt.Tooltip("window:N"), alt.Tooltip("q:Q", format=".2f"), alt.Tooltip("pct:Q", format=".2f")],
         )
     )
     layers = [line.properties(data=alt.Data(values=curves))]
@@ -162,10 +165,10 @@ def swing_ecdf(curves: list[dict], marks: list[dict]) -> alt.LayerChart | alt.Fa
             alt.Chart(alt.Data(values=marks))
             .mark_point(filled=True, size=50, shape="diamond")
             .encode(
-                x="pct:Q",
-                y="q:Q",
+                x=alt.X("pct:Q"),
+                y=alt.Y("q:Q"),
                 color=alt.Color("role:N", scale=ROLE_COLORS),
-                tooltip=["role:N", "window:N", "stat:N", alt.Tooltip("pct:Q", format=".2f")],
+                tooltip=[alt.Tooltip("role:N"), alt.Tooltip("window:N"), alt.Tooltip("stat:N"), alt.Tooltip("pct:Q", format=".2f")],
             )
         )
     # One panel per window, each with only its own rows (a facet of a multi-source layer is not allowed).
@@ -188,10 +191,10 @@ def endpoint_window(power: list[dict], segments: list[dict], endpoint: str, reso
             .mark_rect(opacity=0.6)
             .encode(
                 x=_time_x("start", fmt="%H:%M:%S"),
-                x2="end:T",
+                x2=alt.X2("end:T"),
                 color=alt.Color("phase:N", scale=PHASE_COLORS, title="phase"),
                 tooltip=[
-                    "phase:N",
+                    alt.Tooltip("phase:N"),
                     alt.Tooltip("start:T", format="%H:%M:%S.%L", formatType="utc"),
                     alt.Tooltip("end:T", format="%H:%M:%S.%L", formatType="utc"),
                 ],
@@ -219,7 +222,7 @@ def phase_shares(rows: list[dict]) -> alt.Chart:
             yOffset=alt.YOffset("share_of:N"),
             x=alt.X("share:Q", title="prefill share (%)", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("share_of:N", title="share of", scale=alt.Scale(range=["#fdae6b", "#e6550d"])),
-            tooltip=["endpoint:N", "share_of:N", alt.Tooltip("share:Q", format=".1%")],
+            tooltip=[alt.Tooltip("endpoint:N"), alt.Tooltip("share_of:N"), alt.Tooltip("share:Q", format=".1%")],
         )
         .properties(width=WIDTH, height=40 + 36 * len({r["endpoint"] for r in rows}))
     )
@@ -235,7 +238,7 @@ def j_per_token(rows: list[dict]) -> alt.Chart:
             x=alt.X("bucket:O", sort=order, title="batch size (concurrent requests)"),
             y=alt.Y("j:Q", title="energy per token (J)"),
             color=alt.Color("endpoint:N"),
-            tooltip=["endpoint:N", "bucket:O", "token:N", alt.Tooltip("j:Q", format=".3f")],
+            tooltip=[alt.Tooltip("endpoint:N"), alt.Tooltip("bucket:O"), alt.Tooltip("token:N"), alt.Tooltip("j:Q", format=".3f")],
         )
         .properties(width=(WIDTH - 80) // 2, height=HEIGHT - 40)
         .facet(column=alt.Column("token:N", title="J per prompt / output token"))
@@ -251,7 +254,7 @@ def correlation_heatmap(rows: list[dict]) -> alt.LayerChart:
     base = alt.Chart(alt.Data(values=rows)).encode(x=alt.X("a:N", title=None, sort=names), y=alt.Y("b:N", title=None, sort=names))
     rect = base.mark_rect().encode(
         color=alt.Color("r:Q", title="Pearson r", scale=alt.Scale(scheme="redblue", domain=[-1, 1], reverse=True)),
-        tooltip=["a:N", "b:N", alt.Tooltip("r:Q", format=".3f")],
+        tooltip=[alt.Tooltip("a:N"), alt.Tooltip("b:N"), alt.Tooltip("r:Q", format=".3f")],
     )
     layers = [rect]
     if len(names) <= 16:
@@ -268,7 +271,7 @@ def coincidence_bars(rows: list[dict]) -> alt.LayerChart:
             y=alt.Y("entity:N", sort="-x", title=None),
             x=alt.X("factor:Q", title="coincidence factor (max of sum ÷ sum of members' max, 0–1)", scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("level:N", title="level"),
-            tooltip=["level:N", "entity:N", alt.Tooltip("factor:Q", format=".3f")],
+            tooltip=[alt.Tooltip("level:N"), alt.Tooltip("entity:N"), alt.Tooltip("factor:Q", format=".3f")],
         )
     )
     return alt.layer(bars, title="Coincidence factor per power domain (1.0 = members peak together)").properties(width=WIDTH - 160, height=30 + 18 * len(rows))
@@ -285,7 +288,8 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
             alt.Chart(alt.Data(values=profile))
             .mark_area(opacity=0.2, color="#636363")
             .encode(
-                x=x, y=alt.Y("p5:Q", title="mean power (W)"), y2="p95:Q", detail="role:N", tooltip=["role:N", "hour:Q", alt.Tooltip("mean:Q", format=",.0f")]
+                x=x, y=alt.Y("p5:Q", title="mean power (W)"), y2=alt.Y2("p95:Q"), detail=alt.Detail("role:N"),
+                tooltip=[alt.Tooltip("role:N"), alt.Tooltip("hour:Q"), alt.Tooltip("mean:Q", format=",.0f")],
             )
         )
     power_layers.append(
@@ -296,7 +300,7 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
             y=alt.Y("w:Q", title="mean power (W)"),
             color=day_color,
             strokeDash=alt.StrokeDash("role:N", title="role"),
-            tooltip=["day:N", "role:N", "hour:Q", alt.Tooltip("w:Q", format=",.0f")],
+            tooltip=[alt.Tooltip("day:N"), alt.Tooltip("role:N"), alt.Tooltip("hour:Q"), alt.Tooltip("w:Q", format=",.0f")],
         )
     )
     top = alt.layer(*power_layers, title="Power by hour of day, one line per day (band: diurnal_profile p5–p95)").properties(width=WIDTH, height=HEIGHT - 40)
@@ -305,7 +309,8 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
         charts.append(
             alt.Chart(alt.Data(values=requests), title="Request rate by hour of day, one line per day")
             .mark_line(point=alt.OverlayMarkDef(size=30))
-            .encode(x=x, y=alt.Y("rps:Q", title="request rate (requests/s)"), color=day_color, tooltip=["day:N", "hour:Q", alt.Tooltip("rps:Q", format=".2f")])
+            .encode(x=x, y=alt.Y("rps:Q", title="request rate (requests/s)"), color=day_color,
+                    tooltip=[alt.Tooltip("day:N"), alt.Tooltip("hour:Q"), alt.Tooltip("rps:Q", format=".2f")])
             .properties(width=WIDTH, height=HEIGHT - 80)
         )
     return alt.vconcat(*charts).resolve_scale(color="shared")
@@ -329,8 +334,8 @@ def coverage_bars(rows: list[dict]) -> alt.LayerChart:
             x=alt.X("host:N", sort=None, title="host", axis=alt.Axis(labels=len(rows) <= 60)),
             y=alt.Y("coverage_pct:Q", title="coverage of the day (%)", scale=alt.Scale(domain=[0, 100])),
             color=alt.Color("role:N", scale=ROLE_COLORS),
-            tooltip=["host:N", "role:N", alt.Tooltip("coverage_pct:Q", format=".2f")],
+            tooltip=[alt.Tooltip("host:N"), alt.Tooltip("role:N"), alt.Tooltip("coverage_pct:Q", format=".2f")],
         )
     )
-    rule = alt.Chart(alt.Data(values=[{"y": 95}])).mark_rule(strokeDash=[4, 3], color="#a50f15").encode(y="y:Q")
+    rule = alt.Chart(alt.Data(values=[{"y": 95}])).mark_rule(strokeDash=[4, 3], color="#a50f15").encode(y=alt.Y("y:Q"))
     return alt.layer(bars, rule, title="Power coverage per host (share of GPU-seconds with samples; dashed: 95%)").properties(width=WIDTH, height=HEIGHT - 60)

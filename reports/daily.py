@@ -17,8 +17,11 @@ import os
 import re
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from altair.utils.schemapi import debug_mode
 
 from collectors.settings import load
 from pipeline.constants import REPORTS_DIR
@@ -61,27 +64,31 @@ class Report:
 
 
 def build_sections(data_dir: Path, date: str, instance=None) -> list[Section]:
+    """Every section, in order. Charts are made with altair's debug mode off: it validates each
+    object against the Vega-Lite schema as it is made, most of what a chart costs to build; one
+    test validates every chart the report builds instead (tests/test_report.py)."""
     reader = Reader.open(data_dir)
     try:
         history = run_history(data_dir, date, instance=instance)
         ctx = Ctx(reader=reader, data_dir=data_dir, date=date, history=history)
         sections = []
-        for module in SECTIONS:
-            if reader.con is None:
-                s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE)
-                s.not_available(f"no warehouse at {data_dir} (run `wattline run --date {date}` first)")
-                sections.append(s)
-                continue
-            try:
-                sections.append(module.build(ctx))
-            except Exception as exc:  # one broken section must not take the report down
-                # Debug only: the section carries the error (the CLI prints one line for it and
-                # exits non-zero) and the HTML the traceback; no traceback per section on stderr.
-                log.debug("report section %s failed", module.__name__, exc_info=True)
-                s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE, error=f"{type(exc).__name__}: {exc}")
-                s.add(Note(f"This section could not be built: {type(exc).__name__}: {exc}", "warn"))
-                s.add(Code("traceback", traceback.format_exc(limit=3)))
-                sections.append(s)
+        with debug_mode(False):
+            for module in SECTIONS:
+                if reader.con is None:
+                    s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE)
+                    s.not_available(f"no warehouse at {data_dir} (run `wattline run --date {date}` first)")
+                    sections.append(s)
+                    continue
+                try:
+                    sections.append(module.build(ctx))
+                except Exception as exc:  # one broken section must not take the report down
+                    # Debug only: the section carries the error (the CLI prints one line for it and
+                    # exits non-zero) and the HTML the traceback; no traceback per section on stderr.
+                    log.debug("report section %s failed", module.__name__, exc_info=True)
+                    s = Section(module.__name__.rsplit(".", 1)[1], module.TITLE, error=f"{type(exc).__name__}: {exc}")
+                    s.add(Note(f"This section could not be built: {type(exc).__name__}: {exc}", "warn"))
+                    s.add(Code("traceback", traceback.format_exc(limit=3)))
+                    sections.append(s)
         return sections
     finally:
         reader.close()
@@ -101,12 +108,12 @@ def build_report(data_dir: Path, date: str, out_dir: Path = REPORTS_DIR, *, inst
     specs: dict[str, dict] = {}
     for s in report.sections:
         for c in s.charts:
-            spec = charts.plain_titles(c.chart.to_dict())
+            spec = charts.plain_titles(c.chart.to_dict(validate=False))  # validated by a test, not per run
             specs[c.name] = spec
             report.points[c.name] = charts.count_points(spec)
             if report.points[c.name] > charts.MAX_POINTS:
                 log.warning("chart %s embeds %d points (budget %d)", c.name, report.points[c.name], charts.MAX_POINTS)
-    page = render_html(report, specs, data_dir)
+    page = render_html(report, specs, data_dir, out_dir)
     report.html_path = _write_atomic(out_dir / f"{date}.html", page.encode())
     if png if png is not None else png_enabled():
         report.pngs = write_pngs(specs, out_dir / date)
@@ -231,11 +238,47 @@ def _script_json(value) -> str:
     return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: Report, specs: dict[str, dict], data_dir: Path) -> str:
+BUNDLE_CACHE_DIR = ".cache"
+
+
+def vega_bundle(out_dir: Path | None = None) -> str:
+    """Vega, Vega-Lite and vega-embed as one script for the page to inline (vl-convert's bundle,
+    ~0.9 MB). vl-convert builds it in ~1.7 s of CPU once per process; kept in
+    ``out_dir/.cache/`` under the versions that make it, a later process reads it instead."""
     import vl_convert as vlc
     from altair.utils._importers import vl_version_for_vl_convert
 
-    bundle = vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    vl_version = vl_version_for_vl_convert()
+    if out_dir is None:
+        return vlc.javascript_bundle(vl_version=vl_version)
+    folder = out_dir / BUNDLE_CACHE_DIR
+    path = folder / f"vega-bundle-vl-convert-{vlc.__version__}-{vl_version}.js"
+    try:
+        if kept := path.read_text(encoding="utf-8"):
+            return kept
+    except (OSError, UnicodeDecodeError):
+        pass
+    bundle = vlc.javascript_bundle(vl_version=vl_version)
+    tmp: Path | None = None
+    try:
+        folder.mkdir(exist_ok=True)
+        tmp = folder / f".vega-bundle-{os.getpid()}-{uuid.uuid4().hex}.tmp"  # its own name: two reports at once each rename a whole file
+        tmp.write_text(bundle, encoding="utf-8")
+        os.replace(tmp, path)
+        tmp = None
+        for other in folder.glob("vega-bundle-*.js"):  # bundles of other versions
+            if other != path:
+                other.unlink(missing_ok=True)
+    except OSError:
+        log.debug("could not keep the JavaScript bundle in %s", folder, exc_info=True)  # a cache only
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+    return bundle
+
+
+def render_html(report: Report, specs: dict[str, dict], data_dir: Path, out_dir: Path | None = None) -> str:
+    bundle = vega_bundle(out_dir)
     nav = "".join(f'<a href="#{s.key}">{i}. {html.escape(s.title)}</a>' for i, s in enumerate(report.sections, 1))
     parts = []
     for i, s in enumerate(report.sections, 1):

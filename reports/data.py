@@ -166,7 +166,7 @@ def run_history(data_dir: Path, date: str, instance=None, assets: list[str] | No
 
 
 def _history_from(instance, date: str, assets: list[str] | None) -> RunHistory:
-    from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, RunsFilter
+    from dagster import AssetKey, DagsterEventType, RunsFilter
 
     history = RunHistory(True)
     # the fleet-day's runs (partition D) and the cluster-days' (partition date D, any cluster)
@@ -200,11 +200,10 @@ def _history_from(instance, date: str, assets: list[str] | None) -> RunHistory:
     )
     partitions = [(date, None)] + [(cluster_day_key(date, c), c) for c in instance.get_dynamic_partitions(CLUSTER_DIM)]
     for key in keys:
+        latest = _latest_materializations(instance, key, [p for p, _ in partitions])
         for partition, cluster in partitions:
-            result = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1)
-            if not result.records:
+            if (record := latest.get(partition)) is None:
                 continue
-            record = result.records[0]
             mat = record.asset_materialization
             rows = None
             if mat is not None and "dagster/row_count" in mat.metadata:
@@ -214,6 +213,25 @@ def _history_from(instance, date: str, assets: list[str] | None) -> RunHistory:
     if not runs:
         history.note = f"no Dagster run recorded for {date}"
     return history
+
+
+def _latest_materializations(instance, key, partitions: list[str], batch: int = 100) -> dict:
+    """The newest materialization record of ``key`` in each of ``partitions`` that has one: one
+    query for all of them (newest first), then one per partition the first ``batch`` records
+    did not reach."""
+    from dagster import AssetRecordsFilter
+
+    result = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=partitions), limit=batch)
+    latest: dict = {}
+    for record in result.records:
+        latest.setdefault(record.partition_key, record)
+    if result.has_more:
+        for partition in partitions:
+            if partition not in latest:
+                rest = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1)
+                if rest.records:
+                    latest[partition] = rest.records[0]
+    return latest
 
 
 def fmt_ts(timestamp: float) -> str:

@@ -136,6 +136,30 @@ def test_empty_data_dir_gives_a_report_of_missing_sections(tmp_path):
     assert path.exists() and "not available yet" in path.read_text().lower()
 
 
+def test_the_pages_javascript_is_built_once_and_kept_beside_the_reports(tmp_path, monkeypatch):
+    """vl-convert's bundle of Vega, Vega-Lite and vega-embed costs ~1.7 s of CPU to build: a later
+    report into the same folder (another process, another day) inlines the kept copy, the same bytes."""
+    import re
+
+    import vl_convert
+
+    data_dir = tmp_path / "empty"
+    data_dir.mkdir()
+    out = tmp_path / "out"
+    first = write_report(data_dir, DATE, out, png=False).read_text()
+    kept = list((out / ".cache").glob("vega-bundle-*.js"))
+    assert len(kept) == 1 and kept[0].read_text() in first and kept[0].stat().st_size > 500_000
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the bundle was built again")
+
+    monkeypatch.setattr(vl_convert, "javascript_bundle", no_build)
+    second = write_report(data_dir, DATE, out, png=False).read_text()
+    generated = re.compile(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC")
+    assert generated.sub("", second) == generated.sub("", first)
+    assert [p.name for p in (out / ".cache").iterdir()] == [kept[0].name]  # no temporary file left
+
+
 def test_thousand_gpu_fleet_stays_within_budgets(tmp_path):
     """A day of role/cluster power for 125 hosts × 8 GPUs: ≤ 5,000 points per chart, HTML < 5 MB."""
     from tests.scale_fleet import write_scale_fleet
@@ -322,6 +346,73 @@ def test_swing_events_known_answer_on_a_constructed_grid(tmp_path):
     assert len(events) == 1  # one event per entity and minute; the incomplete 7 kW slot is in no window
 
 
+def _naive_top_events(slots: dict, provisioned: dict, limit: int = 10) -> list[tuple]:
+    """top_events' rule, slot by slot: each complete slot t's window (t − 2 s, t]; per entity and
+    minute the largest swing at its earliest slot; ranked by % of provisioned (none last), W, time;
+    from → to the window's first maximum and first minimum in time order."""
+    found = []
+    for key, series in slots.items():  # key: (level, entity); series: [(t_ms, w)] of complete slots, in time order
+        best: dict = {}
+        for i, (t, _) in enumerate(series):
+            inside = [(u, w) for u, w in series[: i + 1] if u > t - 2000]
+            ws = [w for _, w in inside]
+            swing = max(ws) - min(ws)
+            if swing > 0 and (t // 60_000 not in best or swing > best[t // 60_000][1]):
+                hi, lo = inside[ws.index(max(ws))], inside[ws.index(min(ws))]
+                best[t // 60_000] = (t, swing, *(w for _, w in sorted([lo, hi])))
+        p = provisioned.get(key)
+        found += [(key, t, swing, None if p is None else 100 * swing / p, a, b) for t, swing, a, b in best.values()]
+    found.sort(key=lambda e: (e[3] is None, -(e[3] or 0), -e[2], e[1], e[0]))
+    return found[:limit]
+
+
+def test_swing_events_equal_a_slot_by_slot_reference_with_ties_gaps_and_no_provisioned(tmp_path):
+    """Random steps and plateaus (many windows tie for a minute's largest swing), incomplete slots,
+    a missing slot and an entity without provisioned power: the events table equals the rule
+    evaluated slot by slot (the instant, swing, % and from → to of each)."""
+    import random
+
+    from pipeline import warehouse
+    from reports.data import Reader, RunHistory
+    from reports.sections import swings
+    from reports.sections.base import Ctx
+    from tests.report_tables import _schema, _ts, write_table
+
+    rng = random.Random(7)
+    day = dt.date.fromisoformat(DATE)
+    rows, slots = [], {}
+    for level, entity in (("cluster", "c1"), ("cluster", "c2"), ("role", "inference"), ("role", "training")):
+        w, series = 1000.0, []
+        for k in range(1800):  # 3 minutes of 100 ms slots
+            if rng.random() < 0.03:
+                w = float(rng.choice([600, 800, 1000, 1200, 1400]))  # steps: plateaus tie
+            if k == 900 and entity == "c2":
+                continue  # a missing slot
+            complete = rng.random() > 0.02
+            rows.append({"date": day, "level": level, "entity": entity, "ts": _ts(DATE, k / 10), "power_w": w if complete else 9000.0,
+                         "power_avg_w": None, "gpus_reporting": 8, "complete": complete})
+            if complete:
+                series.append((int(_ts(DATE, k / 10).timestamp() * 1000), w))
+        slots[(level, entity)] = series
+    provisioned = {("cluster", "c1"): 2000.0, ("cluster", "c2"): 2000.0, ("role", "inference"): 4000.0}  # training: none
+    write_table(tmp_path / "data", "fleet_power_100ms", DATE, rows,
+                _schema("date:d", "level:s", "entity:s", "ts:t", "power_w:f", "power_avg_w:f", "gpus_reporting:i", "complete:b"))
+    write_table(tmp_path / "data", "fleet_power_1s", DATE, [
+        {"date": day, "level": lv, "entity": e, "ts": _ts(DATE, 0), "power_w": 1.0, "provisioned_w": p} for (lv, e), p in provisioned.items()
+    ], _schema("date:d", "level:s", "entity:s", "ts:t", "power_w:f", "provisioned_w:f"))
+    warehouse.publish(tmp_path / "data")
+    reader = Reader.open(tmp_path / "data")
+    try:
+        ctx = Ctx(reader=reader, data_dir=tmp_path / "data", date=DATE, history=RunHistory(available=False))
+        for limit in (12, 5):  # every minute of every entity; the top 5 only
+            events = swings.top_events(ctx, ("cluster", "role"), limit=limit)
+            got = [((e["level"], e["entity"]), e["t_ms"], e["swing_w"], e["swing_pct"], e["from_w"], e["to_w"]) for e in events]
+            assert got == _naive_top_events(slots, provisioned, limit=limit)
+    finally:
+        reader.close()
+    assert len(got) == 5 and got[0][3] is not None
+
+
 def test_failed_checks_listed_first_passed_ones_folded_under_a_count(built, tmp_path):
     from reports.daily import _block
     from reports.sections.base import Collapsed, Table
@@ -489,3 +580,70 @@ def test_chart_titles_lose_the_captions_code_backticks_and_keep_their_data():
     assert "swing (% of provisioned)" in titles and "table" in titles
     assert not any("`" in t for t in titles)
     assert spec["data"] == chart.to_dict()["data"]
+
+
+def _chart_names_in_sections() -> set[str]:
+    """Every chart name a section can add: the first argument of each ``Chart(...)`` in reports/sections/."""
+    import ast
+    from pathlib import Path
+
+    import reports.sections
+
+    names = set()
+    for path in Path(reports.sections.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Chart" and node.args \
+                    and isinstance(node.args[0], ast.Constant):
+                names.add(node.args[0].value)
+    return names
+
+
+def test_every_chart_the_report_builds_follows_the_vega_lite_schema(full, tmp_path):
+    """A run builds and renders its charts without altair's schema validation (most of what a chart
+    cost): here every chart a report can build, exactly as its page embeds it, is validated against
+    the Vega-Lite schema, so a spec error still fails a test."""
+    import jsonschema
+    from altair.vegalite.v6.schema.core import Root
+
+    from tests.test_report_serving import serving_day
+
+    specs = _page_specs(build_report(full, DATE, tmp_path / "out", png=False).html_path.read_text())
+    specs |= _page_specs(build_report(serving_day(tmp_path / "serving"), DATE, tmp_path / "out-serving", png=False).html_path.read_text())
+    assert set(specs) == _chart_names_in_sections() and len(specs) >= 14
+    invalid = {}
+    for name, spec in specs.items():
+        try:
+            Root.validate(spec)
+        except jsonschema.ValidationError as exc:
+            invalid[name] = exc.message
+    assert invalid == {}
+    broken = json.loads(json.dumps(specs["fleet_power"]))
+    broken["width"] = "wide"
+    with pytest.raises(jsonschema.ValidationError):  # the validator does see a bad value
+        Root.validate(broken)
+
+
+@pytest.mark.parametrize("batch", [100, 1])
+def test_latest_materialization_per_partition_with_one_query_per_asset(batch, monkeypatch):
+    """The quality section lists each asset's newest materialization of the day and of each
+    cluster-day: read with one query per asset (and one per partition the first records did
+    not reach, here forced with a batch of 1), the same records as one query per partition."""
+    from dagster import AssetKey, AssetMaterialization, DagsterInstance
+
+    from pipeline.constants import CLUSTER_DIM
+    from pipeline.partitions import cluster_day_key
+    from reports import data
+
+    real = data._latest_materializations
+    monkeypatch.setattr(data, "_latest_materializations", lambda i, k, p: real(i, k, p, batch=batch))
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(CLUSTER_DIM, ["c0", "c1"])
+        for rows, partition in [(1, DATE), (2, cluster_day_key(DATE, "c0")), (3, DATE), (4, cluster_day_key(DATE, "c1")),
+                                (5, cluster_day_key(DATE, "c0")), (6, "2026-11-29"), (7, cluster_day_key(DATE, "c0"))]:
+            instance.report_runless_asset_event(AssetMaterialization("power_1s", partition=partition, metadata={"dagster/row_count": rows}))
+        instance.report_runless_asset_event(AssetMaterialization("swing_stats", partition=cluster_day_key(DATE, "c1"),
+                                                                 metadata={"dagster/row_count": 8}))
+        history = data._history_from(instance, DATE, ["power_1s", "swing_stats", "energy_curve"])
+        assert instance.get_asset_keys() and AssetKey("power_1s") in instance.get_asset_keys()
+    assert [(m.asset, m.rows) for m in history.materializations] == [
+        ("power_1s", 3), ("power_1s [c0]", 7), ("power_1s [c1]", 4), ("swing_stats [c1]", 8)]

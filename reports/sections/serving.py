@@ -52,15 +52,15 @@ def frontier_chart(rows: list[dict]) -> alt.HConcatChart:
             x=alt.X(f"{key}:Q", title=title, scale=alt.Scale(zero=False)),
             y=alt.Y("j:Q", title="J per output token", scale=alt.Scale(zero=False)),
             color=alt.Color("series:N", title="model · GPUs/replica · GPU"),
-            order="order:Q",
+            order=alt.Order("order:Q"),
         )
         pts = base.mark_point(filled=True, size=70).encode(
-            x=f"{key}:Q", y="j:Q", color="series:N",
+            x=alt.X(f"{key}:Q"), y=alt.Y("j:Q"), color=alt.Color("series:N"),
             shape=alt.Shape(f"frontier_{key}:N", title="on the frontier", scale=alt.Scale(domain=[True, False], range=["diamond", "circle"])),
-            tooltip=["series:N", alt.Tooltip("bucket:N", title="batch bucket"), alt.Tooltip(f"{key}:Q", format=".1f"),
+            tooltip=[alt.Tooltip("series:N"), alt.Tooltip("bucket:N", title="batch bucket"), alt.Tooltip(f"{key}:Q", format=".1f"),
                      alt.Tooltip("j:Q", format=".3f", title="J / output token")],
         )
-        text = base.mark_text(dx=8, dy=-6, fontSize=9, color="#555").encode(x=f"{key}:Q", y="j:Q", text="bucket:N")
+        text = base.mark_text(dx=8, dy=-6, fontSize=9, color="#555").encode(x=alt.X(f"{key}:Q"), y=alt.Y("j:Q"), text=alt.Text("bucket:N"))
         panels.append(alt.layer(line, pts, text).properties(width=(charts.WIDTH - 120) // 2, height=charts.HEIGHT))
     return alt.hconcat(*panels).properties(
         title="J per output token against latency, one point per batch-size bucket (lower left is better; diamonds: the frontier)")
@@ -71,11 +71,11 @@ def cap_chart(rows: list[dict]) -> alt.LayerChart:
     base = alt.Chart(alt.Data(values=rows))
     bars = base.mark_rule().encode(
         x=alt.X("duration_pct:Q", title="estimated GPU-time change (%)"),
-        y=alt.Y("energy_low_pct:Q", title="estimated energy change (%)"), y2="energy_high_pct:Q", color=alt.Color("entity:N"))
+        y=alt.Y("energy_low_pct:Q", title="estimated energy change (%)"), y2=alt.Y2("energy_high_pct:Q"), color=alt.Color("entity:N"))
     pts = base.mark_point(filled=True, size=60).encode(
-        x="duration_pct:Q", y="energy_pct:Q", color="entity:N",
-        tooltip=["entity:N", "cap:N", alt.Tooltip("energy_pct:Q", format=".1f"), alt.Tooltip("duration_pct:Q", format=".1f")])
-    text = base.mark_text(dx=10, fontSize=9, color="#555").encode(x="duration_pct:Q", y="energy_pct:Q", text="cap:N")
+        x=alt.X("duration_pct:Q"), y=alt.Y("energy_pct:Q"), color=alt.Color("entity:N"),
+        tooltip=[alt.Tooltip("entity:N"), alt.Tooltip("cap:N"), alt.Tooltip("energy_pct:Q", format=".1f"), alt.Tooltip("duration_pct:Q", format=".1f")])
+    text = base.mark_text(dx=10, fontSize=9, color="#555").encode(x=alt.X("duration_pct:Q"), y=alt.Y("energy_pct:Q"), text=alt.Text("cap:N"))
     return alt.layer(bars, pts, text).properties(
         width=charts.WIDTH, height=charts.HEIGHT,
         title="Estimated energy against GPU-time under each cap (α model; bars: α low to high)")

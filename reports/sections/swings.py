@@ -77,40 +77,61 @@ def top_events(ctx: Ctx, levels: tuple[str, ...], limit: int = 10) -> list[dict]
     if levels == ("host",) and r.has("swing_stats", ("level", "entity", "window_s", "series", "max_swing_w")):
         only = (f"AND entity IN (SELECT entity FROM swing_stats WHERE date = {d} AND level = 'host' AND window_s = {EVENT_WINDOW_S} "
                 f"AND series = 'instant' ORDER BY max_swing_w DESC NULLS LAST, entity LIMIT {int(limit)})")
-    series = arrow_frame(r.q(
-        f"""SELECT level, entity, epoch_ms(ts::TIMESTAMPTZ) AS t_ms, power_w::DOUBLE AS w FROM {table}
-            WHERE date = {d} AND level IN ({level_list}) AND complete AND power_w IS NOT NULL {only}
-            ORDER BY level, entity, ts"""
-    ))
-    if series.is_empty():
+    where = f"date = {d} AND complete AND power_w IS NOT NULL"
+    entities = arrow_frame(r.q(f"SELECT DISTINCT level, entity FROM {table} WHERE {where} AND level IN ({level_list}) {only} ORDER BY level, entity"))
+    if entities.is_empty():
         return []
+    entities = entities.with_row_index("g").with_columns(pl.col("g").cast(pl.Int64))
+    # one read per entity, in time order: no sort of the millions of slots by name, no name on each
+    series = pl.concat([arrow_frame(r.q(
+        f"""SELECT {g}::BIGINT AS g, epoch_ms(ts::TIMESTAMPTZ) AS t_ms, power_w::DOUBLE AS w FROM {table}
+            WHERE {where} AND level = {literal(level)} AND entity = {literal(entity)} ORDER BY ts"""
+    )) for g, level, entity in entities.iter_rows()])
     provisioned = arrow_frame(r.q(
         f"""SELECT level, entity, max(p)::DOUBLE AS p FROM (SELECT level, entity, ts, sum(provisioned_w) AS p FROM fleet_power_1s
             WHERE date = {d} AND level IN ({level_list}) GROUP BY ALL) GROUP BY ALL"""
     )) if r.has("fleet_power_1s", ("level", "entity", "ts", "provisioned_w")) else pl.DataFrame(
         schema={"level": pl.Utf8, "entity": pl.Utf8, "p": pl.Float64})
     # one time axis for all entities, each shifted past the previous one by more than the window:
-    # rolling windows never reach across entities (pipeline/kernels.py does the same)
+    # rolling windows never reach across entities (pipeline/kernels.py does the same); the rows are
+    # in axis order, so a window or a minute of one entity is a slice found by binary search
+    window_ms = EVENT_WINDOW_S * 1000
     t_min, t_max = int(series["t_ms"].min()), int(series["t_ms"].max())  # type: ignore[arg-type]
-    stride = t_max - t_min + 2 * EVENT_WINDOW_S * 1000
+    stride = t_max - t_min + 2 * window_ms
+    series = series.with_columns((pl.col("g") * stride + pl.col("t_ms") - t_min).alias("pos"))
     series = series.with_columns(
-        ((pl.col("level") != pl.col("level").shift(1)) | (pl.col("entity") != pl.col("entity").shift(1))).fill_null(True).cum_sum().alias("g")
-    ).with_columns(((pl.col("g").cast(pl.Int64) * stride + pl.col("t_ms") - t_min) * 1000).cast(pl.Datetime("us")).alias("axis"))
-    window = f"{EVENT_WINDOW_S}s"
-    swings = series.with_columns(
-        (pl.col("w").rolling_max_by("axis", window) - pl.col("w").rolling_min_by("axis", window)).alias("swing_w"),
+        (pl.col("w").rolling_max_by("pos", f"{window_ms}i") - pl.col("w").rolling_min_by("pos", f"{window_ms}i")).alias("swing_w"),
         (pl.col("t_ms") // 60_000).alias("minute"),
     )
-    best = swings.sort("swing_w", descending=True).unique(["level", "entity", "minute"], keep="first").filter(pl.col("swing_w") > 0)
-    best = best.join(provisioned, on=["level", "entity"], how="left").with_columns((100 * pl.col("swing_w") / pl.col("p")).alias("swing_pct"))
-    best = best.sort(["swing_pct", "swing_w", "t_ms"], descending=[True, True, False], nulls_last=True).head(limit)
-    events = []
+    # each entity's largest swing in each minute; ranked by % of provisioned, then W
+    best = (series.group_by("g", "minute").agg(pl.col("swing_w").max()).filter(pl.col("swing_w") > 0)
+            .join(entities, on="g").join(provisioned, on=["level", "entity"], how="left")
+            .with_columns((100 * pl.col("swing_w") / pl.col("p")).alias("swing_pct"))
+            .sort(["swing_pct", "swing_w", "level", "entity", "minute"], descending=[True, True, False, False, False], nulls_last=True))
+    if best.is_empty():
+        return []
+    # the first `limit` and any tied with the last of them: their instants decide among the ties
+    last = best.row(min(limit, best.height) - 1, named=True)
+    tied = pl.col("swing_pct").eq_missing(last["swing_pct"]) & (pl.col("swing_w") == last["swing_w"])
+    best = best.with_row_index("rank").filter((pl.col("rank") < limit) | tied)
+    pos, swing, w = series["pos"], series["swing_w"], series["w"]
+    found = []
     for ev in best.iter_rows(named=True):
-        inside = series.filter((pl.col("g") == ev["g"]) & (pl.col("t_ms") > ev["t_ms"] - EVENT_WINDOW_S * 1000) & (pl.col("t_ms") <= ev["t_ms"]))
-        hi, lo = inside.row(int(inside["w"].arg_max()), named=True), inside.row(int(inside["w"].arg_min()), named=True)  # type: ignore[arg-type]
-        first, last = (lo, hi) if lo["t_ms"] <= hi["t_ms"] else (hi, lo)
+        # the event's instant: the first slot of its minute whose window holds the minute's largest swing
+        start = ev["g"] * stride + ev["minute"] * 60_000 - t_min
+        lo, hi = int(pos.search_sorted(start, side="left")), int(pos.search_sorted(start + 60_000, side="left"))
+        at = lo + int((swing.slice(lo, hi - lo) == ev["swing_w"]).arg_max())  # type: ignore[arg-type]
+        found.append({**ev, "at": at, "t_ms": int(series["t_ms"][at])})
+    found.sort(key=lambda ev: (ev["swing_pct"] is None, -(ev["swing_pct"] or 0.0), -ev["swing_w"], ev["t_ms"], ev["level"], ev["entity"]))
+    events = []
+    for ev in found[:limit]:
+        # the window (t − 2 s, t] of the event's slot: its extremes, in time order
+        first_row = int(pos.search_sorted(int(pos[ev["at"]]) - window_ms, side="right"))
+        inside = w.slice(first_row, ev["at"] + 1 - first_row)
+        i_hi, i_lo = first_row + int(inside.arg_max()), first_row + int(inside.arg_min())  # type: ignore[arg-type]
+        from_w, to_w = (w[i_lo], w[i_hi]) if i_lo <= i_hi else (w[i_hi], w[i_lo])
         events.append({"level": ev["level"], "entity": ev["entity"], "t_ms": ev["t_ms"], "swing_w": ev["swing_w"],
-                       "swing_pct": ev["swing_pct"], "from_w": first["w"], "to_w": last["w"], "p": ev["p"],
+                       "swing_pct": ev["swing_pct"], "from_w": from_w, "to_w": to_w, "p": ev["p"],
                        "table": table, "grid_step_ms": step_ms})
     return events
 
