@@ -220,7 +220,7 @@ def build(ctx: Ctx) -> Section:
         batch = r.rows(
             f"SELECT endpoint, bucket::VARCHAR AS bucket, j_per_prompt_token, j_per_output_token, "
             f"{'requests_with_power' if counted else 'NULL'} AS requests_with_power "
-            f"FROM {rel} WHERE bucket_kind = 'batch_size' ORDER BY endpoint"
+            f"FROM {rel} WHERE bucket_kind = 'batch_size' ORDER BY endpoint, bucket"
         )
         points, left_out = batch_points(batch)
         why = (f" {left_out} bucket point(s) left out: no energy (missing or 0 J per token) or fewer than {MIN_BUCKET_REQUESTS} requests with power."
