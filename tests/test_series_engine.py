@@ -1,6 +1,10 @@
 """The series engine (pipeline/series/): one read of a host-day's samples for every per-GPU
 table, bounded chunks, parts whose columns are the declared schema, the source ranking in one
-place, and a Dagster run that computes the three tables in one pass."""
+place, a Dagster run that computes the three tables in one pass, and the curves that pass leaves
+for the run's later readers (pipeline/series/cache.py)."""
+
+import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -185,3 +189,23 @@ def test_later_readers_of_a_run_take_the_pass_curves(day, monkeypatch):
 def _swing_rows(d) -> list:
     with compute_connection(d, DATE) as con:
         return con.execute(f"SELECT * FROM read_parquet('{d}/derived/swing_stats/**/*.parquet') WHERE level = 'gpu' ORDER BY ALL").fetchall()
+
+
+def test_stale_caches_of_killed_runs_are_removed(tmp_path):
+    """A cache folder left by a killed run goes after an hour untouched; a fresh one, or one this
+    process holds (however old), stays; opening a cache touches it."""
+    old = tmp_path / f"{curve_cache.PREFIX}dead-run-x"
+    fresh = tmp_path / f"{curve_cache.PREFIX}live-run-y"
+    for folder in (old, fresh):
+        folder.mkdir()
+    mine = curve_cache.begin("this-run", tmp_path)
+    mine.seal()
+    hours_ago = time.time() - 2 * 3600
+    for folder in (old, mine.folder):
+        os.utime(folder, (hours_ago, hours_ago))
+    assert curve_cache.remove_stale(tmp_path) == [old]
+    assert fresh.exists() and mine.folder.exists()
+    assert curve_cache.of_run("this-run") is not None
+    assert mine.folder.stat().st_mtime > hours_ago + 3600
+    curve_cache.drop("this-run")
+    assert not mine.folder.exists()

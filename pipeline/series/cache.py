@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -139,18 +140,21 @@ def drop(run_id: str) -> None:
 
 
 def of_run(run_id: str | None) -> CurveCache | None:
-    """Run ``run_id``'s sealed cache, None when it has none (its pass did not run, failed or ended)."""
+    """Run ``run_id``'s sealed cache, None when it has none (its pass did not run, failed or ended).
+    Touched, so that another process's :func:`remove_stale` leaves a cache in use alone."""
     folder = _OPEN.get(run_id) if run_id else None
     if folder is None:
         return None
     with contextlib.suppress(FileNotFoundError):
-        return CurveCache(folder, json.loads((folder / _MANIFEST).read_text()))
+        hosts = json.loads((folder / _MANIFEST).read_text())
+        os.utime(folder)
+        return CurveCache(folder, hosts)
     return None
 
 
 def remove_stale(parent: Path, older_than_s: float = 3600.0) -> list[Path]:
-    """Delete cache folders under ``parent`` left by killed runs (not touched for an hour), not this
-    process's own; returns them."""
+    """Delete cache folders under ``parent`` left by killed runs (not touched for an hour: a reader
+    touches the cache it opens), not this process's own; returns them."""
     cutoff = time.time() - older_than_s
     mine = set(_OPEN.values())
     removed = []
