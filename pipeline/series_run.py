@@ -61,7 +61,7 @@ def series_part(context: AssetExecutionContext, resource: WarehouseResource, con
     """Install ``name``'s part for ``scope``, computing it (and the run's other selected series
     tables, staged) unless an earlier step of this run did; returns its rows."""
     data_dir, run_id = resource.path, context.run.run_id
-    selection = context.run.asset_selection
+    selection = context.run.asset_selection or None  # a run of the whole job has an empty selection: every asset
     with _scope_lock(data_dir, scope):
         staged = staged_path(data_dir, scope, name, run_id)
         if not staged.exists():

@@ -209,3 +209,22 @@ def test_stale_caches_of_killed_runs_are_removed(tmp_path):
     assert mine.folder.stat().st_mtime > hours_ago + 3600
     curve_cache.drop("this-run")
     assert not mine.folder.exists()
+
+
+@pytest.mark.slow  # a whole run of a small day
+def test_a_whole_run_reads_each_host_once(day, monkeypatch):
+    """A run of every asset (no selection: Dagster hands the steps an empty asset selection) reads
+    each host's raw samples once, in its first series step, for the three series tables and every
+    curve reader after them; it used to compute each series table in a pass of its own."""
+    reads: list[tuple[str, str]] = []
+    real = engine._read_by_gpu
+
+    def counted(con, sql, params, spill_dir=None):
+        reads.append((AssetExecutionContext.get().asset_key.path[-1], params["host"]))
+        return real(con, sql, params, spill_dir)
+
+    monkeypatch.setattr(engine, "_read_by_gpu", counted)
+    outcome = run_day(day, DATE, workers=1)
+    assert outcome.success, outcome.error
+    assert sorted(host for _, host in reads) == ["train-0", "train-1"], reads
+    assert {step for step, _ in reads} <= {t.name for t in SERIES_TABLES}, reads
