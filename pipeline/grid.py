@@ -207,13 +207,19 @@ def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iter
     rows = []
     for w in windows_s:
         n = w * 1000 // step_ms
-        if aged:
+        if aged and slide:
             assert carried is not None
             hi, lo, full = window_extremes(values, ok, carried, n, ahead)
             swing = np.where(hi >= lo, hi - lo, 0.0)  # no value sampled inside: nothing seen to swing
-            sliding = (float(swing[full].max()) if full.any() else None) if slide else None
+            sliding = float(swing[full].max()) if full.any() else None
             complete = full[::n]
             ranges = swing[::n][complete]
+            blocks = ok.reshape(-1, n)
+        elif aged:  # the aligned windows only (window_extremes at starts 0, n, 2n, ...)
+            assert carried is not None
+            sliding = None
+            hi, lo, complete = aligned_extremes(values, ok, carried, n, ahead)
+            ranges = np.where(hi >= lo, hi - lo, 0.0)[complete]
             blocks = ok.reshape(-1, n)
         else:
             sliding = sliding_max_swing(values, ok, n) if slide else None
@@ -276,6 +282,21 @@ def window_extremes(values: np.ndarray, ok: np.ndarray, carried: np.ndarray, n: 
     filled = np.r_[0, np.cumsum(ok, dtype=np.int64)]
     count = filled[n:] - filled[:-n]
     return hi, lo, count == n
+
+
+def aligned_extremes(values: np.ndarray, ok: np.ndarray, carried: np.ndarray, n: int,
+                     ahead: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`window_extremes` of the aligned windows only (starts 0, n, 2n, …; ``len(values)`` a
+    multiple of ``n``), the same values: what grid_stats needs when it does not slide (a GPU's
+    max swing comes from its raw samples). One pass over the day's bins instead of one per start
+    and offset: a GPU's day at 100 ms took ~0.1 s a window the sliding way."""
+    d = np.arange(n)
+    okb = ok.reshape(-1, n)
+    use = okb & (carried.reshape(-1, n) <= d)
+    if ahead is not None:
+        use &= ahead.reshape(-1, n) <= n - 1 - d
+    v = values.reshape(-1, n)
+    return np.where(use, v, -np.inf).max(axis=1), np.where(use, v, np.inf).min(axis=1), np.asarray(okb.all(axis=1))
 
 
 def sliding_max_swing(values: np.ndarray, ok: np.ndarray, n: int) -> float | None:

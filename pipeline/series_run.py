@@ -7,7 +7,11 @@ the series tables that run selects (:func:`pipeline.series.engine.write_parts`, 
 samples) and leaves the others' parts staged beside their final names, under a name no view
 reads; each asset then installs its own part (rename, catalog) when its step runs, so a table
 whose step does not run (an upstream ERROR check blocks it) keeps its previous part, as before.
-A stale staged file (a run that died) is removed by ``warehouse.remove_stale_tmp``."""
+A stale staged file (a run that died) is removed by ``warehouse.remove_stale_tmp``.
+
+When the run also selects a step that reads whole curves (CURVE_READERS), the pass leaves each
+GPU's curve in a cache of the run (pipeline/series/cache.py) that those steps read through
+:func:`run_curves` instead of the raw files."""
 
 from __future__ import annotations
 
@@ -19,14 +23,19 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from dagster import AssetExecutionContext, AssetKey
+from dagster import AssetExecutionContext, AssetKey, DagsterInvariantViolationError
 
 from collectors.atomic import TMP_PREFIX
 from pipeline import warehouse
 from pipeline.resources import WarehouseResource
 from pipeline.scope import Scope
 from pipeline.series import SERIES_TABLES, series_table
+from pipeline.series import cache as curve_cache
 from pipeline.series.engine import write_parts
+
+CURVE_READERS = ("phase_segments", "phase_intervals", "swing_stats", "fleet_power_grid")
+"""The steps that read whole per-GPU curves (pipeline/phases/curve.py): a run selecting one of them
+keeps its engine pass's curves for them."""
 
 
 def staged_path(data_dir: Path, scope: Scope, table: str, run_id: str) -> Path:
@@ -52,7 +61,7 @@ def series_part(context: AssetExecutionContext, resource: WarehouseResource, con
     """Install ``name``'s part for ``scope``, computing it (and the run's other selected series
     tables, staged) unless an earlier step of this run did; returns its rows."""
     data_dir, run_id = resource.path, context.run.run_id
-    selection = context.run.asset_selection
+    selection = context.run.asset_selection or None  # a run of the whole job has an empty selection: every asset
     with _scope_lock(data_dir, scope):
         staged = staged_path(data_dir, scope, name, run_id)
         if not staged.exists():
@@ -61,9 +70,20 @@ def series_part(context: AssetExecutionContext, resource: WarehouseResource, con
             for path in paths.values():
                 path.parent.mkdir(parents=True, exist_ok=True)
 
+            keep = selection is None or any(AssetKey(n) in selection for n in CURVE_READERS)
+
             def one_pass() -> None:
-                with tempfile.TemporaryDirectory(prefix="series-", dir=data_dir / ".duckdb_tmp") as folder:  # where DuckDB spills too
-                    write_parts(con, tables, paths, str(scope.date), Path(folder))
+                tmp = data_dir / ".duckdb_tmp"  # where DuckDB spills too
+                cache = None
+                if keep:
+                    curve_cache.remove_stale(tmp)
+                    cache = curve_cache.begin(run_id, tmp)
+                try:
+                    with tempfile.TemporaryDirectory(prefix="series-", dir=tmp) as folder:
+                        write_parts(con, tables, paths, str(scope.date), Path(folder), cache)
+                except BaseException:
+                    curve_cache.drop(run_id)
+                    raise
 
             try:
                 one_pass()
@@ -74,3 +94,13 @@ def series_part(context: AssetExecutionContext, resource: WarehouseResource, con
         rows = warehouse.install_part(con, data_dir, series_table(name).name, scope, staged)
     resource.publish_part(name, scope)
     return rows
+
+
+def run_curves() -> curve_cache.CurveCache | None:
+    """The curves the engine pass of the Dagster run now executing left (None outside a run, or
+    when its pass did not run or kept none)."""
+    try:
+        run_id = AssetExecutionContext.get().run.run_id
+    except DagsterInvariantViolationError:
+        return None
+    return curve_cache.of_run(run_id)

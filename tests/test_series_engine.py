@@ -1,15 +1,23 @@
 """The series engine (pipeline/series/): one read of a host-day's samples for every per-GPU
 table, bounded chunks, parts whose columns are the declared schema, the source ranking in one
-place, and a Dagster run that computes the three tables in one pass."""
+place, a Dagster run that computes the three tables in one pass, and the curves that pass leaves
+for the run's later readers (pipeline/series/cache.py)."""
+
+import os
+import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from dagster import AssetExecutionContext
 
 from collectors.parquet_sink import write_dataset
+from pipeline import kernels
+from pipeline.phases import curve
 from pipeline.runner import run_day
 from pipeline.series import SERIES_TABLES, SampleSource, ddl_columns, empty_relation_sql, engine
+from pipeline.series import cache as curve_cache
 from pipeline.warehouse import compute_connection
 from tests.builders import DAY, day_start_ns, power_table, two_host_inventory
 
@@ -37,9 +45,9 @@ def day(tmp_path_factory):
     return d
 
 
-def _parts(con, tmp_path, tables=SERIES_TABLES, spill_dir=None) -> dict[str, pa.Table]:
+def _parts(con, tmp_path, tables=SERIES_TABLES, spill_dir=None, cache=None) -> dict[str, pa.Table]:
     paths = {t.name: tmp_path / f"{t.name}.parquet" for t in tables}
-    engine.write_parts(con, tables, paths, DATE, spill_dir)
+    engine.write_parts(con, tables, paths, DATE, spill_dir, cache)
     return {name: pq.read_table(path) for name, path in paths.items()}
 
 
@@ -120,3 +128,104 @@ def test_a_run_computes_its_series_tables_in_one_pass(day):
     assert later["power_1s"] == later["power_100ms"] == first["power_1s"]
     assert not later["energy_curve"] & first["energy_curve"]
     assert not list((day / "derived").rglob(".tmp-*"))
+
+
+def test_cached_curves_are_the_curves_of_the_samples(day, tmp_path):
+    """The curves a pass leaves in its run's cache are, array for array, the curves (and 1 s-average
+    traces) built from the samples; a cache is read only once sealed, and not after it is dropped."""
+    (tmp_path / "tmp").mkdir()
+    with compute_connection(day, DATE) as con:
+        cache = curve_cache.begin("test-run", tmp_path / "tmp")
+        assert curve_cache.of_run("test-run") is None  # not sealed yet
+        _parts(con, tmp_path, cache=cache)
+        sealed = curve_cache.of_run("test-run")
+        assert sealed is not None
+        seen = []
+        for s in engine.day_samples(con):
+            ref = curve.curve_of(s)
+            avg_t, avg_w, _ = kernels.best_samples(s.t_ns[s.has_avg], s.power_avg_w[s.has_avg], s.source_rank[s.has_avg])
+            got = curve._cached(sealed, s.host, s.gpu, with_avg=True)
+            assert got is not None and len(got) == len(ref) > 0
+            for name in ("t_ns", "power_w", "energy_j", "next_t_ns", "next_w", "has_next", "mine", "source_id", "is_average"):
+                np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
+                assert getattr(got, name).dtype == getattr(ref, name).dtype, name
+            assert got.source_names == ref.source_names
+            np.testing.assert_array_equal(got.avg_t_ns, avg_t)
+            np.testing.assert_array_equal(got.avg_w, avg_w)
+            seen.append((s.host, s.gpu))
+        assert seen == [("train-0", 0), ("train-0", 1), ("train-1", 0)]
+        assert curve._cached(sealed, "train-1", 1) is None and curve._cached(sealed, "nobody", 0) is None
+    curve_cache.drop("test-run")
+    assert curve_cache.of_run("test-run") is None
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+@pytest.mark.slow  # two runs of a small day: ~15 s on an idle box
+def test_later_readers_of_a_run_take_the_pass_curves(day, monkeypatch):
+    """swing_stats in a run with the series tables reads no raw sample: each GPU's curve comes from
+    the run's engine pass (pipeline/series/cache.py), and its rows are the ones it computes from the
+    raw samples when it runs alone (no pass, no cache: it reads the host's files)."""
+    reads: list[tuple[str, str]] = []
+    real = engine._read_by_gpu
+
+    def counted(con, sql, params, spill_dir=None):
+        reads.append((AssetExecutionContext.get().asset_key.path[-1], params["host"]))
+        return real(con, sql, params, spill_dir)
+
+    monkeypatch.setattr(engine, "_read_by_gpu", counted)
+    selection = [t.name for t in SERIES_TABLES] + ["fleet_power_1s", "fleet_power_100ms", "swing_stats"]
+    outcome = run_day(day, DATE, selection=selection, workers=1, fleet_day=False)
+    assert outcome.success, outcome.error
+    assert {step for step, _ in reads} == {"power_1s"}, reads  # the pass, in the first series step
+    # the next cluster-day's pass dropped c0's cache; the last one's goes when this process ends
+    assert len(list((day / ".duckdb_tmp").glob(f"{curve_cache.PREFIX}*"))) == 1
+    swings = _swing_rows(day)
+    reads.clear()
+    outcome = run_day(day, DATE, selection=["swing_stats"], workers=1, fleet_day=False)
+    assert outcome.success, outcome.error
+    assert ("swing_stats", "train-0") in reads, reads
+    assert _swing_rows(day) == swings
+
+
+def _swing_rows(d) -> list:
+    with compute_connection(d, DATE) as con:
+        return con.execute(f"SELECT * FROM read_parquet('{d}/derived/swing_stats/**/*.parquet') WHERE level = 'gpu' ORDER BY ALL").fetchall()
+
+
+def test_stale_caches_of_killed_runs_are_removed(tmp_path):
+    """A cache folder left by a killed run goes after an hour untouched; a fresh one, or one this
+    process holds (however old), stays; opening a cache touches it."""
+    old = tmp_path / f"{curve_cache.PREFIX}dead-run-x"
+    fresh = tmp_path / f"{curve_cache.PREFIX}live-run-y"
+    for folder in (old, fresh):
+        folder.mkdir()
+    mine = curve_cache.begin("this-run", tmp_path)
+    mine.seal()
+    hours_ago = time.time() - 2 * 3600
+    for folder in (old, mine.folder):
+        os.utime(folder, (hours_ago, hours_ago))
+    assert curve_cache.remove_stale(tmp_path) == [old]
+    assert fresh.exists() and mine.folder.exists()
+    assert curve_cache.of_run("this-run") is not None
+    assert mine.folder.stat().st_mtime > hours_ago + 3600
+    curve_cache.drop("this-run")
+    assert not mine.folder.exists()
+
+
+@pytest.mark.slow  # a whole run of a small day
+def test_a_whole_run_reads_each_host_once(day, monkeypatch):
+    """A run of every asset (no selection: Dagster hands the steps an empty asset selection) reads
+    each host's raw samples once, in its first series step, for the three series tables and every
+    curve reader after them; it used to compute each series table in a pass of its own."""
+    reads: list[tuple[str, str]] = []
+    real = engine._read_by_gpu
+
+    def counted(con, sql, params, spill_dir=None):
+        reads.append((AssetExecutionContext.get().asset_key.path[-1], params["host"]))
+        return real(con, sql, params, spill_dir)
+
+    monkeypatch.setattr(engine, "_read_by_gpu", counted)
+    outcome = run_day(day, DATE, workers=1)
+    assert outcome.success, outcome.error
+    assert sorted(host for _, host in reads) == ["train-0", "train-1"], reads
+    assert {step for step, _ in reads} <= {t.name for t in SERIES_TABLES}, reads

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from pipeline import kernels
-from pipeline.grid import sliding_max_swing
+from pipeline.grid import aligned_extremes, grid_stats, sliding_max_swing, window_extremes
 from pipeline.kernels import RUN_GAP_NS, max_swings
 
 S = 1_000_000_000
@@ -65,3 +65,26 @@ def test_grid_sliding_matches_brute_force(seed):
     values[rng.random(bins) < 0.01] += 500  # rare spikes, anywhere relative to the blocks
     ok = rng.random(bins) > rng.choice([0.0, 0.01, 0.1, 0.5])  # holes: windows over them do not count
     assert sliding_max_swing(values, ok, n) == brute_force_grid(values, ok, n)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_aligned_windows_as_the_sliding_ones(seed):
+    """grid_stats without sliding (a GPU's grid columns) takes its aligned windows from
+    aligned_extremes: the same extremes as window_extremes at starts 0, n, 2n, ..., so the same rows
+    as the sliding computation less its max swing, on series with carried and leaning values."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([2, 5, 10, 20]))
+    bins = n * int(rng.integers(1, 40))
+    values = np.round(np.cumsum(rng.standard_normal(bins)) * 50, 0 if seed % 3 == 0 else 3)
+    ok = rng.random(bins) > rng.choice([0.0, 0.05, 0.3])
+    carried = np.where(rng.random(bins) < 0.3, rng.integers(0, n + 2, bins), 0).astype(np.int64)
+    ahead = np.where(rng.random(bins) < 0.2, rng.integers(0, n + 2, bins), 0).astype(np.int64) if seed % 2 else None
+    hi, lo, full = window_extremes(values, ok, carried, n, ahead)
+    a_hi, a_lo, a_full = aligned_extremes(values, ok, carried, n, ahead)
+    assert np.array_equal(hi[::n], a_hi) and np.array_equal(lo[::n], a_lo) and np.array_equal(full[::n], a_full)
+    step_ms = 1000 // (n // 2) if n % 2 == 0 and 1000 % (n // 2) == 0 else None
+    if step_ms is None:
+        return
+    slid = grid_stats(values, ok, step_ms, [2], 700.0, slide=True, carried=carried, ahead=ahead)
+    aligned = grid_stats(values, ok, step_ms, [2], 700.0, slide=False, carried=carried, ahead=ahead)
+    assert [{**r, "max_swing_w": None} for r in slid] == aligned

@@ -12,8 +12,7 @@ import polars as pl
 from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, carried_slots, grid_max_swing, grid_stats, summed_series
 from pipeline.kernels import best_samples, in_file_order, registered, series_swings
-from pipeline.phases.curve import curve_of
-from pipeline.series.engine import host_samples
+from pipeline.phases.curve import host_curves
 from pipeline.tables import Table, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
@@ -86,8 +85,9 @@ def gpu_swings(con) -> None:
     (the instant series on energy_curve's best-source samples, the avg1s series on the rows of the
     best source that reports a 1 s average, as kernels.best_samples selects them), exact over
     sample times; p50/p99, ramp and window counts on its 100 ms slots, as the SQL computes them
-    (tests/test_power_swings.py holds the two equal). Each host's samples read once
-    (engine.host_samples), one GPU at a time (memory: a GPU-day's samples, a host's slots)."""
+    (tests/test_power_swings.py holds the two equal). Each GPU's curve from the run's cache, else
+    each host's samples read once (curve.host_curves), one GPU at a time (memory: a GPU-day's
+    curve, a host's slots)."""
     provisioned = {e: w for e, w in con.execute("SELECT entity, provisioned_w FROM inventory_entities WHERE level = 'gpu'").fetchall()}
     first_slot = con.execute("SELECT day_first_slot()").fetchall()[0][0]
     gpus: dict[str, list[int]] = {}
@@ -100,19 +100,17 @@ def gpu_swings(con) -> None:
         with in_file_order(con):  # power_100ms' part is sorted by (host, gpu, ts)
             slots = con.sql(_GPU_SLOTS, params={"host": host}).fetchnumpy()
         slot_gpu = np.asarray(slots["gpu"])
-        samples = host_samples(con, host, host_gpus)  # the host's samples read once, one GPU at a time
-        s = next(samples, None)
+        curves = host_curves(con, host, host_gpus, with_avg=True)  # the run's cache, else the host's samples read once
+        got = next(curves, None)
         for gpu in host_gpus:
-            native: dict = {}
-            avg_t, avg_p, avg_rank = np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.uint8)
-            if s is not None and s.gpu == gpu:
-                cv = curve_of(s)
-                native = _native("instant", cv.t_ns[~cv.is_average], cv.power_w[~cv.is_average])
-                avg_t, avg_p, avg_rank = s.t_ns[s.has_avg], s.power_avg_w[s.has_avg], s.source_rank[s.has_avg]
-                del cv
-                s = next(samples, None)
-            t, p, _ = best_samples(avg_t, avg_p, avg_rank)
-            native |= _native("avg1s", t, p)
+            if got is not None and got[0] == gpu:
+                cv, got = got[1], None
+                native = _native("instant", cv.t_ns[~cv.is_average], cv.power_w[~cv.is_average]) | _native("avg1s", cv.avg_t_ns, cv.avg_w)
+                del cv  # one GPU's curve in memory
+                got = next(curves, None)
+            else:
+                t, p, _ = best_samples(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.uint8))
+                native = _native("avg1s", t, p)
             mine = np.flatnonzero(slot_gpu == gpu)
             slot = np.asarray(slots["slot"])[mine]
             if len(slot) > 1 and not bool((slot[1:] > slot[:-1]).all()):

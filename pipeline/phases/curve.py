@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.kernels import energy_curve
+from pipeline.kernels import best_samples
+from pipeline.series.cache import CurveCache
+from pipeline.series.energy import curve_at
 from pipeline.series.engine import host_samples
 from pipeline.series.samples import AVERAGE_RANK, GpuSamples
+from pipeline.series_run import run_curves
 
 
 @dataclass
@@ -37,42 +40,26 @@ class Curve:
     source_names: list[str] = field(default_factory=list)
     is_average: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     """Rows whose source is a 1 s average."""
+    avg_t_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    avg_w: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """The GPU's 1 s-average trace (kernels.best_samples over its rows with a 1 s average), where
+    asked for (host_curves' ``with_avg``): swing_stats' avg1s series."""
 
     def __len__(self) -> int:
         return len(self.t_ns)
-
-    def _at(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Index of the last sample at or before each t (-1: none), whether t lies strictly inside that
-        sample's interval to a next sample, and the clipped offset (ns) into that interval."""
-        i = np.searchsorted(self.t_ns, t, side="right") - 1
-        j = np.maximum(i, 0)
-        inside = (i >= 0) & self.has_next[j] & (t > self.t_ns[j])
-        d = np.minimum(t, self.next_t_ns[j]) - self.t_ns[j]
-        return i, inside, d
 
     def energy_at(self, t: np.ndarray) -> np.ndarray:
         """E(t) (J) at each instant (ns): macro curve_energy_at of the sample at or before t, 0 before the first."""
         if not len(self):
             return np.zeros(len(t))
-        i, inside, d = self._at(t)
-        j = np.maximum(i, 0)
-        p, nw, span = self.power_w[j], self.next_w[j], (self.next_t_ns[j] - self.t_ns[j])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ramp = self.energy_j[j] + (d / 1e9) * (p + (p + (nw - p) * d / span)) / 2
-        return np.where(i < 0, 0.0, np.where(inside, ramp, self.energy_j[j]))
+        return curve_at(self.t_ns, self.power_w, self.energy_j, self.has_next, t)[0]
 
     def power_at(self, t: np.ndarray) -> np.ndarray:
         """P(t) (W): the sample's power at its instant, linear towards the next sample inside an
         interval, NaN elsewhere (before the first sample, after a sample without a next one)."""
         if not len(self):
             return np.full(len(t), np.nan)
-        i, inside, d = self._at(t)
-        j = np.maximum(i, 0)
-        p, nw, span = self.power_w[j], self.next_w[j], (self.next_t_ns[j] - self.t_ns[j])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ramp = p + (nw - p) * d / span
-        at_sample = (i >= 0) & (t == self.t_ns[j])
-        return np.where(inside, ramp, np.where(at_sample, p, np.nan))
+        return curve_at(self.t_ns, self.power_w, self.energy_j, self.has_next, t)[1]
 
     def peak_in(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """The highest sample power with lo <= t_ns < hi for each [lo, hi) (NaN where none)."""
@@ -90,29 +77,46 @@ class Curve:
 
 def curve_of(s: GpuSamples, source: str | None = None) -> Curve:
     """The GPU's energy curve of the day, one row per best-source sample (kernels.energy_curve over
-    its raw samples), sorted by t_ns; ``mine`` marks the rows of ``source``. The one place the
-    per-sample curve is built."""
-    c = energy_curve(s.t_ns.astype(np.int64), s.power_w, s.source_rank)
-    t, linked = c["t_ns"], c["linked"]
-    p = c["power_w"].astype(np.float32).astype(np.float64)  # the power as the table of samples stored it (FLOAT)
+    its raw samples, GpuSamples.curve), sorted by t_ns; ``mine`` marks the rows of ``source``."""
+    c = s.curve
     first = c["first"]
-    source_id = s.source_id[first].astype(np.uint8)
-    names = list(s.sources)
+    return _curve(c["t_ns"], c["power_w"].astype(np.float32), c["energy_j"], c["linked"], s.source_id[first].astype(np.uint8),
+                  s.source_rank[first] == AVERAGE_RANK, list(s.sources), source)
+
+
+def _curve(t: np.ndarray, p32: np.ndarray, energy: np.ndarray, linked: np.ndarray, source_id: np.ndarray, is_average: np.ndarray,
+           names: list[str], source: str | None) -> Curve:
+    """A Curve from the curve's columns (``p32``: the power as the table of samples stored it, FLOAT),
+    built from the samples (curve_of) or taken from the run's cache (pipeline/series/cache.py)."""
+    p = p32.astype(np.float64)
     mine = np.ones(len(t), dtype=bool)
     if source is not None:
         mine = source_id == (names.index(source) if source in names else 255)
     return Curve(
         t_ns=t,
         power_w=p,
-        energy_j=c["energy_j"],
-        next_t_ns=np.where(linked, c["next_t_ns"], 0),
+        energy_j=energy,
+        next_t_ns=np.where(linked, np.r_[t[1:], 0], 0),
         next_w=np.where(linked, np.append(p[1:], np.nan), np.nan),
         has_next=linked,
         mine=mine,
         source_id=source_id,
         source_names=names,
-        is_average=s.source_rank[first] == AVERAGE_RANK,
+        is_average=is_average,
     )
+
+
+def _cached(cache: CurveCache, host: str, gpu: int, source: str | None = None, with_avg: bool = False) -> Curve | None:
+    """GPU ``gpu``'s curve from the run's cache, None where it has no samples."""
+    c = cache.curve(host, gpu)
+    if c is None:
+        return None
+    out = _curve(c["t_ns"], c["power_w"], c["energy_j"], c["linked"], c["source_id"], c["is_average"], cache.sources(host), source)
+    if with_avg:
+        a = cache.avg(host, gpu)
+        assert a is not None
+        out.avg_t_ns, out.avg_w = a["t_ns"], a["power_w"]
+    return out
 
 
 def _no_samples(host: str, gpu: int) -> GpuSamples:
@@ -122,11 +126,23 @@ def _no_samples(host: str, gpu: int) -> GpuSamples:
                       source_id=none.astype(np.uint8), source_rank=none.astype(np.uint8))
 
 
-def host_curves(con, host: str, gpus: Sequence[int] | None = None) -> Iterator[tuple[int, Curve]]:
+def host_curves(con, host: str, gpus: Sequence[int] | None = None, with_avg: bool = False) -> Iterator[tuple[int, Curve]]:
     """Each GPU's curve (curve_of) of one host with samples that day (of ``gpus`` only, if given),
-    in gpu order, from one read of the host's samples (engine.host_samples: one GPU in memory)."""
+    in gpu order: from the run's cache where the run's engine pass left one, else from one read of
+    the host's samples (engine.host_samples). One GPU in memory. ``with_avg``: each curve carries
+    the GPU's 1 s-average trace too (Curve.avg_t_ns, avg_w)."""
+    cache = run_curves()
+    if cache is not None:
+        for gpu in sorted(set(cache.gpus(host)) & ({int(g) for g in gpus} if gpus is not None else set(cache.gpus(host)))):
+            c = _cached(cache, host, gpu, with_avg=with_avg)
+            assert c is not None
+            yield gpu, c
+        return
     for s in host_samples(con, host, gpus):
-        yield s.gpu, curve_of(s)
+        c = curve_of(s)
+        if with_avg:
+            c.avg_t_ns, c.avg_w, _ = best_samples(s.t_ns[s.has_avg], s.power_avg_w[s.has_avg], s.source_rank[s.has_avg])
+        yield s.gpu, c
 
 
 def curves(con, wanted: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int, Curve]]:
@@ -150,6 +166,10 @@ def curves(con, wanted: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int, C
 def read_curve(con, host: str, gpu: int, source: str | None = None) -> Curve:
     """One GPU's curve of the partition day (curve_of), ``mine`` marking the rows of ``source``;
     for a lookup of one GPU (a consumer of many GPUs reads them host by host: curves)."""
+    cache = run_curves()
+    if cache is not None:
+        c = _cached(cache, host, gpu, source)
+        return c if c is not None else curve_of(_no_samples(host, gpu), source)
     for s in host_samples(con, host, [gpu]):
         return curve_of(s, source)
     return curve_of(_no_samples(host, gpu), source)

@@ -45,10 +45,12 @@ last_t_ns, samples of the GPU's best-source samples inside it (samples sharing a
 source_rank the rank of those samples' source (view power_day's source_rank macro)."""
 
 
-def _at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """E(x) and P(x) at instants ``x`` on the curve (t, p, e, linked), with whether P is defined:
-    the sample at or before x, the trapezoid towards the next one when linked (the arithmetic of
-    pipeline/phases/curve.Curve.energy_at)."""
+def curve_at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """E(x) and P(x) at instants ``x`` (ns) on a GPU's curve at every sample (t sorted, p, e, linked:
+    kernels.energy_curve), with whether P is defined: the sample at or before x, the trapezoid
+    towards the next one when linked; E 0 before the first sample, P NaN where undefined. The one
+    implementation: energy_curve's second boundaries (with the unrounded power) and the phases'
+    lookups (pipeline/phases/curve.Curve, with the power rounded to FLOAT) both use it."""
     i = np.searchsorted(t, x, side="right") - 1
     j = np.maximum(i, 0)
     at_sample = (i >= 0) & (t[j] == x)
@@ -64,10 +66,12 @@ def _at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x: np.n
     return energy, power, inside | at_sample
 
 
-def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, host: str = "", gpu: int = 0) -> pa.RecordBatch:
+def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, host: str = "", gpu: int = 0,
+                   curve: dict[str, np.ndarray] | None = None) -> pa.RecordBatch:
     """One GPU's ``energy_curve`` rows from its raw samples of one UTC day (any order; the source
-    ranking per minute and the mean of samples sharing a timestamp as kernels.best_samples)."""
-    c = energy_curve(t_ns, power_w, source_rank)
+    ranking per minute and the mean of samples sharing a timestamp as kernels.best_samples).
+    ``curve``: kernels.energy_curve of these samples, when the caller has it already."""
+    c = curve if curve is not None else energy_curve(t_ns, power_w, source_rank)
     t, p, e, linked = c["t_ns"], c["power_w"], c["energy_j"], c["linked"]
     if not len(t):
         return pa.RecordBatch.from_pylist([], schema=ENERGY_SCHEMA)
@@ -81,8 +85,8 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
     seconds = seconds[seconds < day_end_s]
     start = seconds * SECOND_NS
     end = start + SECOND_NS
-    e0, p0, has0 = _at(t, p, e, linked, start)
-    e1, p1, has1 = _at(t, p, e, linked, end)
+    e0, p0, has0 = curve_at(t, p, e, linked, start)
+    e1, p1, has1 = curve_at(t, p, e, linked, end)
     has1 &= seconds + 1 < day_end_s  # the curve restarts at midnight: nothing crosses it
     first = np.searchsorted(t, start, side="left")
     after = np.searchsorted(t, end, side="left")
@@ -145,4 +149,4 @@ def energy_at(rows: pa.RecordBatch | pa.Table, t_ns: np.ndarray, power_w: np.nda
     return out
 
 
-__all__ = ["ENERGY_SCHEMA", "energy_at", "energy_seconds"]
+__all__ = ["ENERGY_SCHEMA", "curve_at", "energy_at", "energy_seconds"]

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.series.cache import CurveCache
 from pipeline.series.samples import AVERAGE_RANK, GpuSamples, SampleSource
 from pipeline.series.table import SeriesTable
 
@@ -186,13 +187,15 @@ def _with_date(batch: pa.RecordBatch, table: SeriesTable, days: int) -> pa.Recor
 
 
 def write_parts(
-    con: duckdb.DuckDBPyConnection, tables: Sequence[SeriesTable], paths: dict[str, Path], date: str, spill_dir: Path | None = None
+    con: duckdb.DuckDBPyConnection, tables: Sequence[SeriesTable], paths: dict[str, Path], date: str, spill_dir: Path | None = None,
+    cache: CurveCache | None = None,
 ) -> dict[str, int]:
     """Compute ``tables`` for the partition day of ``con`` in one pass over its samples; write
     each to ``paths[name]`` (zstd Parquet, sorted by host, gpu, time, the pass's id under
     PASS_KEY). With ``spill_dir`` (an empty folder) each GPU's samples wait there while its host
-    is read (memory: one GPU's samples, not its host's). Returns rows per table. On any error no
-    file is left behind."""
+    is read (memory: one GPU's samples, not its host's). With ``cache``, each GPU's curve is left
+    there too and the cache sealed at the end (for the run's later readers: pipeline/series/cache.py).
+    Returns rows per table. On any error no file is left behind (the cache unsealed)."""
     pass_id = uuid.uuid4().hex
     days = (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
     writers: dict[str, pq.ParquetWriter] = {}
@@ -216,10 +219,14 @@ def write_parts(
                     rows[t.name] += batch.num_rows
                     if sum(b.num_rows for b in pending[t.name]) >= ROW_GROUP_ROWS:
                         flush(t.name)
+            if cache is not None:
+                cache.put(samples)
         for t in tables:
             flush(t.name)
             writers[t.name].add_key_value_metadata({PASS_KEY: pass_id})
             writers[t.name].close()
+        if cache is not None:
+            cache.seal()
     except BaseException:
         for name, w in writers.items():
             try:

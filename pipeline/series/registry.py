@@ -83,7 +83,7 @@ ENERGY_CURVE_SCHEMA = ENERGY_SCHEMA
 
 def energy_curve_rows(s: GpuSamples) -> pa.RecordBatch:
     """Per GPU-second: cumulative energy and power at its start and end (energy.energy_seconds)."""
-    return energy_seconds(s.t_ns, s.power_w, s.source_rank, s.host, s.gpu)
+    return energy_seconds(s.t_ns, s.power_w, s.source_rank, s.host, s.gpu, curve=s.curve)
 
 
 POWER_1S = SeriesTable(

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+
+from pipeline.kernels import energy_curve
 
 
 class SampleSource(enum.Enum):
@@ -64,3 +67,9 @@ class GpuSamples:
 
     def __len__(self) -> int:
         return len(self.t_ns)
+
+    @functools.cached_property
+    def curve(self) -> dict[str, np.ndarray]:
+        """The GPU's energy curve at every best-source sample (kernels.energy_curve), built once for
+        every table and reader of these samples."""
+        return energy_curve(self.t_ns.astype(np.int64), self.power_w, self.source_rank)
