@@ -32,6 +32,7 @@ from pipeline.partitions import cluster_day_key, register_clusters
 from pipeline.remote import DataDir, local_dir
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
 from pipeline.sensors import RAW_FILES_TAG, day_signature
+from pipeline.series import cache as curve_cache
 
 
 @dataclass
@@ -234,6 +235,7 @@ def _run_part(args: tuple[str, str, str | None, list[str] | None, Settings]) -> 
             run_config={"loggers": {"console": {"config": {"log_level": settings.log_level}}}},
             asset_selection=selected,
         )
+    curve_cache.drop(result.run_id)  # the run's curves served its steps; keep no run's files past its end
     part["success"], part["run_id"] = result.success, result.run_id
     for event in result.all_events:
         if event.is_step_success and event.step_key:

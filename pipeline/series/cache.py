@@ -10,8 +10,8 @@ not the host's), and the run's readers take it from here instead of the raw file
 
 A cache belongs to one Dagster run (its run id): the samples it holds are the ones the run's
 engine pass read. It is usable once sealed (every host of the cluster-day written), and removed
-when another run of this process opens one, when the process ends, or, left by a killed run, by
-:func:`remove_stale`. A reader that finds no cache (a run that selected no series table) reads the
+when the run ends (the runner calls :func:`drop`), when another run of this process opens one, when
+the process ends, or, left by a killed run, by :func:`remove_stale`. A reader that finds no cache (a run that selected no series table) reads the
 raw files as before. Nothing here knows Dagster: the run id comes from the caller.
 """
 
