@@ -121,7 +121,7 @@ def test_a_1s_average_source_gets_no_power_segments(tmp_path):
 
 
 @pytest.mark.parametrize("trailing", [True, False])
-@pytest.mark.parametrize("lead_ns", [0, 60 * MS])
+@pytest.mark.parametrize("lead_ns", [0, 60 * MS, 200 * MS])
 def test_numpy_detector_gives_the_polars_runs(trailing, lead_ns):
     """detect_gpu (the asset's one-GPU numpy path) returns detect's frame exactly: jittered 20 ms
     samples with prefill bursts, repeated power values (ties at the levels), gaps over 2 s (a lone
@@ -142,3 +142,22 @@ def test_numpy_detector_gives_the_polars_runs(trailing, lead_ns):
         got = detect_gpu(7, t[:k], w[:k], 700.0, lead_ns, trailing)
         assert got.schema == want.schema
         assert got.equals(want), k
+
+
+def test_levels_without_sorting_are_the_sorted_levels():
+    """The detector's levels found by partitions (_levels_unsorted) are the sorted array's elements
+    _levels_of picks: ties at every level, all samples idle (no busy one), one sample, an infinite
+    sample, no TDP, a TDP under every sample."""
+    from pipeline.phases.power_detect import _levels_of, _levels_unsorted
+
+    rng = np.random.default_rng(5)
+    shapes = [
+        np.round(np.where(rng.random(10_001) < 0.8, 250 + 40 * rng.standard_normal(10_001), 80.0) / 5) * 5,
+        np.full(997, 80.0),
+        np.array([312.5]),
+        np.r_[rng.uniform(60, 900, 4_000), np.inf],
+        rng.integers(0, 4, 5_000).astype(float) * 100,
+    ]
+    for w in shapes:
+        for tdp in (700.0, None, 10.0):
+            assert _levels_unsorted(w.copy(), tdp) == _levels_of(np.sort(w), tdp), (len(w), tdp)

@@ -335,8 +335,9 @@ def segments(con) -> None:
             stats.append(st)
             ms = st["sample_interval_ms"]
             if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS:
-                held = (c.t_ns >= from_ns) & (c.t_ns < to_ns)  # the GPU's samples while the endpoint held it
-                t_held, w_held = (c.t_ns, c.power_w) if held.all() else (c.t_ns[held], c.power_w[held])
+                # the GPU's samples while the endpoint held it: a slice, the curve is in time order
+                a, b = np.searchsorted(c.t_ns, [from_ns, to_ns], side="left")
+                t_held, w_held = c.t_ns[a:b], c.power_w[a:b]
                 runs = power_detect.detect_gpu(gk, t_held, w_held, float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
                                                st["source"] in power_detect.TRAILING_SOURCES, prefill=st["unresolved"] is None)
                 lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()

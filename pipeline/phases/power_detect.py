@@ -82,6 +82,31 @@ def _nearest(sorted_w: np.ndarray, q: float) -> float:
     return float(sorted_w[int(np.floor((len(sorted_w) - 1) * q + 0.5))])
 
 
+def _rank(n: int, q: float) -> int:
+    """The index :func:`_nearest` takes in an ascending array of ``n`` elements."""
+    return int(np.floor((n - 1) * q + 0.5))
+
+
+def _levels_unsorted(w: np.ndarray, tdp: float | None) -> tuple[float, float, float]:
+    """:func:`_levels_of` of ``w`` in any order (non-empty, no NaN), without sorting it: every level
+    is an order statistic (the busy samples' lower quartile is the one at rank "samples at or under
+    the busy threshold" + its own rank), so two linear partitions find the same values a sort did.
+    Why: the sorts were a third of phase_segments' kernel (two per GPU-day of ~50 Hz samples)."""
+    n = len(w)
+    r05, r99 = _rank(n, 0.05), _rank(n, 0.99)
+    part = np.partition(w, [r05, r99])
+    q05, high = float(part[r05]), float(part[r99])
+    if tdp is None:
+        return q05, q05, high
+    idle = min(q05, tdp * 0.25)
+    start = n - int(np.count_nonzero(part > idle + 0.05 * (tdp - idle)))  # searchsorted(sorted, x, "right")
+    if start >= n:
+        return idle, idle, high
+    k = start + _rank(n - start, 0.25)
+    part.partition(k)
+    return idle, float(part[k]), high
+
+
 def _levels_of(w: np.ndarray, tdp: float | None) -> tuple[float, float, float]:
     """(idle_w, decode_w, high_w) of one GPU's power sorted ascending (non-empty)."""
     idle = _nearest(w, 0.05) if tdp is None else min(_nearest(w, 0.05), tdp * 0.25)
@@ -163,6 +188,24 @@ def detect(samples: pl.DataFrame, lead_ns: int = 0, trailing: bool = True, prefi
     )
 
 
+def _lead_into(ph: np.ndarray, high: np.ndarray, lo: np.ndarray, hi: np.ndarray, fresh: np.ndarray, lead_ns: int) -> None:
+    """Label prefill (2 in ``ph``) each sample whose window ends less than ``lead_ns`` before the
+    window start of a later high sample (indices ``high``) of its stretch (no ``fresh`` sample
+    after it up to that one). Windows are in time order, so that gap grows with the distance back:
+    step back from every high sample one sample at a time while any still falls inside the lead
+    (a few steps: the lead spans a few samples), instead of a next-high index per sample (a later
+    high sample qualifying means the nearest one does too: its window starts no later)."""
+    j, d = high, 1
+    starts = lo[high]
+    while len(j):
+        i = j - d
+        keep = (i >= 0) & (starts - hi[np.maximum(i, 0)] < lead_ns)
+        keep[keep] &= ~fresh[i[keep] + 1]  # the stretch does not restart between i and its high sample
+        j, starts, i = j[keep], starts[keep], i[keep]
+        ph[i] = 2
+        d += 1
+
+
 def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lead_ns: int = 0, trailing: bool = True,
                prefill: bool = True) -> pl.DataFrame:
     """:func:`detect` for one GPU's samples (t_ns sorted and distinct, power_w without NULLs) in
@@ -175,7 +218,7 @@ def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lea
         return detect(pl.DataFrame({"gk": np.full(n, gk, dtype=np.int64), "t_ns": t_ns, "power_w": power_w, "tdp_w": np.full(n, tdp_w)},
                                    schema={"gk": pl.Int64, "t_ns": pl.Int64, "power_w": pl.Float64, "tdp_w": pl.Float64}), lead_ns, trailing, prefill)
     t, w = np.asarray(t_ns, dtype=np.int64), np.asarray(power_w, dtype=np.float64)
-    idle_w, decode_w, high_w = _levels_of(np.sort(w), tdp_w)
+    idle_w, decode_w, high_w = _levels_unsorted(w, tdp_w)
     prefill_w, idle_max_w = (decode_w + high_w) / 2, (idle_w + decode_w) / 2
     gap = np.diff(t) > GAP_NS
     fresh, last = np.r_[True, gap], np.r_[gap, True]  # a stretch's first sample / its last
@@ -186,12 +229,10 @@ def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lea
         lo, hi = (prev_t + t) // 2, np.where(last, t, (t + np.r_[t[1:], t[-1]]) // 2)
     lo = np.where(fresh, t, lo)
     high = (w >= prefill_w) & prefill
-    # the next high sample at or after each one (n: none), its window start if in the same stretch
-    nxt = np.minimum.accumulate(np.where(high, np.arange(n), n)[::-1])[::-1]
-    k = np.minimum(nxt, n - 1)
-    stretch = np.cumsum(fresh)
-    lead = (nxt < n) & (stretch[k] == stretch) & (lo[k] - hi < lead_ns)
-    ph = np.where(high | lead, 2, np.where(w >= idle_max_w, 1, 0)).astype(np.int8)
+    ph = (w >= idle_max_w).astype(np.int8)
+    ph[high] = 2
+    if lead_ns > 0:
+        _lead_into(ph, np.flatnonzero(high), lo, hi, fresh, lead_ns)
     starts = np.flatnonzero(fresh | np.r_[True, ph[1:] != ph[:-1]])
     ends = np.r_[starts[1:], n] - 1
     p_lo = np.where(fresh[starts], w[starts], w[np.maximum(starts - 1, 0)])
@@ -215,11 +256,13 @@ def unresolved(t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, interval_ns:
     """Why this GPU's prefills cannot be told from decode by its power alone (then no power-only
     prefill segments are emitted for it; its decode and idle runs still are), or None where they
     can: no prefill plateau stands out of decode by ``PLATEAU_MIN_TDP`` of the TDP."""
-    w = np.sort(np.asarray(power_w, dtype=np.float64))
-    w = w[np.isfinite(w)]
+    w = np.asarray(power_w, dtype=np.float64)
+    finite = np.isfinite(w)
+    if not finite.all():
+        w = w[finite]
     if len(w) == 0 or not tdp_w or tdp_w <= 0:
         return None
-    idle_w, decode_w, high_w = _levels_of(w, tdp_w)
+    idle_w, decode_w, high_w = _levels_unsorted(w, tdp_w)
     lift = high_w - max(idle_w, decode_w)
     if lift < PLATEAU_MIN_TDP * tdp_w:
         return (f"no prefill plateau: the high level ({high_w:.0f} W) is {lift:.0f} W over decode ({max(idle_w, decode_w):.0f} W), "
