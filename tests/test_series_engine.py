@@ -160,11 +160,9 @@ def test_cached_curves_are_the_curves_of_the_samples(day, tmp_path):
     assert not list((tmp_path / "tmp").iterdir())
 
 
-@pytest.mark.slow  # two runs of a small day: ~15 s on an idle box
-def test_later_readers_of_a_run_take_the_pass_curves(day, monkeypatch):
-    """swing_stats in a run with the series tables reads no raw sample: each GPU's curve comes from
-    the run's engine pass (pipeline/series/cache.py), and its rows are the ones it computes from the
-    raw samples when it runs alone (no pass, no cache: it reads the host's files)."""
+@pytest.fixture
+def raw_reads(monkeypatch) -> list[tuple[str, str]]:
+    """(step, host) of every raw-sample read a run makes (engine._read_by_gpu), as it happens."""
     reads: list[tuple[str, str]] = []
     real = engine._read_by_gpu
 
@@ -173,17 +171,25 @@ def test_later_readers_of_a_run_take_the_pass_curves(day, monkeypatch):
         return real(con, sql, params, spill_dir)
 
     monkeypatch.setattr(engine, "_read_by_gpu", counted)
+    return reads
+
+
+@pytest.mark.slow  # two runs of a small day: ~15 s on an idle box
+def test_later_readers_of_a_run_take_the_pass_curves(day, raw_reads):
+    """swing_stats in a run with the series tables reads no raw sample: each GPU's curve comes from
+    the run's engine pass (pipeline/series/cache.py), and its rows are the ones it computes from the
+    raw samples when it runs alone (no pass, no cache: it reads the host's files)."""
     selection = [t.name for t in SERIES_TABLES] + ["fleet_power_1s", "fleet_power_100ms", "swing_stats"]
     outcome = run_day(day, DATE, selection=selection, workers=1, fleet_day=False)
     assert outcome.success, outcome.error
-    assert {step for step, _ in reads} == {"power_1s"}, reads  # the pass, in the first series step
+    assert {step for step, _ in raw_reads} == {"power_1s"}, raw_reads  # the pass, in the first series step
     # each cluster-day's run removes its cache when it ends: nothing of the run stays on disk
     assert not list((day / ".duckdb_tmp").glob(f"{curve_cache.PREFIX}*"))
     swings = _swing_rows(day)
-    reads.clear()
+    raw_reads.clear()
     outcome = run_day(day, DATE, selection=["swing_stats"], workers=1, fleet_day=False)
     assert outcome.success, outcome.error
-    assert ("swing_stats", "train-0") in reads, reads
+    assert ("swing_stats", "train-0") in raw_reads, raw_reads
     assert _swing_rows(day) == swings
 
 
@@ -213,19 +219,11 @@ def test_stale_caches_of_killed_runs_are_removed(tmp_path):
 
 
 @pytest.mark.slow  # a whole run of a small day
-def test_a_whole_run_reads_each_host_once(day, monkeypatch):
+def test_a_whole_run_reads_each_host_once(day, raw_reads):
     """A run of every asset (no selection: Dagster hands the steps an empty asset selection) reads
     each host's raw samples once, in its first series step, for the three series tables and every
     curve reader after them; it used to compute each series table in a pass of its own."""
-    reads: list[tuple[str, str]] = []
-    real = engine._read_by_gpu
-
-    def counted(con, sql, params, spill_dir=None):
-        reads.append((AssetExecutionContext.get().asset_key.path[-1], params["host"]))
-        return real(con, sql, params, spill_dir)
-
-    monkeypatch.setattr(engine, "_read_by_gpu", counted)
     outcome = run_day(day, DATE, workers=1)
     assert outcome.success, outcome.error
-    assert sorted(host for _, host in reads) == ["train-0", "train-1"], reads
-    assert {step for step, _ in reads} <= {t.name for t in SERIES_TABLES}, reads
+    assert sorted(host for _, host in raw_reads) == ["train-0", "train-1"], raw_reads
+    assert {step for step, _ in raw_reads} <= {t.name for t in SERIES_TABLES}, raw_reads
