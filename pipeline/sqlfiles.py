@@ -23,13 +23,10 @@ def query(name: str) -> str:
 
 
 def table_names() -> list[str]:
-    """Every derived table: a folder ``sql/<table>/`` holding ``<table>.sql``, or (tables not yet
-    in their folder) a file ``sql/<table>.sql``, and the series tables (pipeline/series/, their
-    folders hold only checks, headline and column docs). Rollups write the same names."""
-    from pipeline.series import SERIES_TABLES  # numpy kernels: loaded only when tables are listed
-
-    folders = {p.parent.name for p in SQL_DIR.glob("*/*.sql") if p.stem == p.parent.name}
-    return sorted(folders | {p.stem for p in SQL_DIR.glob("*.sql")} | {t.name for t in SERIES_TABLES})
+    """Every derived table: a folder ``sql/<table>/`` with its column docs (``columns.yaml``), the
+    SQL tables' beside their ``<table>.sql``, the series and Python tables' beside their checks
+    and headline only. Rollups write the same names."""
+    return sorted(p.parent.name for p in SQL_DIR.glob("*/columns.yaml") if p.parent.name != "views")
 
 
 @functools.cache

@@ -13,9 +13,16 @@ A table is its folder ``sql/<table>/``:
 Every file runs as-is in the DuckDB CLI on the warehouse after
 ``SET VARIABLE partition_date = DATE '2026-11-30'``. The declaration (:class:`Table`, in the
 domain module of ``pipeline/assets/``) adds what SQL cannot say: partitioning, upstream tables,
-Dagster config, and *named hooks* for the few special steps (a polars kernel leaving a temp
-table, a statement run in chunks, a check that needs numpy). :func:`table_assets` turns it into
-the Dagster asset (and its ``fleet/`` rollup asset) with one check spec per check file.
+Dagster config, and the checks that need numpy. :func:`table_assets` turns it into the Dagster
+asset (and its ``fleet/`` rollup asset) with one check spec per check file.
+
+A table's one implementation is one of three:
+
+- its SQL file (most tables);
+- a per-GPU series function run by the series engine (``series=True``, pipeline/series/);
+- a Python function of the partition's relations (``rows=``, :class:`TableRun`): for what SQL
+  says badly (numpy kernels over whole series, seeded draws). It returns the part's rows as
+  Arrow; it has no ``<table>.sql``, and its checks, headline and column docs are files as above.
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset functions' annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
+import pyarrow as pa
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -204,6 +212,23 @@ Hook = Callable[..., None]
 
 
 @dataclass(frozen=True)
+class TableRun:
+    """What a Python table's ``rows`` function gets beside the connection: the run's settings, as values."""
+
+    scope: Scope
+    """The cluster-day (or fleet-day) being written."""
+    rollup: bool
+    """The ``fleet/`` rollup asset's step: the cluster-days' parts are the input."""
+    grid_step_ms: int
+    """The grid_step_ms setting."""
+
+
+Rows = Callable[[Connection, TableRun], "pa.Table | pa.RecordBatchReader"]
+"""A Python table's implementation: the part's rows, as an Arrow table or a stream of record
+batches (written as they come, so a stream bounds the step's memory)."""
+
+
+@dataclass(frozen=True)
 class Table:
     """A derived table, declared once. See the module docstring for its files."""
 
@@ -233,6 +258,9 @@ class Table:
     write: Callable[[Connection, Callable[[str], int]], int] | None = None
     """Hook replacing "run the preparatory statements, write the last query": gets the connection
     and ``write(query) -> rows`` (e.g. statements run in chunks, a temp table written in part)."""
+    rows: Rows | None = None
+    """A Python table (module docstring): its one implementation. The fleet-day rollup runs it too
+    (``TableRun.rollup``) unless the folder has ``rollup.sql``."""
     series: bool = False
     """A per-GPU series table (pipeline/series/): its rows come from the series engine, its
     function and schema registered there, not from a SQL file; its checks and headline are SQL
@@ -284,6 +312,8 @@ class Table:
 
             if self.series and not rollup:
                 rows = series_run.series_part(context, warehouse, con, scope, self.name)
+            elif self.rows is not None and not (rollup and self.sql_name(rollup).endswith("/rollup")):
+                rows = self._write_rows(con, TableRun(scope=scope, rollup=rollup, grid_step_ms=warehouse.grid_step_ms), write)
             elif self.write is not None and not rollup:
                 rows = self.write(con, write)
             else:
@@ -301,6 +331,16 @@ class Table:
         if peak is not None:  # the process's peak RSS while this step ran: which asset sets a run's peak
             metadata["peak_rss_mb"] = round(peak, 1)
         return MaterializeResult(metadata=metadata, check_results=results)
+
+
+    def _write_rows(self, con: Connection, run: TableRun, write: Callable[[str], int]) -> int:
+        assert self.rows is not None
+        relation = f"_{self.name}_rows"
+        con.register(relation, self.rows(con, run))  # a stream is read once, by the part's COPY
+        try:
+            return write(f"SELECT * FROM {relation}")
+        finally:
+            con.unregister(relation)
 
 
 def statements(name: str) -> tuple[list[str], str]:

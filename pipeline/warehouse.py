@@ -554,7 +554,7 @@ def write_partition(
     finally:
         tmp.unlink(missing_ok=True)
     con.execute(_derived_view_sql(data_dir, table, scope, con))
-    return con.execute(f"SELECT count(*) FROM read_parquet({path_literal(final)})").fetchone()[0]
+    return con.execute(f"SELECT count(*) FROM read_parquet({path_literal(final)})").fetchall()[0][0]
 
 
 def install_part(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, scope: Scope, written: Path) -> int:

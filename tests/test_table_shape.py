@@ -10,7 +10,7 @@ from pipeline.definitions import defs
 from pipeline.series import SERIES_TABLES
 from pipeline.tables import SqlCheck, Table, headline, parse_check, table_dir
 
-TABLE_FOLDERS = sorted(p.parent.name for p in SQL_DIR.glob("*/*.sql") if p.stem == p.parent.name)
+TABLE_FOLDERS = sorted(p.parent.name for p in SQL_DIR.glob("*/columns.yaml") if p.parent.name != "views")
 
 
 def _declared() -> dict[str, Table]:
@@ -31,15 +31,16 @@ def _declared() -> dict[str, Table]:
 
 def test_every_table_folder_is_declared_once_and_becomes_its_assets():
     declared = _declared()
-    assert TABLE_FOLDERS, "no sql/<table>/<table>.sql found"
-    assert set(TABLE_FOLDERS) <= set(declared), f"undeclared: {set(TABLE_FOLDERS) - set(declared)}"
+    assert TABLE_FOLDERS, "no sql/<table>/columns.yaml found"
+    assert set(TABLE_FOLDERS) == set(declared), f"undeclared: {set(TABLE_FOLDERS) - set(declared)}, no folder: {set(declared) - set(TABLE_FOLDERS)}"
     keys = {k.to_user_string() for a in defs.assets for k in getattr(a, "keys", [])}
     for table in declared.values():
         assert table.name in keys
         assert (f"fleet/{table.name}" in keys) == table.rollup
-        if table.series:  # one implementation: the series engine's function, no query file
-            assert not (table_dir(table.name) / f"{table.name}.sql").exists()
-        else:
+        # one implementation each: the series engine's function, a Python function, or the query file
+        query_file = (table_dir(table.name) / f"{table.name}.sql").exists()
+        assert [table.series, table.rows is not None, query_file].count(True) == 1, table.name
+        if query_file:
             assert table.sql_name() == f"{table.name}/{table.name}"
     assert {t.name for t in declared.values() if t.series} == {t.name for t in SERIES_TABLES}
 

@@ -1,17 +1,23 @@
 """`swing_projection`: how the 2 s swing of a cluster's inference endpoints (and of a training job's
 hosts) would look with more of them, from the day's own series (pipeline/swing_projection.py)."""
 
+import datetime as dt
+
 import numpy as np
-import polars as pl
+import pyarrow as pa
 
 from pipeline import swing_projection as sp
 from pipeline.kernels import registered
-from pipeline.tables import Table, table_assets
+from pipeline.tables import Connection, Table, TableRun, table_assets
 
-_COLUMNS = """kind VARCHAR, entity VARCHAR, members INTEGER, members_observed INTEGER, members_read INTEGER,
-    gpus INTEGER, gpus_low INTEGER, gpus_high INTEGER, provisioned_w DOUBLE, method VARCHAR, max_2s_swing_pct DOUBLE, max_2s_swing_pct_low DOUBLE,
-    max_2s_swing_pct_high DOUBLE, p99_2s_swing_pct DOUBLE, p99_2s_swing_pct_low DOUBLE, p99_2s_swing_pct_high DOUBLE,
-    draws INTEGER, published_scale BOOLEAN, published_gpus INTEGER, published_2s_swing_pct DOUBLE"""
+SCHEMA = pa.schema([
+    ("date", pa.date32()), ("kind", pa.string()), ("entity", pa.string()), ("members", pa.int32()),
+    ("gpus", pa.int32()), ("gpus_low", pa.int32()), ("gpus_high", pa.int32()), ("method", pa.string()),
+    ("max_2s_swing_pct", pa.float64()), ("max_2s_swing_pct_low", pa.float64()), ("max_2s_swing_pct_high", pa.float64()),
+    ("p99_2s_swing_pct", pa.float64()), ("p99_2s_swing_pct_low", pa.float64()), ("p99_2s_swing_pct_high", pa.float64()),
+    ("provisioned_w", pa.float64()), ("draws", pa.int32()), ("members_observed", pa.int32()), ("members_read", pa.int32()),
+    ("published_scale", pa.bool_()), ("published_gpus", pa.int32()), ("published_2s_swing_pct", pa.float64()),
+])
 
 _MEMBERS = """
 WITH g AS (
@@ -36,12 +42,17 @@ GROUP BY ALL
 """
 
 
-def projection(con) -> None:
-    """Temp table ``_projection``: per kind (inference: a cluster's endpoints; training: a job's
-    hosts) the kernel's rows, one entity at a time; at most sp.MAX_MEMBERS_READ series read each."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _projection ({_COLUMNS})")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _projection_members AS {_MEMBERS}")
-    day = str(con.execute("SELECT getvariable('partition_date')").fetchall()[0][0])
+def projection(con: Connection, run: TableRun) -> pa.Table:
+    """The table's rows: per kind (inference: a cluster's endpoints; training: a job's hosts) the
+    kernel's rows, one entity at a time; at most sp.MAX_MEMBERS_READ series read each."""
+    with registered(con, "_projection_members", con.sql(_MEMBERS).pl()):
+        out = _rows(con, str(run.scope.date))
+    out.sort(key=lambda r: (r["kind"], r["entity"], r["members"]))
+    return pa.Table.from_pylist(out, schema=SCHEMA)
+
+
+def _rows(con: Connection, day: str) -> list[dict]:
+    out: list[dict] = []
     entities = con.execute(
         "SELECT kind, entity, member, count(*) AS gpus, sum(share_w) AS provisioned_w FROM _projection_members "
         "GROUP BY ALL ORDER BY kind, entity, member").fetchall()
@@ -72,15 +83,13 @@ def projection(con) -> None:
         published_gpus, published_pct = sp.PUBLISHED[kind]
         ks, k_pub = sp.k_grid(observed, float(gpus.mean()), published_gpus)
         rows = sp.project(series, prov, gpus, ks, shift=kind == "inference", seed=seed)
-        frame = pl.DataFrame([{
-            **r, "kind": kind, "entity": entity, "members_observed": observed, "members_read": len(names),
+        out += [{
+            **r, "date": dt.date.fromisoformat(day), "kind": kind, "entity": entity, "members_observed": observed, "members_read": len(names),
             "method": "observed" if r["members"] <= observed else r["method"],
             "published_scale": r["members"] == k_pub, "published_gpus": published_gpus,
             "published_2s_swing_pct": published_pct if r["members"] == k_pub else None,
-        } for r in rows])
-        if frame.height:
-            with registered(con, "_projection_frame", frame):
-                con.execute("INSERT INTO _projection BY NAME SELECT * FROM _projection_frame")
+        } for r in rows]
+    return out
 
 
 SWING_PROJECTION = Table(
@@ -91,7 +100,7 @@ SWING_PROJECTION = Table(
     "independent endpoints; training: in step), median and band over seeded draws (docs/metrics.md).",
     "cluster-day",
     deps=["power_100ms"],
-    before=projection,
+    rows=projection,
     group="swings",  # beside swing_stats: the power group's graph stays small enough to draw its names
 )
 (swing_projection,) = table_assets(SWING_PROJECTION)
