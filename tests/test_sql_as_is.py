@@ -19,14 +19,14 @@ from tests.days import copy_of
 TABLES = ["request_energy", "training_energy", "power_cap_whatif"]
 
 
-def _as_is(con: duckdb.DuckDBPyConnection, table: str, date: str):
+def run_as_is(con: duckdb.DuckDBPyConnection, table: str, date: str):
     """The table's SQL file run whole, as the CLI reads it, after the two settings a session needs."""
     con.execute("SET TimeZone = 'UTC'")
     con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
     return con.sql((SQL_DIR / table / f"{table}.sql").read_text()).to_arrow_table()
 
 
-def _same_rows(got, want) -> tuple[int, int]:
+def rows_apart(got, want) -> tuple[int, int]:
     """Rows of each not in the other (EXCEPT ALL both ways)."""
     con = duckdb.connect()
     con.register("got", got)
@@ -41,13 +41,13 @@ def test_sql_file_runs_as_is_on_the_read_only_catalog(report_day, table):
     assert set(TABLES) <= report_day.tables()
     con = duckdb.connect(str(report_day.data_dir / "warehouse.duckdb"), read_only=True)
     try:
-        got = _as_is(con, table, report_day.date)
+        got = run_as_is(con, table, report_day.date)
     finally:
         con.close()
     want = warehouse.read_day(report_day.data_dir, table, report_day.date)
     assert got.num_rows == want.num_rows > 0
     assert got.column_names == want.column_names
-    assert _same_rows(got, want.cast(got.schema)) == (0, 0)
+    assert rows_apart(got, want.cast(got.schema)) == (0, 0)
 
 
 def test_power_cap_whatif_binds_where_phase_intervals_was_never_built(report_day, tmp_path):
@@ -59,13 +59,13 @@ def test_power_cap_whatif_binds_where_phase_intervals_was_never_built(report_day
     warehouse.publish(d)
     with warehouse.compute_connection(d, report_day.date) as con:
         assert con.execute("SELECT count(*) FROM phase_intervals").fetchone()[0] == 0
-        computed = _as_is(con, "power_cap_whatif", report_day.date)
+        computed = run_as_is(con, "power_cap_whatif", report_day.date)
     con = duckdb.connect(str(d / "warehouse.duckdb"), read_only=True)
     try:
-        cataloged = _as_is(con, "power_cap_whatif", report_day.date)
+        cataloged = run_as_is(con, "power_cap_whatif", report_day.date)
     finally:
         con.close()
-    assert computed.num_rows > 0 and _same_rows(computed, cataloged) == (0, 0)
+    assert computed.num_rows > 0 and rows_apart(computed, cataloged) == (0, 0)
     phases = set(computed.column("phase").to_pylist())
     assert "unlabelled" in phases and not phases & {"prefill", "decode"}
 
