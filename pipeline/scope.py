@@ -31,9 +31,17 @@ PER_GPU_COLUMNS = {t.name: ddl_columns(t) for t in SERIES_TABLES}
 """Per-GPU derived tables and their columns, from the series tables' schemas: a fleet-day sees
 them empty (whether or not their files are on this machine), so it provably reads no per-GPU data."""
 PER_GPU_TABLES = tuple(PER_GPU_COLUMNS)
-ALWAYS_DEFINED = ("energy_curve",)
-"""Derived tables that shared macros read (sql/views/power_energy.sql): defined typed and empty until
-built, since DuckDB binds a macro's tables when the macro is created."""
+PHASE_INTERVALS_COLUMNS = (
+    "date DATE, endpoint VARCHAR, start_ts TIMESTAMPTZ, end_ts TIMESTAMPTZ, start_ns BIGINT, end_ns BIGINT, "
+    "phase VARCHAR, n_prefill INTEGER, n_decode INTEGER, prefill_estimated BOOLEAN, prompt_tokens DOUBLE, "
+    "output_tokens DOUBLE, energy_j DOUBLE, gpus BIGINT, prompt_tokens_per_s DOUBLE, output_tokens_per_s DOUBLE"
+)
+ALWAYS_DEFINED = {"energy_curve": PER_GPU_COLUMNS["energy_curve"], "phase_intervals": PHASE_INTERVALS_COLUMNS}
+"""Derived tables that shared macros or other tables' SQL read, with their columns: defined typed and
+empty until built, so those bind on any data dir and return nothing where nothing was built (DuckDB
+binds a macro's tables when the macro is created: sql/views/power_energy.sql reads energy_curve;
+power_cap_whatif labels its endpoint seconds from phase_intervals). A SQL table's columns here are
+held to a built part by tests/test_sql_as_is.py."""
 
 
 def empty_relation_sql(columns: str) -> str:

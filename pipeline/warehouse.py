@@ -239,6 +239,15 @@ SELECT job, host, min(a), max(b) FROM r GROUP BY job, host, run ORDER BY ALL
 
 _EVENT_COLUMNS = ["job", "host", "start_ts", "end_ts"]
 
+_JOB_EVENTS_EARLIER_VIEW = """
+CREATE OR REPLACE VIEW job_events_earlier AS SELECT {columns} FROM job_events
+WHERE date < getvariable('partition_date')::DATE AND date >= getvariable('partition_date')::DATE - {lookback_days}
+  AND end_ts > getvariable('partition_date')::DATE::TIMESTAMPTZ
+"""
+"""In a reader's catalog, what a computed day's temp table ``job_events_earlier`` holds
+(:func:`_job_event_runs`): the earlier days' events still running after the ``partition_date``'s
+midnight, so a table's SQL file (training_energy) runs there as-is once the day is set."""
+
 
 def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path, lookback_days: int) -> list[tuple[str, str, int, int]]:
     """Runs of job events (job, host, start ns, end ns) that can hold a GPU on the computed day:
@@ -284,16 +293,19 @@ def _create_gpu_assignments(
     hosts, so an endpoint another cluster declares can still hold this one's GPUs. ``stored``: the
     assignments dataset's accepted rows where the caller has read them already (stored_assignments)."""
     held: list[assignments.Held] = []
-    con.register("_no_events", JOB_EVENTS.empty_table())
-    con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _no_events")  # replaced by _job_event_runs
-    con.unregister("_no_events")
+    computing = con.execute("SELECT getvariable('partition_date') IS NOT NULL").fetchall()[0][0]
+    if computing:
+        con.register("_no_events", JOB_EVENTS.empty_table())
+        con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _no_events")  # replaced by _job_event_runs
+        con.unregister("_no_events")
+    else:  # a reader's catalog: the same events from job_events (every day), once a day is set
+        con.execute(_JOB_EVENTS_EARLIER_VIEW.format(columns=", ".join(JOB_EVENTS.names), lookback_days=int(lookback_days)))
     if inventory is not None:
         hosts = {h.name for _, _, h in inventory.iter_hosts()}
         held = [h for h in assignments.static_held(full_inventory or inventory) if h.host in hosts]
         good = stored if stored is not None else stored_assignments(full_inventory or inventory, data_dir)
         held += [h for h in assignments.rows_held(good) if h.host in hosts]
         held += assignments.job_event_held(inventory, _job_event_runs(con, data_dir, lookback_days))  # only (job, host) pairs this inventory lists
-    computing = con.execute("SELECT getvariable('partition_date') IS NOT NULL").fetchall()[0][0]
     try:
         resolved = assignments.resolve(held, strict=bool(computing))
     except assignments.AssignmentConflict as exc:
@@ -434,9 +446,9 @@ def create_views(
         for table, columns in PER_GPU_COLUMNS.items():
             con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(columns)}")
     present = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    for table in ALWAYS_DEFINED:
+    for table, columns in ALWAYS_DEFINED.items():
         if table not in present:
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(PER_GPU_COLUMNS[table])}")
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS {empty_relation_sql(columns)}")
     _create_inventory_tables(con, inventory)
     _create_gpu_assignments(con, data_dir, inventory, full_inventory, stored, lookback_days)
     con.execute(f"CREATE OR REPLACE VIEW quarantined_files AS {file_quarantine.view_sql(data_dir)}")

@@ -16,9 +16,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.kernels import energy_curve
+from pipeline.kernels import RUN_GAP_NS, energy_curve
 from pipeline.phases import curve
-from pipeline.phases.coverage import gpu_runs, second_runs
 from pipeline.series.energy import SECOND_NS, energy_at, energy_seconds
 from pipeline.sqlfiles import split
 
@@ -229,20 +228,51 @@ def test_capture_energy_equals_the_per_sample_curve_at_random_instants(capture):
     assert con.execute("SELECT count(*) FROM energy_curve").fetchall()[0][0] < len(old) / 40
 
 
-def test_capture_runs_from_seconds_equal_runs_over_samples(capture):
+def gpu_runs(t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The oracle of power_runs(): [lo, hi) spans of sorted sample instants where consecutive samples
+    are at most RUN_GAP_NS apart (what the energy curve integrates), over every sample; a lone sample
+    spans nothing."""
+    if len(t_ns) < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    cut = np.flatnonzero(np.diff(t_ns) > RUN_GAP_NS)
+    lo = np.r_[t_ns[0], t_ns[cut + 1]]
+    hi = np.r_[t_ns[cut], t_ns[-1]]
+    keep = hi > lo
+    return lo[keep], hi[keep]
+
+
+def _power_runs(raw: pa.Table, day: dt.date, held: list[tuple[str, str, int, int]]) -> list[tuple]:
+    """power_runs() (sql/views/power_runs.sql) of h200-lab/0 on ``raw`` with ``held`` as its
+    gpu_assignments (kind, name, from_ns, to_ns), sorted."""
+    con = _connect(raw, day)
+    con.execute("CREATE TABLE gpu_assignments (host VARCHAR, gpu UTINYINT, kind VARCHAR, name VARCHAR, from_ns BIGINT, to_ns BIGINT)")
+    con.executemany("INSERT INTO gpu_assignments VALUES ('h200-lab', 0, ?, ?, ?, ?)", held)
+    for statement in split((VIEWS / "power_runs.sql").read_text()):
+        con.execute(statement)
+    return con.execute("SELECT kind, name, lo_ns, hi_ns FROM power_runs() ORDER BY lo_ns, kind").fetchall()
+
+
+def _oracle_runs(t_ns: np.ndarray, held: list[tuple[str, str, int, int]]) -> list[tuple]:
+    lo, hi = gpu_runs(np.sort(np.unique(t_ns)))
+    out = []
+    for kind, name, from_ns, to_ns in held:
+        a, b = np.maximum(lo, from_ns), np.minimum(hi, to_ns)
+        out += [(kind, name, int(x), int(y)) for x, y in zip(a, b, strict=True) if y > x]
+    return sorted(out, key=lambda r: (r[2], r[0]))
+
+
+def test_capture_power_runs_in_sql_equal_runs_over_every_sample(capture):
+    """The measured spans from energy_curve's seconds (LAG over first/last sample of each second) are
+    the runs over every raw sample: whole, with a 3 s gap cut into the trace, and cut to the windows in
+    which an endpoint, then a job held the GPU (a window that ends inside a run cuts it there)."""
     raw, day, (t, p, rank), old = capture
-    rows = energy_seconds(t, p, rank, "h200-lab", 0)
-    some = pc.greater(rows.column("samples"), 0)
-    first = pc.filter(rows.column("first_t_ns"), some).to_numpy()
-    last = pc.filter(rows.column("last_t_ns"), some).to_numpy()
-    a, b = second_runs(first, last)
-    c, d = gpu_runs(old.t_ns)
-    assert a.tolist() == c.tolist() and b.tolist() == d.tolist()
-    # with a gap cut into it, still the same
-    cut = (old.t_ns < old.t_ns[0] + 60 * S) | (old.t_ns > old.t_ns[0] + 63 * S)
-    mine = np.isin(t, old.t_ns[cut])
-    rows = energy_seconds(t[mine], p[mine], rank[mine], "h200-lab", 0)
-    some = pc.greater(rows.column("samples"), 0)
-    a, b = second_runs(pc.filter(rows.column("first_t_ns"), some).to_numpy(), pc.filter(rows.column("last_t_ns"), some).to_numpy())
-    c, d = gpu_runs(old.t_ns[cut])
-    assert len(a) == 2 and a.tolist() == c.tolist() and b.tolist() == d.tolist()
+    ts = raw["ts"].cast(pa.int64()).to_numpy() * 1000
+    start = int(old.t_ns[0])
+    whole = [("endpoint", "ep", -(2**62), 2**62)]
+    assert _power_runs(raw, day, whole) == _oracle_runs(old.t_ns, whole)
+    gap = (ts < start + 60 * S) | (ts > start + 63 * S)
+    handed = [("endpoint", "ep", -(2**62), start + 100 * S + 123), ("job", "train", start + 100 * S + 123, start + 200 * S),
+              ("job", "train", NEXT, NEXT + S)]  # the last: another day, no span
+    got = _power_runs(raw.filter(pa.array(gap)), day, handed)
+    want = _oracle_runs(old.t_ns[(old.t_ns < start + 60 * S) | (old.t_ns > start + 63 * S)], handed)
+    assert len(want) == 3 and got == want

@@ -18,6 +18,7 @@ from pipeline import remote
 from pipeline.resources import WarehouseResource
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
+from tests import test_sql_as_is as as_is
 from tests.builders import DAY, day_start_ns, power_table
 from tests.test_power_training import trapezoid_between
 
@@ -96,6 +97,15 @@ def test_an_event_across_midnight_splits_its_energy_between_the_days(tmp_path):
     assert y_j_step * y_steps + t_j_step * t_steps == pytest.approx(whole, rel=1e-6)
     assert crossing == pytest.approx(trapezoid_between(t, p, steps[1][2], steps[1][3]) - trapezoid_between(t, p, t[mine][-1], t[~mine][0]), rel=1e-9)
     assert y_cov == pytest.approx(1 - 0.113 / 11.963, rel=1e-6) and t_cov == pytest.approx(1 - 0.137 / 13.037, rel=1e-6)
+    # the file run as-is on the read-only catalog: the same rows (yesterday's crossing step from the
+    # catalog's job_events_earlier, the spans from power_runs())
+    con = duckdb.connect(str(d / "warehouse.duckdb"), read_only=True)
+    try:
+        got = as_is.run_as_is(con, "training_energy", DAY.isoformat())
+    finally:
+        con.close()
+    want = read_day(d, "training_energy", DAY.isoformat())
+    assert got.num_rows == want.num_rows > 0 and as_is.rows_apart(got, want.cast(got.schema)) == (0, 0)
 
 
 @pytest.mark.slow  # runs the daily job on a day of its own

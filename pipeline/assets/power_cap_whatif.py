@@ -8,11 +8,6 @@ from pydantic import field_validator
 from pipeline.power_caps import cap_variables, parse_alpha, parse_cap_factors
 from pipeline.tables import Table, table_assets
 
-_EMPTY_INTERVALS = (
-    "CREATE OR REPLACE TEMP VIEW phase_intervals AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, "
-    "NULL::BIGINT AS start_ns, NULL::BIGINT AS end_ns, NULL::VARCHAR AS phase WHERE false"
-)
-
 
 class CapConfig(Config):
     cap_factors: str = ""
@@ -34,13 +29,6 @@ class CapConfig(Config):
         return parse_alpha(value)
 
 
-def _inputs(con) -> None:
-    """phase_intervals not built for any day yet: an empty view (every endpoint second 'unlabelled')."""
-    present = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    if "phase_intervals" not in present:
-        con.execute(_EMPTY_INTERVALS)
-
-
 POWER_CAP_WHATIF = Table(
     "power_cap_whatif",
     "Per endpoint, training job, host and cluster, day, candidate cap (cap_factors × each GPU's enforced "
@@ -54,6 +42,5 @@ POWER_CAP_WHATIF = Table(
     config=CapConfig,
     variables=lambda config, warehouse: cap_variables(config.cap_factors or warehouse.cap_factors,
                                                       config.alpha or warehouse.cap_alpha),
-    before=_inputs,
 )
 (power_cap_whatif,) = table_assets(POWER_CAP_WHATIF)

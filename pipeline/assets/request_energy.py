@@ -11,7 +11,6 @@ REQUEST_ENERGY = Table(
     "cluster-day",
     deps=["phase_intervals", "energy_curve"],
     group="phases",
-    before=coverage.power_runs,
     inputs=coverage.adjacent_power_files,
     python_checks=(
         PythonCheck(

@@ -1,7 +1,6 @@
 """`training_energy`: what a training job's steps cost and how hard its gaps (collectives,
 checkpoints, evals) swing the feed — from job_events, or from the power alone when a job logs none."""
 
-from pipeline.phases import coverage
 from pipeline.tables import Table, table_assets
 
 TRAINING_ENERGY = Table(
@@ -15,6 +14,5 @@ TRAINING_ENERGY = Table(
     "(energies NULL where none).",
     "cluster-day",
     deps=["power_100ms", "energy_curve", "job_events"],
-    before=coverage.power_runs,
 )
 (training_energy,) = table_assets(TRAINING_ENERGY)

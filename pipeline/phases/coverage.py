@@ -1,5 +1,5 @@
-"""Power coverage of requests, and the clock offset between requests and power where they do not
-overlap at all (request_energy's hooks, pipeline/assets/request_energy.py).
+"""The clock offset between requests and power where they do not overlap at all (request_energy's
+check and the adjacent days' power it reads, pipeline/assets/request_energy.py).
 
 Why: an energy computed where no power sample exists is not a measurement. A request whose
 interval has no sample of its endpoint's GPUs gets null energies (request_energy.power_coverage
@@ -7,9 +7,9 @@ says how much of it had samples), and when none of an endpoint's requests meet i
 usual cause is a clock or zone mistake (an nvidia-smi log read in the wrong zone lands hours away):
 the ERROR check estimates that offset so the message can say how to re-import.
 
-- power_runs (before= hook of request_energy and training_energy): temp table `_power_runs`
-  (endpoint, job, host, gpu, lo_ns, hi_ns), the spans where each endpoint or job GPU's energy curve is continuous (samples at most RUN_GAP_NS apart): where
-  energy is measured.
+- The spans where energy is measured (each workload GPU's energy curve continuous: samples at most
+  2 s apart) are SQL: the macro power_runs() (sql/views/power_runs.sql), which request_energy's and
+  training_energy's power_coverage read.
 - estimate_offset: the shift (±14 h) that best lines up requests in flight with power, by masked
   correlation on a 1 s grid (FFT), refined on the samples' own instants.
 - requests_meet_power (python check, ERROR): per endpoint with requests and no coverage at all
@@ -23,12 +23,9 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-import duckdb
 import numpy as np
-import polars as pl
 from dagster import AssetCheckResult, AssetCheckSeverity
 
-from pipeline.kernels import RUN_GAP_NS, registered
 from pipeline.sqltext import path_literal
 
 NS = 1_000_000_000
@@ -44,66 +41,6 @@ REFINE_MAX_SAMPLES = 200_000
 ZONE_STEP_S = 15 * 60
 ZONE_SLACK_S = 120
 """An offset within this of a whole quarter hour reads as a time zone mistake."""
-
-_CURVE_SECONDS = """
-SELECT first_t_ns, last_t_ns FROM energy_curve
-WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND samples > 0 ORDER BY t_ns
-"""
-
-
-def gpu_runs(t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """[lo, hi) spans of sorted sample instants where consecutive samples are at most RUN_GAP_NS
-    apart (the energy curve integrates exactly those); a lone sample spans nothing."""
-    if len(t_ns) < 2:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    cut = np.flatnonzero(np.diff(t_ns) > RUN_GAP_NS)
-    lo = np.r_[t_ns[0], t_ns[cut + 1]]
-    hi = np.r_[t_ns[cut], t_ns[-1]]
-    keep = hi > lo
-    return lo[keep], hi[keep]
-
-
-def second_runs(first_t_ns: np.ndarray, last_t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """gpu_runs from the first and last sample instants of each second with samples (energy_curve's
-    rows, by time): samples inside one second are linked, so a run breaks only where a second's
-    first sample lies more than RUN_GAP_NS after the previous second's last."""
-    if not len(first_t_ns):
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    cut = np.flatnonzero(first_t_ns[1:] - last_t_ns[:-1] > RUN_GAP_NS)
-    lo = np.r_[first_t_ns[0], first_t_ns[cut + 1]]
-    hi = np.r_[last_t_ns[cut], last_t_ns[-1]]
-    keep = hi > lo
-    return lo[keep], hi[keep]
-
-
-RUNS_SCHEMA = {"endpoint": pl.String, "job": pl.String, "host": pl.String, "gpu": pl.Int64, "lo_ns": pl.Int64, "hi_ns": pl.Int64}
-
-
-def power_runs(con: duckdb.DuckDBPyConnection) -> None:
-    """Temp table `_power_runs` (endpoint, job, host, gpu, lo_ns, hi_ns): the measured spans of the
-    partition day of each GPU while it served an endpoint or a job (gpu_assignments), one GPU's
-    sample instants at a time."""
-    frames = []
-    held: dict[tuple[str, int], list] = {}
-    for kind, name, host, gpu, from_ns, to_ns in con.execute(
-        "SELECT kind, name, host, gpu, from_ns, to_ns FROM gpu_assignments "
-        "WHERE from_ns < epoch_ns(day_end()) AND to_ns > epoch_ns(day_start()) ORDER BY host, gpu, from_ns"
-    ).fetchall():
-        held.setdefault((host, gpu), []).append((kind, name, from_ns, to_ns))
-    for (host, gpu), windows in held.items():
-        sec = con.sql(_CURVE_SECONDS, params={"host": host, "gpu": gpu}).fetchnumpy()
-        lo, hi = second_runs(np.asarray(sec["first_t_ns"], np.int64), np.asarray(sec["last_t_ns"], np.int64))
-        for kind, name, from_ns, to_ns in windows:
-            a, b = np.maximum(lo, from_ns), np.minimum(hi, to_ns)
-            keep = b > a
-            if keep.any():
-                frames.append(pl.DataFrame({"endpoint": name if kind == "endpoint" else None, "job": name if kind == "job" else None,
-                                            "host": host, "gpu": gpu, "lo_ns": a[keep], "hi_ns": b[keep]}, schema=RUNS_SCHEMA))
-    frame = pl.concat(frames) if frames else pl.DataFrame(schema=RUNS_SCHEMA)
-    with registered(con, "_power_runs_frame", frame):
-        con.execute("CREATE OR REPLACE TEMP TABLE _power_runs AS "
-                    "SELECT endpoint, job, host, gpu::UTINYINT AS gpu, lo_ns, hi_ns FROM _power_runs_frame")
-
 
 def _xcorr(f: np.ndarray, g: np.ndarray, n: int) -> np.ndarray:
     """c[k] = sum_i f[i] g[i + k] for k = -(len(f) - 1) .. len(g) - 1, by FFT of size n."""

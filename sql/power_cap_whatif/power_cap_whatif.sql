@@ -6,7 +6,8 @@
 --
 -- Phase of a GPU-second: endpoints from the exact intervals of phase_intervals (a second split
 -- between phases counts in each by its overlap: prefill, decode, idle; a second outside the
--- endpoint's intervals is 'unlabelled'); training jobs from job_events on the GPU's host ('step'
+-- endpoint's intervals is 'unlabelled'; a phase_intervals not built yet reads empty, pipeline/scope.py
+-- ALWAYS_DEFINED: every endpoint second 'unlabelled'); training jobs from job_events on the GPU's host ('step'
 -- events vs the 'rest' of the second); 'all' is every second. Host and cluster rows are 'all' only.
 --
 -- Observed, per cap c (each GPU-second with phase weight x, energy e = power_1s.energy_j):
