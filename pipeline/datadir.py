@@ -5,7 +5,11 @@ so the warehouse, the quarantine, the S3 staging and the resources all build on 
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import os
+import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +35,76 @@ def raw_files(data_dir: Path, dataset: str, date: str | None = None) -> list[Pat
     return sorted(p for p in files if not p.name.startswith(TMP_PREFIX))
 
 
+FolderState = tuple[int, int, int, int, int] | None
+"""A path's (mode, device, inode, mtime ns, ctime ns) by ``lstat``, None when missing."""
+
+RACY_NS = 2_000_000_000
+"""A folder changed this recently is not trusted to show its next change in its mtime (timestamps
+are taken at the clock's tick, so two changes within one tick can leave the same mtime): a walk
+that met one is not remembered."""
+
+_WALKS: dict[tuple[str, str], tuple[list[tuple[str, FolderState]], list[Path], list[Path]]] = {}
+
+
+def _state(path: str) -> FolderState:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_mode, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def dataset_paths(data_dir: Path, dataset: str) -> tuple[list[Path], list[Path]]:
+    """Every day's files of the dataset and the symbolic links in their way (as
+    ``collectors.storage.walk_matches`` finds them, temporary files left out), remembered with the
+    state of each folder the walk looked into and of each fixed name it looked up: while none has
+    changed (a file added, removed or renamed changes its folder's mtime), the answer is the same
+    and costs one ``lstat`` per folder instead of one per file. The catalog's publish asks it of
+    every raw dataset after each part a run writes."""
+    pattern = DATASETS[dataset].glob()
+    key = (str(data_dir), pattern)
+    remembered = _WALKS.get(key)
+    if remembered is not None and all(_state(path) == state for path, state in remembered[0]):
+        return list(remembered[1]), list(remembered[2])
+    segments = pattern.split("/")
+    looked: list[tuple[str, FolderState]] = []
+    files: list[Path] = []
+    links: list[Path] = []
+
+    def visit(folder: str, depth: int) -> None:
+        segment, last = segments[depth], depth == len(segments) - 1
+        if any(c in segment for c in "*?["):
+            looked.append((folder, _state(folder)))  # before listing it: a change meanwhile shows next time
+            try:
+                with os.scandir(folder) as it:
+                    names = sorted(e.name for e in it if fnmatch.fnmatchcase(e.name, segment))
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                return
+        else:
+            names = [segment]
+            looked.append((os.path.join(folder, segment), _state(os.path.join(folder, segment))))
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if stat.S_ISLNK(mode):
+                links.append(Path(path))
+            elif last and stat.S_ISREG(mode) and not name.startswith(TMP_PREFIX):
+                files.append(Path(path))
+            elif not last and stat.S_ISDIR(mode):
+                visit(path, depth + 1)
+
+    visit(os.fspath(data_dir), 0)
+    settled = time.time_ns() - RACY_NS
+    if all(state is None or state[3] < settled for _, state in looked):
+        if len(_WALKS) >= 64:
+            _WALKS.clear()
+        _WALKS[key] = (looked, sorted(files), links)
+    return sorted(files), list(links)
+
+
 def linked_paths(data_dir: Path, dataset: str, date: str | None = None) -> dict[Path, str]:
     """{link: its target} of the symbolic links where the dataset's files (of one day) would be
     looked for: a linked ``power``, ``date=D`` or ``host=H`` folder, or a linked ``*.parquet``.
@@ -46,9 +120,30 @@ def link_reason(target: str) -> str:
             f"(copy the files in, or make the whole data dir the link)")
 
 
+_PARSED: dict[tuple[str, bytes], Inventory] = {}
+"""Inventories parsed in this process, by file and content: a run asks for the inventory ~60 times
+(every compute connection, file check and cluster filter) and it rarely changes; its validation
+is most of what a read costs. An :class:`Inventory` is frozen, so one object serves them all."""
+
+
 def load_inventory_if_any(data_dir: Path) -> Inventory | None:
+    """The data dir's inventory (None without one), parsed again only when its bytes changed."""
     path = data_dir / INVENTORY_FILE
-    return load_inventory(path) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        key = (str(path), path.read_bytes())
+    except OSError:
+        return load_inventory(path)  # a folder, unreadable: the loader's own error
+    if key in _PARSED:
+        return _PARSED[key]
+    inventory = load_inventory(path)
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == key[1]:  # not rewritten while it was parsed: these bytes are this inventory
+            if len(_PARSED) >= 16:
+                _PARSED.clear()
+            _PARSED[key] = inventory
+    return inventory
 
 
 def clusters(data_dir: Path) -> list[str]:

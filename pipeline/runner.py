@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, Definitions
 
 from collectors.contract import DATASETS
 from collectors.settings import Settings, load
@@ -146,23 +146,25 @@ def run_day(
     clusters = day_clusters(data_dir, date)
     workers = workers or default_workers(len(clusters), settings)
     outcome = RunOutcome(date=date, success=True, run_id="")
-    with run_lock(data_dir):
+    # One Dagster instance for every run of this process (opening one reads dagster.yaml and checks
+    # each SQLite file's schema); a worker process opens its own.
+    with run_lock(data_dir), DagsterInstance.get() as instance:
         warehouse.remove_stale_tmp(data_dir)
         if not selection:  # a whole day: its parts are exactly its current cluster-days'
             warehouse.remove_stale_parts(data_dir, date, clusters, url)
-        with DagsterInstance.get() as instance:
-            register_clusters(instance, clusters)
+        register_clusters(instance, clusters)
         parts = [(url, date, c, selection, worker_settings(settings, workers)) for c in clusters]
+        built: dict[Settings, Definitions] = {}  # the code location, built once for this process's runs
         if workers > 1 and len(parts) > 1:
             ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked DuckDB or Dagster state
             with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
                 results = list(pool.map(_run_part, parts))
         else:
-            results = [_run_part(p) for p in parts]
+            results = [_run_part(p, instance, built) for p in parts]
         if not selection and not remote.is_s3(url):
-            _tag_raw_files(data_dir, date, [r["run_id"] for r in results if r["run_id"]])
+            _tag_raw_files(instance, data_dir, date, [r["run_id"] for r in results if r["run_id"]])
         if fleet_day and (all(r["success"] for r in results) or not results):
-            results.append(_run_part((url, date, None, selection, settings)))
+            results.append(_run_part((url, date, None, selection, settings), instance, built))
         if warehouse.warehouse_path(data_dir).exists():  # a table gone with stale parts and no part after it
             warehouse.refresh_catalog(data_dir)
     for r in results:
@@ -175,16 +177,15 @@ def run_day(
     return outcome
 
 
-def _tag_raw_files(data_dir: Path, date: str, run_ids: list[str]) -> None:
+def _tag_raw_files(instance: DagsterInstance, data_dir: Path, date: str, run_ids: list[str]) -> None:
     """Tag the day's cluster-day runs with the signature its raw files have now that they ran
     (after any quarantine moved or rewrote files), so the new-Parquet sensor knows the day was
     built from them and a first start of the UI launches nothing (pipeline/sensors.py)."""
     signature = day_signature(data_dir, date)
     if signature is None or not run_ids:
         return
-    with DagsterInstance.get() as instance:
-        for run_id in run_ids:
-            instance.add_run_tags(run_id, {RAW_FILES_TAG: signature})
+    for run_id in run_ids:
+        instance.add_run_tags(run_id, {RAW_FILES_TAG: signature})
 
 
 def _work_dir(data_dir: DataDir, date: str) -> tuple[str, Path]:
@@ -208,15 +209,26 @@ def worker_settings(settings: Settings, workers: int) -> Settings:
     return settings
 
 
-def _run_part(args: tuple[str, str, str | None, list[str] | None, Settings]) -> dict:
+def _run_part(
+    args: tuple[str, str, str | None, list[str] | None, Settings], instance: DagsterInstance | None = None,
+    built: dict[Settings, Definitions] | None = None,
+) -> dict:
     """One Dagster run: a cluster-day (``cluster`` given) or the fleet-day, with the run's
-    ``settings`` (a value: a worker process gets them as this argument). Returns plain data, so it
-    can come back from a worker process."""
+    ``settings`` (a value: a worker process gets them as this argument), in ``instance`` (None:
+    the data dir's, opened for this run). ``built``: the code location already built for the same
+    data dir by settings (the day's other runs in this process), added to. Returns plain data, so
+    it can come back from a worker process."""
     data_dir, date, cluster, selection, settings = args
     os.environ["DAGSTER_HOME"] = str(dagster_home(data_dir))  # Dagster's own variable: where DagsterInstance.get() looks
     warnings.filterwarnings("ignore", module="dagster")
+    if instance is None:
+        with DagsterInstance.get() as own:
+            return _run_part(args, own, built)
 
-    defs = build_definitions(data_dir, settings)
+    built = {} if built is None else built
+    if settings not in built:
+        built[settings] = build_definitions(data_dir, settings)
+    defs = built[settings]
     job = defs.resolve_job_def(CLUSTER_JOB if cluster else FLEET_JOB)
     selected = _select(job, selection)
     if cluster == UNASSIGNED:  # hosts missing from the inventory: their per-GPU tables only
@@ -225,16 +237,15 @@ def _run_part(args: tuple[str, str, str | None, list[str] | None, Settings]) -> 
             "step_peak_rss_mb": {}}
     if selection and not selected:
         return part
-    with DagsterInstance.get() as instance:
-        result = job.execute_in_process(
-            partition_key=cluster_day_key(date, cluster) if cluster else date,
-            instance=instance,
-            raise_on_error=False,
-            # Dagster's console logger prints stack traces for failed steps: the CLI reports
-            # failures and quarantined files itself in one line each; the UI keeps the details.
-            run_config={"loggers": {"console": {"config": {"log_level": settings.log_level}}}},
-            asset_selection=selected,
-        )
+    result = job.execute_in_process(
+        partition_key=cluster_day_key(date, cluster) if cluster else date,
+        instance=instance,
+        raise_on_error=False,
+        # Dagster's console logger prints stack traces for failed steps: the CLI reports
+        # failures and quarantined files itself in one line each; the UI keeps the details.
+        run_config={"loggers": {"console": {"config": {"log_level": settings.log_level}}}},
+        asset_selection=selected,
+    )
     curve_cache.drop(result.run_id)  # the run's curves served its steps; keep no run's files past its end
     part["success"], part["run_id"] = result.success, result.run_id
     for event in result.all_events:

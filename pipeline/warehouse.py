@@ -41,10 +41,9 @@ from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS_DIR, DATASETS, JOB_EV
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import DEFAULT_JOB_EVENTS_LOOKBACK_DAYS
-from collectors.storage import walk_matches
 from pipeline import columns, file_quarantine, remote, sqlfiles
 from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
-from pipeline.datadir import cluster_members, linked_paths, load_inventory_if_any, raw_files, stored_assignments
+from pipeline.datadir import cluster_members, dataset_paths, linked_paths, load_inventory_if_any, raw_files, stored_assignments
 from pipeline.entities import entity_rows
 from pipeline.scope import (
     ALWAYS_DEFINED,
@@ -713,14 +712,13 @@ def _catalog_inputs(data_dir: Path) -> str:
     (gpu_assignments is materialized from them) and whether anything was ever quarantined."""
     digest = hashlib.sha256(_code_version().encode())
     digest.update(str(data_dir).encode())
-    for name, dataset in DATASETS.items():
-        files, links = walk_matches(data_dir, dataset.glob())
-        files = sorted(f for f in files if not f.name.startswith(TMP_PREFIX))
+    for name in DATASETS:
+        files, links = dataset_paths(data_dir, name)
         digest.update(f"\0{name} {bool(files)}".encode())
         for link in sorted(links):
             digest.update(f"\0{link} -> {os.readlink(link)}".encode())
         if name == "job_events":
-            for f in files:
+            for f in sorted(files):
                 digest.update(f"\0{f} {_file_id(f)}".encode())
     for f in sorted((data_dir / ASSIGNMENTS_DIR).glob("*.parquet")):
         digest.update(f"\0{f} {_file_id(f)}".encode())

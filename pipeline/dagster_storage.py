@@ -1,0 +1,167 @@
+"""Dagster's SQLite storage (runs, event log, schedules), the same files and schema, opened cheaply.
+
+Dagster's own SQLite storage builds a new SQLAlchemy engine for every connection: each event of a
+run (a step's start, a materialization, a check result) opened 5 to 10 of them, and each new
+engine also repeats SQLAlchemy's first-connect set-up; a run of the tiny simulated day opened
+~2,900. It also asks SQLite again, per event, whether tables and data migrations that never go
+away exist. Here each database file gets one engine for the life of the process, still without a
+pool (every use opens its own SQLite connection and closes it, as before, so locking between
+processes is unchanged), and a table or completed migration once found is remembered.
+
+The files are Dagster's (``<DAGSTER_HOME>/history/runs.db``, ``history/runs/<run>.db`` and
+``index.db``, ``schedules/schedules.db``): a data dir's earlier runs stay readable, and Dagster's
+stock ``storage: sqlite:`` reads what this writes. dagster.yaml names this class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from dagster._core.storage.sqlite_storage import (
+    DagsterSqliteStorage,
+    _event_logs_directory,
+    _runs_directory,
+    _schedule_directory,
+)
+from dagster._serdes import ConfigurableClassData
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool
+
+KEPT_ENGINES = 64
+"""Engines kept per event log (the index and the most recent runs' files); an engine without a
+pool holds no connection, so one dropped costs only its rebuilding."""
+
+
+class _OneEngine:
+    """A SQLite file's engine, made on first use (no pool: each use opens its own connection)."""
+
+    def __init__(self, conn_string: str, **connect_args) -> None:
+        self._conn_string = conn_string
+        self._connect_args = connect_args
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    def engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = create_engine(self._conn_string, poolclass=NullPool, connect_args=self._connect_args)
+            return self._engine
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self.engine().connect() as conn, conn.begin():
+            yield conn
+
+
+class EventLogStorage(SqliteEventLogStorage):
+    """Dagster's run-sharded SQLite event log with one engine per shard file."""
+
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        self._engines: OrderedDict[str, Engine] = OrderedDict()  # before Dagster's set-up, which connects
+        self._tables: set[str] = set()
+        self._indexes: set[str] = set()
+        super().__init__(base_dir, inst_data)
+        # has_table is asked while an index connection is open (under _db_lock), so it has its own engine
+        self._index = _OneEngine(self.conn_string_for_shard(INDEX_SHARD_NAME), timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
+
+    def _engine(self, shard: str) -> Engine:
+        """The shard's engine (the caller holds ``_db_lock``); creates the shard's tables the first
+        time this process meets it, as Dagster's storage does."""
+        engine = self._engines.get(shard)
+        if engine is None:
+            engine = create_engine(self.conn_string_for_shard(shard), poolclass=NullPool,
+                                   connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(shard)
+            self._engines[shard] = engine
+            while len(self._engines) > KEPT_ENGINES:
+                self._engines.popitem(last=False)
+        else:
+            self._engines.move_to_end(shard)
+        return engine
+
+    @contextlib.contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        with self._db_lock:
+            if shard not in self._initialized_dbs:  # upgrade() forgets them: make them again
+                self._engines.pop(shard, None)
+            with self._engine(shard).connect() as conn, conn.begin():
+                yield conn
+
+    def has_table(self, table_name: str) -> bool:
+        """Whether the index shard has the table; asked per asset and check event, and a table,
+        once there, stays."""
+        if table_name in self._tables:
+            return True
+        with self._index.engine().connect() as conn:
+            found = bool(conn.dialect.has_table(conn, table_name))
+        if found:
+            self._tables.add(table_name)
+        return found
+
+    def has_secondary_index(self, name: str) -> bool:
+        """Whether a data migration of the index is complete; asked per asset lookup, and a
+        completed one stays complete (a wipe rebuilds the storage object)."""
+        if name in self._indexes:
+            return True
+        found = super().has_secondary_index(name)
+        if found:
+            self._indexes.add(name)
+        return found
+
+    def upgrade(self) -> None:
+        self._tables.clear()
+        self._indexes.clear()
+        super().upgrade()
+
+
+class RunStorage(SqliteRunStorage):
+    """Dagster's SQLite run storage with one engine for ``runs.db``."""
+
+    def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
+        super().__init__(conn_string, inst_data)
+        self._one = _OneEngine(conn_string)
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self._one.connect() as conn:
+            yield conn
+
+
+class ScheduleStorage(SqliteScheduleStorage):
+    """Dagster's SQLite schedule storage with one engine for ``schedules.db``."""
+
+    def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
+        super().__init__(conn_string, inst_data)
+        self._one = _OneEngine(conn_string)
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self._one.connect() as conn:
+            yield conn
+
+
+class SqliteStorage(DagsterSqliteStorage):
+    """``storage: custom:`` in dagster.yaml: Dagster's SQLite storage under ``base_dir``, its
+    three parts the classes above."""
+
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        self.base_dir = base_dir
+        self._run_storage = RunStorage.from_local(_runs_directory(base_dir))
+        self._event_log_storage = EventLogStorage(_event_logs_directory(base_dir))
+        self._schedule_storage = ScheduleStorage.from_local(_schedule_directory(base_dir))
+        self._inst_data = inst_data
+        super(DagsterSqliteStorage, self).__init__()
+
+    @classmethod
+    def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> SqliteStorage:  # type: ignore[override]
+        return cls.from_local(inst_data=inst_data, **config_value)
