@@ -12,10 +12,10 @@ covers it; a cluster's, role's or fleet's when every such host's is complete (as
 ``fleet_power_100ms``). One GPU's samples are in memory at a time, plus one dense day array per
 host, cluster, role and fleet.
 
-The swing statistics mirror ``sql/swing_stats/swing_stats.sql`` on the grid: sliding windows of
-``W / step`` consecutive complete bins (exact on the grid: ``rolling_max`` / ``rolling_min`` over a
-dense day series whose incomplete bins are null), aligned windows for p50/p99 and the counts, the
-largest step between consecutive complete bins for the ramp.
+The swing statistics are swing_stats' on the grid (its SQL oracle: tests/oracles/swing_stats.sql):
+sliding windows of ``W / step`` consecutive complete bins (exact on the grid: ``rolling_max`` /
+``rolling_min`` over a dense day series whose incomplete bins are null), aligned windows for
+p50/p99 and the counts, the largest step between consecutive complete bins for the ramp.
 """
 
 from __future__ import annotations
