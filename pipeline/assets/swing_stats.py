@@ -10,6 +10,7 @@ tests/test_power_swings.py)."""
 
 import contextvars
 import datetime as dt
+import hashlib
 from collections.abc import Iterator
 
 import duckdb
@@ -17,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
-from pipeline.grid import DAY_NS, carried_slots, grid_max_swing, grid_stats, summed_series
+from pipeline.grid import DAY_NS, Windows, carried_slots, grid_max_swing, grid_stats, grid_windows, summed_series, window_rows
 from pipeline.kernels import best_samples, in_file_order, second_connection, series_swings
 from pipeline.phases.curve import host_curves
 from pipeline.tables import Connection, Table, TableRun, table_assets
@@ -174,8 +175,43 @@ def _stored_step(con: Connection, step: int) -> None:
                            "materialize fleet_power_grid again before swing_stats")
 
 
-def _entity_rows(level: str, entity: str, provisioned_w: float, series: str, bin_: np.ndarray, value: np.ndarray, ok: np.ndarray,
-                 step: int, carried_bins: np.ndarray | None = None, ahead_bins: np.ndarray | None = None) -> list[dict]:
+class SharedSeries:
+    """The window statistics of the series swung so far above the host, by content: a level whose
+    members are the same GPUs as another's (a one-host cluster and its host, a one-role cluster and
+    its role, a one-cluster fleet's role and fleet) sums the same values into the same series, which
+    is then swung once. A lookup compares a cheap summary first and hashes the inputs (values, bins
+    complete, carried and ahead reach, step) only when it matches; hosts are looked up, never kept,
+    so what is kept is a few series' aligned swings (~1 MB each)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, list[tuple[bytes, list[Windows]]]] = {}
+
+    @staticmethod
+    def _digest(step: int, *arrays: np.ndarray | None) -> bytes:
+        h = hashlib.blake2b(str(step).encode(), digest_size=32)
+        for a in arrays:
+            h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
+            h.update(b"|")
+        return h.digest()
+
+    def windows(self, keep: bool, values: np.ndarray, ok: np.ndarray, step: int, carried: np.ndarray | None,
+                ahead: np.ndarray | None) -> list[Windows]:
+        """grid.grid_windows of the series (sliding), computed once per distinct series; ``keep``:
+        remember it for the entities still to come."""
+        summary = (step, len(values), int(ok.sum()), float(values.sum()))
+        candidates = self._seen.get(summary, [])
+        digest = self._digest(step, values, ok, carried, ahead) if candidates or keep else b""
+        for seen, windows in candidates:
+            if seen == digest:
+                return windows
+        windows = grid_windows(values, ok, step, WINDOWS_S, carried=carried, ahead=ahead)
+        if keep:
+            self._seen.setdefault(summary, []).append((digest, windows))
+        return windows
+
+
+def _entity_rows(shared: SharedSeries, level: str, entity: str, provisioned_w: float, series: str, bin_: np.ndarray, value: np.ndarray,
+                 ok: np.ndarray, step: int, carried_bins: np.ndarray | None = None, ahead_bins: np.ndarray | None = None) -> list[dict]:
     """swing_stats' grid columns of one entity's series, on its dense day series (complete where
     ``ok``; ``carried_bins``: how many bins back each bin's oldest value was sampled; ``ahead_bins``:
     how many bins after it lies a sample its value leans on)."""
@@ -189,8 +225,9 @@ def _entity_rows(level: str, entity: str, provisioned_w: float, series: str, bin
     if ahead_bins is not None:
         ahead = np.zeros(bins, dtype=np.int64)
         ahead[bin_] = ahead_bins
+    windows = shared.windows(level != "host", values, complete, step, carried, ahead)
     return [{"level": level, "entity": entity, "series": series, **row, "grid_step_ms": step}
-            for row in grid_stats(values, complete, step, WINDOWS_S, float(provisioned_w), carried=carried, ahead=ahead)]
+            for row in window_rows(windows, float(provisioned_w))]
 
 
 def _filled(x) -> tuple[np.ndarray, np.ndarray]:
@@ -201,12 +238,14 @@ def _filled(x) -> tuple[np.ndarray, np.ndarray]:
 
 def grid_swings(con: Connection, step: int, rollup: bool) -> list[dict]:
     """swing_stats' rows of the host, cluster, role and fleet (a fleet-day rollup: role and fleet),
-    each entity's dense day series swung by pipeline/grid.py's grid_stats (polars rolling max/min:
-    exact sliding windows over complete bins). The avg1s series on fleet_power_100ms; the instant
+    each entity's dense day series swung by pipeline/grid.py's grid_windows (polars rolling max/min:
+    exact sliding windows over complete bins), once per distinct series (SharedSeries). The avg1s
+    series on fleet_power_100ms; the instant
     series on fleet_power_100ms at the default step, on fleet_power_grid at another. Row for row
     what the SQL oracle computes for these levels (tests/test_power_swings.py), at a fraction of its
     cost. ``step``: the grid_step_ms setting."""
     out: list[dict] = []
+    shared = SharedSeries()
     columns = "power_w, power_avg_w, complete, complete_avg1s, carried_ms, power_best_w, complete_best"
     for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, columns, rollup):
         rows: list[dict] = []
@@ -216,16 +255,16 @@ def grid_swings(con: Connection, step: int, rollup: bool) -> list[dict]:
         if not complete.any() and not complete_avg.any():  # GPUs mixing instantaneous and 1 s-average sources
             best, has_best = _filled(x["power_best_w"])
             complete_best = np.ma.filled(np.ma.asarray(x["complete_best"]), False).astype(bool)
-            rows += _entity_rows(level, entity, provisioned_w, "mixed", x["bin"], best, complete_best & has_best, DEFAULT_GRID_STEP_MS, carried)
+            rows += _entity_rows(shared, level, entity, provisioned_w, "mixed", x["bin"], best, complete_best & has_best, DEFAULT_GRID_STEP_MS, carried)
         else:
             avg, has_avg = _filled(x["power_avg_w"])
             step_s = _refresh_step_s(np.asarray(x["bin"]), carried, complete_avg & has_avg)
-            rows += [row for row in _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg,
+            rows += [row for row in _entity_rows(shared, level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg,
                                                  DEFAULT_GRID_STEP_MS, carried)
                      if step_s is None or row["window_s"] >= 2 * step_s]
         if step == DEFAULT_GRID_STEP_MS:
             inst, has_inst = _filled(x["power_w"])
-            rows += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)
+            rows += _entity_rows(shared, level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)
         out += [{**r, "provisioned_w": provisioned_w} for r in rows]
     if step != DEFAULT_GRID_STEP_MS:
         _stored_step(con, step)
@@ -235,7 +274,7 @@ def grid_swings(con: Connection, step: int, rollup: bool) -> list[dict]:
             behind = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // step
             ahead = np.ma.filled(np.ma.asarray(x["ahead_ms"]), 0).astype(np.int64) // step
             out += [{**r, "provisioned_w": provisioned_w}
-                    for r in _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, behind, ahead)]
+                    for r in _entity_rows(shared, level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, behind, ahead)]
     return out
 
 
