@@ -12,10 +12,10 @@ covers it; a cluster's, role's or fleet's when every such host's is complete (as
 ``fleet_power_100ms``). One GPU's samples are in memory at a time, plus one dense day array per
 host, cluster, role and fleet.
 
-The swing statistics mirror ``sql/swing_stats/swing_stats.sql`` on the grid: sliding windows of
-``W / step`` consecutive complete bins (exact on the grid: ``rolling_max`` / ``rolling_min`` over a
-dense day series whose incomplete bins are null), aligned windows for p50/p99 and the counts, the
-largest step between consecutive complete bins for the ramp.
+The swing statistics are swing_stats' on the grid (its SQL oracle: tests/oracles/swing_stats.sql):
+sliding windows of ``W / step`` consecutive complete bins (exact on the grid: ``rolling_max`` /
+``rolling_min`` over a dense day series whose incomplete bins are null), aligned windows for
+p50/p99 and the counts, the largest step between consecutive complete bins for the ramp.
 """
 
 from __future__ import annotations
@@ -197,6 +197,42 @@ def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iter
     do within the window. ``ahead``: per bin, how many bins after it lies a sample its value leans
     on (a grid finer than the sampling interpolates toward the next sample); a window leaves out a
     bin leaning on a sample after it ends, likewise."""
+    return window_rows(grid_windows(values, ok, step_ms, windows_s, slide, carried, ahead), provisioned_w)
+
+
+@dataclass
+class Windows:
+    """One series' statistics over one window length, before the entity's provisioned power is
+    known: what grid_stats reports, with the aligned complete windows' swings (``ranges``) from
+    which the counts over 10 % / 25 % of any provisioned power follow."""
+
+    window_s: int
+    max_swing_w: float | None
+    ranges: np.ndarray
+    max_ramp_w_per_s: float | None
+    windows_complete: int
+    windows_incomplete: int
+
+
+def window_rows(windows: list[Windows], provisioned_w: float) -> list[dict]:
+    """grid_stats' dicts of a series' :class:`Windows`, for an entity of ``provisioned_w``."""
+    return [{
+        "window_s": w.window_s,
+        "max_swing_w": w.max_swing_w,
+        "p50_swing_w": float(np.quantile(w.ranges, 0.5)) if len(w.ranges) else None,
+        "p99_swing_w": float(np.quantile(w.ranges, 0.99)) if len(w.ranges) else None,
+        "max_ramp_w_per_s": w.max_ramp_w_per_s,
+        "windows_over_10pct": int((w.ranges > 0.10 * provisioned_w).sum()),
+        "windows_over_25pct": int((w.ranges > 0.25 * provisioned_w).sum()),
+        "windows_complete": w.windows_complete,
+        "windows_incomplete": w.windows_incomplete,
+    } for w in windows]
+
+
+def grid_windows(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iterable[int], slide: bool = True,
+                 carried: np.ndarray | None = None, ahead: np.ndarray | None = None) -> list[Windows]:
+    """grid_stats of a series without its entity: one :class:`Windows` per window length (none when
+    no bin is complete). Arguments as grid_stats'."""
     if not ok.any():
         return []
     both = ok[1:] & ok[:-1]
@@ -204,7 +240,7 @@ def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iter
     if carried is None and ahead is not None:
         carried = np.zeros(len(values), np.int64)
     aged = carried is not None and (bool((carried[ok] > 0).any()) or (ahead is not None and bool((ahead[ok] > 0).any())))
-    rows = []
+    out = []
     for w in windows_s:
         n = w * 1000 // step_ms
         if aged and slide:
@@ -227,18 +263,9 @@ def grid_stats(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: Iter
             complete = np.asarray(blocks.all(axis=1))
             used = values.reshape(-1, n)[complete]
             ranges = used.max(axis=1) - used.min(axis=1) if len(used) else np.zeros(0)
-        rows.append({
-            "window_s": w,
-            "max_swing_w": sliding,
-            "p50_swing_w": float(np.quantile(ranges, 0.5)) if len(ranges) else None,
-            "p99_swing_w": float(np.quantile(ranges, 0.99)) if len(ranges) else None,
-            "max_ramp_w_per_s": ramp,
-            "windows_over_10pct": int((ranges > 0.10 * provisioned_w).sum()),
-            "windows_over_25pct": int((ranges > 0.25 * provisioned_w).sum()),
-            "windows_complete": int(complete.sum()),
-            "windows_incomplete": int((blocks.any(axis=1) & ~complete).sum()),
-        })
-    return rows
+        out.append(Windows(window_s=w, max_swing_w=sliding, ranges=ranges, max_ramp_w_per_s=ramp,
+                           windows_complete=int(complete.sum()), windows_incomplete=int((blocks.any(axis=1) & ~complete).sum())))
+    return out
 
 
 def grid_max_swing(values: np.ndarray, ok: np.ndarray, n: int, carried: np.ndarray | None = None) -> float | None:

@@ -89,7 +89,7 @@ def write_square_fleet(data_dir: Path, seconds: float = 600, period_s: float = 4
 
 def definition_query(con, name: str) -> str:
     """A derived table's SQL file run as the DuckDB CLI would (``name`` as pipeline.tables.statements
-    takes it, e.g. ``swing_stats/swing_stats``): its preparatory statements executed on ``con``,
+    takes it, ``<table>/<table>``): its preparatory statements executed on ``con``,
     its final query returned, for a test to hold a kernel's rows against the definition."""
     prepare, query = statements(name)
     for statement in prepare:

@@ -7,8 +7,9 @@ import pytest
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection, read_day
-from tests.builders import DAY, definition_query, power_table, square_wave, two_host_inventory
+from tests.builders import DAY, power_table, square_wave, two_host_inventory
 from tests.days import builds_a_day
+from tests.oracles import oracle_query
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "swing_stats"]
@@ -96,13 +97,14 @@ ROW_COLUMNS = """level, entity, window_s, series, p50_swing_w, p99_swing_w, max_
 
 
 def kernel_and_sql_rows(data_dir, date: str) -> tuple[list, list]:
-    """The stored rows (the asset's kernels: gpu_swings, grid_swings) and the rows
-    sql/swing_stats/swing_stats.sql computes when run alone over the same day (the CLI), sorted;
-    the last two columns are the max swing (a GPU's: on its raw samples, stored; on the grid, SQL)."""
+    """The stored rows (the table's one implementation, the kernels of pipeline/assets/swing_stats.py)
+    and the rows the SQL oracle tests/oracles/swing_stats.sql computes over the same day (as the
+    DuckDB CLI would run it), sorted; the last two columns are the max swing (a GPU's: on its raw
+    samples, stored; on the grid, the oracle)."""
     with compute_connection(data_dir, date) as con:
         kernel = con.execute(f"SELECT {ROW_COLUMNS} FROM swing_stats WHERE level <> 'cluster_role' ORDER BY ALL").fetchall()
         con.execute("SET VARIABLE grid_step_ms = 100")  # as the file's header tells the CLI
-        query = definition_query(con, "swing_stats/swing_stats")
+        query = oracle_query(con, "swing_stats")
         sql = con.execute(f"SELECT {ROW_COLUMNS} FROM ({query}) WHERE level <> 'cluster_role' ORDER BY ALL").fetchall()
     return kernel, sql
 
@@ -121,7 +123,7 @@ def assert_kernels_match_sql(data_dir, date: str) -> list:
     return kernel
 
 
-def test_kernel_rows_match_the_sql_definition(swings):
+def test_kernel_rows_match_the_sql_oracle(swings):
     rows = assert_kernels_match_sql(swings[0], DATE)
     assert {r[0] for r in rows} == {"gpu", "host", "cluster", "role", "fleet"}
     assert any(r[11] for r in rows if r[0] == "gpu") and any(r[11] for r in rows if r[0] == "host"), "a hole makes windows incomplete"

@@ -193,6 +193,23 @@ def test_later_readers_of_a_run_take_the_pass_curves(day, raw_reads):
     assert _swing_rows(day) == swings
 
 
+@pytest.mark.slow  # a run of a small day at another grid step
+def test_the_grid_stream_of_a_run_takes_the_pass_curves(day, raw_reads):
+    """fleet_power_grid at a 500 ms grid streams its rows into its part, read by DuckDB from a
+    thread of its own: the stream still runs in the step's context, so in a run with the series
+    tables it finds the pass's curves and reads no raw sample (outside that context it found no run,
+    read the host's files again, and the run's step could not say which asset it was)."""
+    from collectors.settings import Settings
+    from pipeline.warehouse import read_day
+
+    selection = [t.name for t in SERIES_TABLES] + ["fleet_power_1s", "fleet_power_100ms", "fleet_power_grid"]
+    outcome = run_day(day, DATE, selection=selection, workers=1, fleet_day=False, settings=Settings(data_dir=str(day), grid_step_ms=500))
+    assert outcome.success, outcome.error
+    assert {step for step, _ in raw_reads} == {"power_1s"}, raw_reads
+    grid = read_day(day, "fleet_power_grid", DATE)
+    assert grid.num_rows > 0 and set(grid.column("grid_step_ms").to_pylist()) == {500}
+
+
 def _swing_rows(d) -> list:
     with compute_connection(d, DATE) as con:
         return con.execute(f"SELECT * FROM read_parquet('{d}/derived/swing_stats/**/*.parquet') WHERE level = 'gpu' ORDER BY ALL").fetchall()

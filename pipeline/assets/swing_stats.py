@@ -1,23 +1,46 @@
 """`swing_stats`: how hard each GPU, host, cluster, role and the fleet swing the power feed
 within 1, 2, 10 and 60 s, on the instantaneous trace and on the driver's 1 s average; and
 `fleet_power_grid`, the host-and-above series the swings use when the grid step (setting
-``grid_step_ms``) is not the 100 ms of `fleet_power_100ms`."""
+``grid_step_ms``) is not the 100 ms of `fleet_power_100ms`.
 
+Both are Python tables (``Table(rows=...)``): numpy kernels over whole day series, which SQL says
+badly (its sliding windows over sample times cost ~200x more). The SQL that once defined
+swing_stats is a test oracle now (tests/oracles/swing_stats.sql, held equal to these rows by
+tests/test_power_swings.py)."""
+
+import contextvars
+import datetime as dt
+import hashlib
 from collections.abc import Iterator
 
 import duckdb
 import numpy as np
-import polars as pl
+import pyarrow as pa
 
 from collectors.settings import DEFAULT_GRID_STEP_MS
-from pipeline.grid import DAY_NS, carried_slots, grid_max_swing, grid_stats, summed_series
-from pipeline.kernels import best_samples, in_file_order, registered, series_swings
+from pipeline.grid import DAY_NS, Windows, carried_slots, grid_max_swing, grid_stats, grid_windows, summed_series, window_rows
+from pipeline.kernels import best_samples, in_file_order, second_connection, series_swings
 from pipeline.phases.curve import host_curves
-from pipeline.tables import Table, table_assets
+from pipeline.tables import Connection, Table, TableRun, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
 
+SCHEMA = pa.schema([
+    ("date", pa.date32()), ("level", pa.string()), ("entity", pa.string()), ("window_s", pa.int32()), ("series", pa.string()),
+    ("max_swing_w", pa.float32()), ("max_swing_pct", pa.float32()), ("p50_swing_w", pa.float32()), ("p99_swing_w", pa.float32()),
+    ("max_ramp_w_per_s", pa.float32()), ("windows_over_10pct", pa.int64()), ("windows_over_25pct", pa.int64()),
+    ("provisioned_w", pa.float64()), ("windows_complete", pa.int64()), ("windows_incomplete", pa.int64()),
+    ("grid_step_ms", pa.int32()), ("sample_interval_ms", pa.float32()),
+])
+"""swing_stats' rows, in the stored column order; watts and the sample interval as 32-bit floats
+(the stored precision of power), computed in double and rounded once."""
 
+GRID_SCHEMA = pa.schema([
+    ("date", pa.date32()), ("level", pa.string()), ("entity", pa.string()), ("ts", pa.timestamp("us", tz="UTC")),
+    ("power_w", pa.float64()), ("gpus_reporting", pa.int32()), ("complete", pa.bool_()), ("grid_step_ms", pa.int32()),
+    ("carried_ms", pa.int32()), ("ahead_ms", pa.int32()),
+])
+"""fleet_power_grid's rows, in the stored column order."""
 
 
 _GPU_SLOTS = """
@@ -80,14 +103,13 @@ def _gpu_rows(host: str, gpu: int, provisioned_w: float, slot: np.ndarray, p: np
     return out
 
 
-def gpu_swings(con) -> None:
-    """Rows of temp table ``_kernel_swings`` for every GPU: max swing per window on its raw samples
-    (the instant series on energy_curve's best-source samples, the avg1s series on the rows of the
-    best source that reports a 1 s average, as kernels.best_samples selects them), exact over
-    sample times; p50/p99, ramp and window counts on its 100 ms slots, as the SQL computes them
-    (tests/test_power_swings.py holds the two equal). Each GPU's curve from the run's cache, else
-    each host's samples read once (curve.host_curves), one GPU at a time (memory: a GPU-day's
-    curve, a host's slots)."""
+def gpu_swings(con: Connection) -> list[dict]:
+    """swing_stats' rows of every GPU: max swing per window on its raw samples (the instant series
+    on energy_curve's best-source samples, the avg1s series on the rows of the best source that
+    reports a 1 s average, as kernels.best_samples selects them), exact over sample times; p50/p99,
+    ramp and window counts on its 100 ms slots with the carry rule (tests/test_power_swings.py holds
+    them to the SQL oracle). Each GPU's curve from the run's cache, else each host's samples read
+    once (curve.host_curves), one GPU at a time (memory: a GPU-day's curve, a host's slots)."""
     provisioned = {e: w for e, w in con.execute("SELECT entity, provisioned_w FROM inventory_entities WHERE level = 'gpu'").fetchall()}
     first_slot = con.execute("SELECT day_first_slot()").fetchall()[0][0]
     gpus: dict[str, list[int]] = {}
@@ -117,64 +139,31 @@ def gpu_swings(con) -> None:
                 order = np.argsort(slot, kind="stable")
                 mine, slot = mine[order], slot[order]
             p_grid, pa_grid = (np.ma.filled(np.ma.asarray(slots[c])[mine].astype(np.float64), np.nan) for c in ("p", "pa"))
-            out += _gpu_rows(host, gpu, float(provisioned[f"{host}/{gpu}"]), slot, p_grid, pa_grid,
+            rows = _gpu_rows(host, gpu, float(provisioned[f"{host}/{gpu}"]), slot, p_grid, pa_grid,
                              np.ma.filled(np.ma.asarray(slots["dcgm"])[mine], False).astype(bool), native, first_slot)
-    if out:
-        insert_frame(con, "_kernel_swings", pl.DataFrame(out, infer_schema_length=None))
+            out += [{**r, "provisioned_w": provisioned[r["entity"]]} for r in rows]
+    return out
 
 
-def insert_frame(con, table: str, frame: pl.DataFrame) -> None:
-    """Append a polars frame to a temp table by column name."""
-    with registered(con, "_grid_frame", frame):
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _grid_frame")
-
-
-def grid_series(con, grid_step_ms: int) -> None:
-    """Temp table ``_grid_series``: the cluster-day's summed series on the ``grid_step_ms`` grid
-    (pipeline/grid.py), inserted one host at a time; none at the default step, where
-    fleet_power_100ms is the grid."""
-    con.execute("""CREATE OR REPLACE TEMP TABLE _grid_series (
-        level VARCHAR, entity VARCHAR, bin BIGINT, power_w DOUBLE, gpus_reporting INTEGER, complete BOOLEAN,
-        carried_ms INTEGER, ahead_ms INTEGER)""")
-    step = grid_step_ms
-    if step == DEFAULT_GRID_STEP_MS:
-        return
-    for frame in summed_series(con, step):
-        insert_frame(con, "_grid_series", frame)
-
-
-_KERNEL_COLUMNS = """level VARCHAR, entity VARCHAR, series VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
-    p99_swing_w DOUBLE, max_ramp_w_per_s DOUBLE, windows_over_10pct BIGINT, windows_over_25pct BIGINT,
-    windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER, sample_interval_ms DOUBLE"""
-
-
-def kernel_table(con) -> None:
-    """Temp table ``_kernel_swings``, the rows the kernels below compute (sql/swing_stats/swing_stats.sql
-    takes them as they are and computes only the levels no kernel has filled)."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _kernel_swings ({_KERNEL_COLUMNS})")
-
-
-_UPPER_SCOPE = "(getvariable('scope') IS DISTINCT FROM 'fleet' OR g.level IN ('role', 'fleet'))"
-"""A fleet-day rollup (scope 'fleet') swings only the role and fleet series."""
-
-
-def _entity_series(con, table: str, step: int, columns: str) -> Iterator[tuple[str, str, float, dict[str, np.ndarray]]]:
-    """Each host-and-above entity of ``table`` (fleet_power_100ms or fleet_power_grid) with its
-    provisioned power and its stored bins (``bin`` on the ``step`` grid, then ``columns``), one
-    entity at a time (a filtered read each: cheaper than splitting one read by the string keys)."""
+def _entity_series(con: Connection, table: str, step: int, columns: str, rollup: bool) -> Iterator[tuple[str, str, float, dict[str, np.ndarray]]]:
+    """Each host-and-above entity of ``table`` (fleet_power_100ms or fleet_power_grid; a fleet-day
+    rollup: its role and fleet only) with its provisioned power and its stored bins (``bin`` on the
+    ``step`` grid, then ``columns``), one entity at a time (a filtered read each: cheaper than
+    splitting one read by the string keys)."""
+    levels = "AND g.level IN ('role', 'fleet')" if rollup else ""
     entities = con.execute(
         f"""SELECT DISTINCT g.level, g.entity, e.provisioned_w FROM {table} AS g JOIN inventory_entities AS e USING (level, entity)
-            WHERE g.date = getvariable('partition_date') AND {_UPPER_SCOPE} ORDER BY 1, 2"""
+            WHERE g.date = getvariable('partition_date') {levels} ORDER BY 1, 2"""
     ).fetchall()
     for level, entity, provisioned_w in entities:
-        yield level, entity, float(provisioned_w), con.sql(
+        yield level, entity, provisioned_w, con.sql(
             f"""SELECT (epoch_us(ts) - epoch_us(day_start())) // ($step * 1000) AS bin, {columns}
                 FROM {table} WHERE date = getvariable('partition_date') AND level = $level AND entity = $entity""",
             params={"step": step, "level": level, "entity": entity},
         ).fetchnumpy()
 
 
-def _stored_step(con, step: int) -> None:
+def _stored_step(con: Connection, step: int) -> None:
     """fleet_power_grid of this day must be on the setting's grid (it is built before swing_stats)."""
     try:
         stored = {s for (s,) in con.execute(
@@ -186,8 +175,43 @@ def _stored_step(con, step: int) -> None:
                            "materialize fleet_power_grid again before swing_stats")
 
 
-def _entity_rows(level: str, entity: str, provisioned_w: float, series: str, bin_: np.ndarray, value: np.ndarray, ok: np.ndarray,
-                 step: int, carried_bins: np.ndarray | None = None, ahead_bins: np.ndarray | None = None) -> list[dict]:
+class SharedSeries:
+    """The window statistics of the series swung so far above the host, by content: a level whose
+    members are the same GPUs as another's (a one-host cluster and its host, a one-role cluster and
+    its role, a one-cluster fleet's role and fleet) sums the same values into the same series, which
+    is then swung once. A lookup compares a cheap summary first and hashes the inputs (values, bins
+    complete, carried and ahead reach, step) only when it matches; hosts are looked up, never kept,
+    so what is kept is a few series' aligned swings (~1 MB each)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, list[tuple[bytes, list[Windows]]]] = {}
+
+    @staticmethod
+    def _digest(step: int, *arrays: np.ndarray | None) -> bytes:
+        h = hashlib.blake2b(str(step).encode(), digest_size=32)
+        for a in arrays:
+            h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
+            h.update(b"|")
+        return h.digest()
+
+    def windows(self, keep: bool, values: np.ndarray, ok: np.ndarray, step: int, carried: np.ndarray | None,
+                ahead: np.ndarray | None) -> list[Windows]:
+        """grid.grid_windows of the series (sliding), computed once per distinct series; ``keep``:
+        remember it for the entities still to come."""
+        summary = (step, len(values), int(ok.sum()), float(values.sum()))
+        candidates = self._seen.get(summary, [])
+        digest = self._digest(step, values, ok, carried, ahead) if candidates or keep else b""
+        for seen, windows in candidates:
+            if seen == digest:
+                return windows
+        windows = grid_windows(values, ok, step, WINDOWS_S, carried=carried, ahead=ahead)
+        if keep:
+            self._seen.setdefault(summary, []).append((digest, windows))
+        return windows
+
+
+def _entity_rows(shared: SharedSeries, level: str, entity: str, provisioned_w: float, series: str, bin_: np.ndarray, value: np.ndarray,
+                 ok: np.ndarray, step: int, carried_bins: np.ndarray | None = None, ahead_bins: np.ndarray | None = None) -> list[dict]:
     """swing_stats' grid columns of one entity's series, on its dense day series (complete where
     ``ok``; ``carried_bins``: how many bins back each bin's oldest value was sampled; ``ahead_bins``:
     how many bins after it lies a sample its value leans on)."""
@@ -201,8 +225,9 @@ def _entity_rows(level: str, entity: str, provisioned_w: float, series: str, bin
     if ahead_bins is not None:
         ahead = np.zeros(bins, dtype=np.int64)
         ahead[bin_] = ahead_bins
+    windows = shared.windows(level != "host", values, complete, step, carried, ahead)
     return [{"level": level, "entity": entity, "series": series, **row, "grid_step_ms": step}
-            for row in grid_stats(values, complete, step, WINDOWS_S, provisioned_w, carried=carried, ahead=ahead)]
+            for row in window_rows(windows, float(provisioned_w))]
 
 
 def _filled(x) -> tuple[np.ndarray, np.ndarray]:
@@ -211,58 +236,108 @@ def _filled(x) -> tuple[np.ndarray, np.ndarray]:
     return np.ma.filled(m.astype(np.float64), 0.0), ~np.ma.getmaskarray(m)
 
 
-def grid_swings(con, step: int) -> None:
-    """Rows of temp table ``_kernel_swings`` for the host, cluster, role and fleet (a fleet-day: role and
-    fleet), each entity's dense day series swung by pipeline/grid.py's grid_stats (polars rolling
-    max/min: exact sliding windows over complete bins, as the SQL's block pairs are). The avg1s
-    series on fleet_power_100ms; the instant series on fleet_power_100ms at the default step, on
-    fleet_power_grid at another. Row for row what sql/swing_stats/swing_stats.sql computes for these
-    levels on its own (tests/test_power_swings.py), at a fraction of its cost. ``step``: the
-    grid_step_ms setting."""
+def grid_swings(con: Connection, step: int, rollup: bool) -> list[dict]:
+    """swing_stats' rows of the host, cluster, role and fleet (a fleet-day rollup: role and fleet),
+    each entity's dense day series swung by pipeline/grid.py's grid_windows (polars rolling max/min:
+    exact sliding windows over complete bins), once per distinct series (SharedSeries). The avg1s
+    series on fleet_power_100ms; the instant
+    series on fleet_power_100ms at the default step, on fleet_power_grid at another. Row for row
+    what the SQL oracle computes for these levels (tests/test_power_swings.py), at a fraction of its
+    cost. ``step``: the grid_step_ms setting."""
     out: list[dict] = []
+    shared = SharedSeries()
     columns = "power_w, power_avg_w, complete, complete_avg1s, carried_ms, power_best_w, complete_best"
-    for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, columns):
+    for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_100ms", DEFAULT_GRID_STEP_MS, columns, rollup):
+        rows: list[dict] = []
         complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
         complete_avg = np.ma.filled(np.ma.asarray(x["complete_avg1s"]), False).astype(bool)
         carried = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // DEFAULT_GRID_STEP_MS
         if not complete.any() and not complete_avg.any():  # GPUs mixing instantaneous and 1 s-average sources
             best, has_best = _filled(x["power_best_w"])
             complete_best = np.ma.filled(np.ma.asarray(x["complete_best"]), False).astype(bool)
-            out += _entity_rows(level, entity, provisioned_w, "mixed", x["bin"], best, complete_best & has_best, DEFAULT_GRID_STEP_MS, carried)
+            rows += _entity_rows(shared, level, entity, provisioned_w, "mixed", x["bin"], best, complete_best & has_best, DEFAULT_GRID_STEP_MS, carried)
         else:
             avg, has_avg = _filled(x["power_avg_w"])
             step_s = _refresh_step_s(np.asarray(x["bin"]), carried, complete_avg & has_avg)
-            out += [row for row in _entity_rows(level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg,
-                                                DEFAULT_GRID_STEP_MS, carried)
-                    if step_s is None or row["window_s"] >= 2 * step_s]
+            rows += [row for row in _entity_rows(shared, level, entity, provisioned_w, "avg1s", x["bin"], avg, complete_avg & has_avg,
+                                                 DEFAULT_GRID_STEP_MS, carried)
+                     if step_s is None or row["window_s"] >= 2 * step_s]
         if step == DEFAULT_GRID_STEP_MS:
             inst, has_inst = _filled(x["power_w"])
-            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)
+            rows += _entity_rows(shared, level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, carried)
+        out += [{**r, "provisioned_w": provisioned_w} for r in rows]
     if step != DEFAULT_GRID_STEP_MS:
         _stored_step(con, step)
-        for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_grid", step, "power_w, complete, carried_ms, ahead_ms"):
+        for level, entity, provisioned_w, x in _entity_series(con, "fleet_power_grid", step, "power_w, complete, carried_ms, ahead_ms", rollup):
             complete = np.ma.filled(np.ma.asarray(x["complete"]), False).astype(bool)
             inst, has_inst = _filled(x["power_w"])
             behind = np.ma.filled(np.ma.asarray(x["carried_ms"]), 0).astype(np.int64) // step
             ahead = np.ma.filled(np.ma.asarray(x["ahead_ms"]), 0).astype(np.int64) // step
-            out += _entity_rows(level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, behind, ahead)
-    if out:
-        insert_frame(con, "_kernel_swings", pl.DataFrame(out))
-    con.execute("SET VARIABLE upper_swings_from_kernel = true")
+            out += [{**r, "provisioned_w": provisioned_w}
+                    for r in _entity_rows(shared, level, entity, provisioned_w, "instant", x["bin"], inst, complete & has_inst, step, behind, ahead)]
+    return out
 
 
-def upper_swings(con, grid_step_ms: int) -> None:
-    """The fleet-day's kernel (role and fleet rows)."""
-    kernel_table(con)
-    grid_swings(con, grid_step_ms)
+def _float32(rows: list[dict], column: str) -> pa.Array:
+    """A column of doubles (None: null) rounded to FLOAT once, as DuckDB's ``::FLOAT`` does."""
+    values = np.array([np.nan if r[column] is None else r[column] for r in rows], dtype=np.float64)
+    return pa.array(values.astype(np.float32), mask=np.array([r[column] is None for r in rows], dtype=bool))
 
 
-def swing_inputs(con, grid_step_ms: int) -> None:
-    """The cluster-day's kernels: every row of the table (GPUs, then the levels above)."""
-    kernel_table(con)
-    gpu_swings(con)
-    con.execute("SET VARIABLE gpu_swings_from_kernel = true")
-    grid_swings(con, grid_step_ms)
+def swing_table(date: dt.date, rows: list[dict]) -> pa.Table:
+    """swing_stats' part from the kernels' rows (level, entity, series, window_s, the swing columns
+    in double, grid_step_ms, sample_interval_ms, provisioned_w): max_swing_pct added, sorted by
+    level, entity, window and series."""
+    rows = sorted(rows, key=lambda r: (r["level"], r["entity"], r["window_s"], r["series"]))
+    for r in rows:
+        r["max_swing_pct"] = None if r["max_swing_w"] is None else 100 * r["max_swing_w"] / r["provisioned_w"]
+        r.setdefault("sample_interval_ms", None)
+    columns = {
+        "date": pa.array([date] * len(rows), pa.date32()),
+        **{c: pa.array([r[c] for r in rows], SCHEMA.field(c).type)
+           for c in ("level", "entity", "window_s", "series", "windows_over_10pct", "windows_over_25pct", "provisioned_w",
+                     "windows_complete", "windows_incomplete", "grid_step_ms")},
+        **{c: _float32(rows, c) for c in ("max_swing_w", "max_swing_pct", "p50_swing_w", "p99_swing_w", "max_ramp_w_per_s",
+                                          "sample_interval_ms")},
+    }
+    return pa.table({name: columns[name] for name in SCHEMA.names}, schema=SCHEMA)
+
+
+def swing_rows(con: Connection, run: TableRun) -> pa.Table:
+    """swing_stats' part: a cluster-day's GPU rows and the levels above, or the fleet-day's role
+    and fleet rows (from the rolled-up 100 ms series, and the rolled-up grid at another step)."""
+    rows = [] if run.rollup else gpu_swings(con)
+    rows += grid_swings(con, run.grid_step_ms, run.rollup)
+    return swing_table(dt.date.fromisoformat(str(run.scope.date)), rows)
+
+
+def grid_rows(con: Connection, run: TableRun) -> pa.RecordBatchReader:
+    """fleet_power_grid's cluster-day part: the summed series on the ``grid_step_ms`` grid
+    (pipeline/grid.py), streamed host by host and then entity by entity above; none at the default
+    step, where fleet_power_100ms is the grid. The stream is read by ``con``'s COPY of the part,
+    from a DuckDB thread: the kernel reads on a cursor of its own (kernels.second_connection) and
+    runs in this step's context, where it finds the run's curve cache (series_run.run_curves)."""
+    step = run.grid_step_ms
+    if step == DEFAULT_GRID_STEP_MS:
+        return pa.RecordBatchReader.from_batches(GRID_SCHEMA, [])
+    cur = second_connection(con)
+    day_start_us = con.execute("SELECT epoch_us(day_start())").fetchall()[0][0]
+    date = dt.date.fromisoformat(str(run.scope.date))
+    step_context = contextvars.copy_context()
+    frames = summed_series(cur, step)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        while (frame := step_context.run(next, frames, None)) is not None:
+            n = frame.height
+            ts = day_start_us + frame["bin"].to_numpy() * (step * 1000)
+            yield pa.RecordBatch.from_arrays([
+                pa.array([date] * n, pa.date32()), frame["level"].to_arrow().cast(pa.string()),
+                frame["entity"].to_arrow().cast(pa.string()), pa.array(ts, GRID_SCHEMA.field("ts").type),
+                frame["power_w"].to_arrow(), frame["gpus_reporting"].to_arrow(), frame["complete"].to_arrow(),
+                pa.array(np.full(n, step, np.int32)), frame["carried_ms"].to_arrow(), frame["ahead_ms"].to_arrow(),
+            ], schema=GRID_SCHEMA)
+
+    return pa.RecordBatchReader.from_batches(GRID_SCHEMA, batches())
 
 
 FLEET_POWER_GRID = Table(
@@ -273,8 +348,8 @@ FLEET_POWER_GRID = Table(
     "cluster-day",
     deps=["energy_curve", "fleet_power_100ms"],
     group="swings",
-    before=grid_series,
-    grid_step=True,
+    rows=grid_rows,
+    grid_step=True,  # its check one_step.sql reads the setting
     rollup=True,  # role and fleet rows summed from the cluster-days' parts; complete when every part is
     rollup_deps=["fleet_power_grid", ["fleet", "fleet_power_100ms"]],
 )
@@ -289,10 +364,8 @@ SWING_STATS = Table(
     "cluster-day",
     deps=["power_100ms", "fleet_power_100ms", "energy_curve", "fleet_power_grid"],
     group="swings",  # with the grid that exists only for them (the power group's graph stays drawable)
-    before=swing_inputs,
-    grid_step=True,
-    rollup=True,  # role and fleet rows: the same SQL over the rolled-up 100 ms series (or grid)
+    rows=swing_rows,  # the grid step from TableRun; no SQL of the table reads it
+    rollup=True,  # role and fleet rows: the same kernels over the rolled-up 100 ms series (or grid)
     rollup_deps=[["fleet", "fleet_power_100ms"], ["fleet", "fleet_power_grid"]],
-    rollup_before=upper_swings,
 )
 swing_stats, fleet_swing_stats = table_assets(SWING_STATS)

@@ -1,46 +1,35 @@
--- swing_stats: per level (gpu, host, cluster, role, fleet), entity, window W ∈ {1, 2, 10, 60} s and
--- series (instant = the grid of instantaneous power; avg1s = the driver's 1 s average on the 100 ms
--- grid, where any source of the GPU reports one): the largest max − min inside any W-long
--- window of the day (GPUs: on their raw samples, see below; other levels, and GPUs when this file
--- runs alone: sliding slot by slot on the grid, exact), the p50/p99 of the swing over the day's aligned
--- W-long windows, the largest ramp between consecutive slots (W/s) and how many aligned windows
--- swing more than 10% / 25% of the entity's provisioned power. Windows with an incomplete slot are
--- excluded. A window leaves out a slot whose value was carried from before the window starts
--- (the carry rule of sparse sources, sql/views/power_series.sql), so carrying never widens a
--- window: a one-GPU host swings no more than its GPU. The avg1s series of host and above is
--- complete where every reporting GPU has a 1 s average (complete_avg1s), so a host of GPUs whose
--- best source is a 1 s average has avg1s rows though its instant series has none; windows shorter
--- than two of its sampling steps are left out there (_coarse_upper), as they are for dcgm GPUs. An
--- entity complete in neither series all day (its GPUs mix an instantaneous source and a 1 s-average
--- one) is swung on each GPU's best value instead (power_best_w, complete_best), marked mixed. grid_step_ms is the step of the grid of the row's statistics: 100 (fleet_power_100ms,
--- below) for the GPU and avg1s rows and, at the default setting, for every row; the setting
--- (fleet_power_grid) for the instant rows of host and above otherwise. In the DuckDB CLI, set the
--- step first as the pipeline does: SET VARIABLE grid_step_ms = 100 (the setting, WATTLINE_GRID_STEP_MS).
+-- swing_stats, the test oracle: per level (gpu, host, cluster, role, fleet), entity, window
+-- W ∈ {1, 2, 10, 60} s and series (instant = the grid of instantaneous power; avg1s = the driver's
+-- 1 s average on the 100 ms grid, where any source of the GPU reports one): the largest max − min
+-- inside any W-long window of the day (here, for every level, sliding slot by slot on the 100 ms
+-- grid, exact), the p50/p99 of the swing over the day's aligned W-long windows, the largest ramp
+-- between consecutive slots (W/s) and how many aligned windows swing more than 10% / 25% of the
+-- entity's provisioned power. Windows with an incomplete slot are excluded. A window leaves out a
+-- slot whose value was carried from before the window starts (the carry rule of sparse sources,
+-- sql/views/power_series.sql), so carrying never widens a window: a one-GPU host swings no more
+-- than its GPU. The avg1s series of host and above is complete where every reporting GPU has a
+-- 1 s average (complete_avg1s), so a host of GPUs whose best source is a 1 s average has avg1s
+-- rows though its instant series has none; windows shorter than two of its sampling steps are left
+-- out there (_coarse_upper), as they are for dcgm GPUs. An entity complete in neither series all
+-- day (its GPUs mix an instantaneous source and a 1 s-average one) is swung on each GPU's best
+-- value instead (power_best_w, complete_best), marked mixed. Run it at the default grid step: SET
+-- VARIABLE grid_step_ms = 100 first (at another step the instant rows of host and above come from
+-- fleet_power_grid, which this file does not read).
 --
--- The asset computes the rows with its kernels (pipeline/assets/swing_stats.py) and leaves them
--- in _kernel_swings: GPU rows with max_swing_w on the raw samples, exact over sample times
--- (sample_interval_ms says at what spacing; DuckDB's RANGE windows cost ~200x more), and the
--- other levels on the grid (polars rolling windows over each entity's dense day series). It
--- then sets the variables gpu_swings_from_kernel / upper_swings_from_kernel, and the statements
--- below compute only the levels no kernel has filled. Run alone in the CLI this file computes
--- every row itself, on the 100 ms grid: the definition the kernels are tested against
--- (tests/test_power_swings.py).
+-- It runs as-is in the DuckDB CLI. Production writes swing_stats with the kernels of
+-- pipeline/assets/swing_stats.py only (a Python table: GPU rows with max_swing_w on the raw
+-- samples, exact over sample times, where DuckDB's RANGE windows cost ~200x more; the other
+-- levels by polars rolling windows over each entity's dense day series). tests/test_power_swings.py
+-- holds the kernels' rows to this file's (every column; for GPUs all but the max swing).
 --
 -- How it stays cheap: the slots are read once into 1 s blocks (the ten values side by side, so
 -- every 100 ms step is a column difference). Aligned W-windows come from the blocks. A sliding
 -- window that starts in aligned window w lies inside w and w + 1, so it can beat the best
 -- aligned window only if the pair's joint range does; only those few pairs are re-read at
 -- 100 ms and slid exactly.
-CREATE TEMP TABLE IF NOT EXISTS _kernel_swings (
-    level VARCHAR, entity VARCHAR, series VARCHAR, window_s INTEGER, max_swing_w DOUBLE, p50_swing_w DOUBLE,
-    p99_swing_w DOUBLE, max_ramp_w_per_s DOUBLE, windows_over_10pct BIGINT, windows_over_25pct BIGINT,
-    windows_complete BIGINT, windows_incomplete BIGINT, grid_step_ms INTEGER, sample_interval_ms DOUBLE
-);
 
--- GPU rows here: not at a fleet-day rollup (it swings only the role and fleet series), not where
--- the kernel left them.
-CREATE OR REPLACE TEMP MACRO gpu_swings_here() AS
-    getvariable('scope') IS DISTINCT FROM 'fleet' AND getvariable('gpu_swings_from_kernel') IS DISTINCT FROM true;
+-- GPU rows here: not at a fleet-day rollup (it swings only the role and fleet series).
+CREATE OR REPLACE TEMP MACRO gpu_swings_here() AS getvariable('scope') IS DISTINCT FROM 'fleet';
 
 CREATE OR REPLACE TEMP TABLE _carried AS FROM gpu_grid_carried('power_100ms') WHERE gpu_swings_here();
 
@@ -61,7 +50,7 @@ GROUP BY ALL;
 -- float32 watts are taken exactly); p / pa are null where the slot is incomplete in that series
 -- (p of host and above also at a grid step other than 100 ms); age: how many slots back the
 -- oldest value was sampled; pa_series: what pa holds ('avg1s', or 'mixed' for an entity complete
--- in neither series all day). Each level only where the kernels have not left its rows in _kernel_swings.
+-- in neither series all day).
 CREATE OR REPLACE TEMP VIEW _slots AS
 SELECT 'gpu' AS level, host AS entity, gpu::INTEGER AS gpu, slot, power_w::DOUBLE AS p, power_avg_w::DOUBLE AS pa,
        slot - from_slot AS age, 'avg1s' AS pa_series
@@ -81,7 +70,6 @@ FROM (
     WHERE date = getvariable('partition_date')
       -- a fleet-day rollup (SET VARIABLE scope = 'fleet') swings only the role and fleet series
       AND (getvariable('scope') IS DISTINCT FROM 'fleet' OR level IN ('role', 'fleet'))
-      AND getvariable('upper_swings_from_kernel') IS DISTINCT FROM true
     WINDOW e AS (PARTITION BY level, entity)
 );
 
@@ -294,25 +282,4 @@ LEFT JOIN ramps AS r USING (k)
 LEFT JOIN _coarse AS c ON n.level = 'gpu' AND c.entity = n.entity AND c.gpu = n.gpu
 LEFT JOIN _coarse_upper AS cu ON n.level <> 'gpu' AND n.series = 'avg1s' AND cu.level = n.level AND cu.entity = n.entity
 WHERE (c.step_s IS NULL OR s.m >= 2 * c.step_s) AND (cu.step_s IS NULL OR s.m >= 2 * cu.step_s)
-UNION ALL
-SELECT
-    getvariable('partition_date'),
-    g.level,
-    g.entity,
-    g.window_s,
-    g.series,
-    g.max_swing_w::FLOAT,
-    (100 * g.max_swing_w / e.provisioned_w)::FLOAT,
-    g.p50_swing_w::FLOAT,
-    g.p99_swing_w::FLOAT,
-    g.max_ramp_w_per_s::FLOAT,
-    g.windows_over_10pct,
-    g.windows_over_25pct,
-    e.provisioned_w,
-    g.windows_complete,
-    g.windows_incomplete,
-    g.grid_step_ms,
-    g.sample_interval_ms::FLOAT
-FROM _kernel_swings AS g
-JOIN inventory_entities AS e USING (level, entity)
 ORDER BY level, entity, window_s, series
