@@ -32,8 +32,8 @@ import decimal
 import functools
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -221,6 +221,14 @@ class TableRun:
     """The ``fleet/`` rollup asset's step: the cluster-days' parts are the input."""
     grid_step_ms: int
     """The grid_step_ms setting."""
+    found: dict[str, Any] = field(default_factory=dict)
+    """What the function learnt beside the rows that the table's python checks and headline need
+    (e.g. per-GPU facts no column holds), filled by the time its rows are written: passed to them
+    as keyword arguments."""
+
+
+class SpentStream(RuntimeError):
+    """Fewer rows written than a Python table's stream yielded: the stream was read by an earlier attempt."""
 
 
 Rows = Callable[[Connection, TableRun], "pa.Table | pa.RecordBatchReader"]
@@ -303,6 +311,7 @@ class Table:
                 variables["grid_step_ms"] = warehouse.grid_step_ms
             for name, value in variables.items():
                 con.execute(f"SET VARIABLE {name} = ?", [value])
+            found: dict[str, Any] = {}
             before = self.rollup_before if rollup else self.before
             if before is not None:
                 before(con, **({"grid_step_ms": warehouse.grid_step_ms} if self.grid_step else {}))
@@ -313,7 +322,9 @@ class Table:
             if self.series and not rollup:
                 rows = series_run.series_part(context, warehouse, con, scope, self.name)
             elif self.rows is not None and not (rollup and self.sql_name(rollup).endswith("/rollup")):
-                rows = self._write_rows(con, TableRun(scope=scope, rollup=rollup, grid_step_ms=warehouse.grid_step_ms), write)
+                run = TableRun(scope=scope, rollup=rollup, grid_step_ms=warehouse.grid_step_ms)
+                rows = self._write_rows(con, run, write)
+                found = run.found
             elif self.write is not None and not rollup:
                 rows = self.write(con, write)
             else:
@@ -321,7 +332,7 @@ class Table:
                 for statement in prepare:
                     con.execute(statement)
                 rows = write(query)
-            inputs = self.inputs(context, warehouse, scope) if self.inputs and not rollup else {}
+            inputs = {**found, **(self.inputs(context, warehouse, scope) if self.inputs and not rollup else {})}
             results = [c.run(con, **inputs) for c in self.checks(rollup)]
             metadata = headline(con, self.name)
             if self.python_headline is not None and not rollup:
@@ -336,11 +347,33 @@ class Table:
     def _write_rows(self, con: Connection, run: TableRun, write: Callable[[str], int]) -> int:
         assert self.rows is not None
         relation = f"_{self.name}_rows"
-        con.register(relation, self.rows(con, run))  # a stream is read once, by the part's COPY
+        rows = self.rows(con, run)
+        if not isinstance(rows, pa.RecordBatchReader):
+            con.register(relation, rows)
+            try:
+                return write(f"SELECT * FROM {relation}")
+            finally:
+                con.unregister(relation)
+        produced = 0
+
+        def counted(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+            nonlocal produced
+            for batch in reader:
+                produced += batch.num_rows
+                yield batch
+
+        # a stream is read once, by the part's COPY, in its own order (compute connections do not keep it)
+        con.register(relation, pa.RecordBatchReader.from_batches(rows.schema, counted(rows)))
+        kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+        con.execute("SET preserve_insertion_order = true")
         try:
-            return write(f"SELECT * FROM {relation}")
+            written = write(f"SELECT * FROM {relation}")
         finally:
+            con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
             con.unregister(relation)
+        if written != produced:  # a write retried (a damaged raw file set aside) finds the stream spent
+            raise SpentStream(f"{self.name}: {written} rows written, {produced} computed; run the step again")
+        return written
 
 
 def statements(name: str) -> tuple[list[str], str]:

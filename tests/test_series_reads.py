@@ -139,7 +139,7 @@ def test_one_gpu_in_memory(con, tmp_path):
 
 
 def test_phase_sources_read_each_host_once(tmp_path):
-    """phase_segments' per-GPU power sources (`_power_gpus`) on a simulated collector-shaped
+    """phase_segments' per-GPU power sources (`power_gpus`) on a simulated collector-shaped
     quarter hour of the tiny fleet (one inference host of 4 GPUs): one read of the host's raw
     samples, not one (or two) per GPU, and a source for every endpoint GPU."""
     from collectors.simulate import simulate
@@ -149,7 +149,7 @@ def test_phase_sources_read_each_host_once(tmp_path):
     simulate(tmp_path, start=DAY, fleet="tiny", hours=0.25, seed=0, shape="collector")
     with compute_connection(tmp_path, DAY.isoformat()) as con:
         counted = Counted(con)
-        power_gpus(counted)
-        gpus = con.execute("SELECT count(*), count(DISTINCT host), count(source) FROM _power_gpus").fetchone()
+        found = power_gpus(counted)
+        gpus = (found.height, found["host"].n_unique(), found["source"].count())
     assert gpus[0] >= 2 and gpus[2] == gpus[0]
     assert counted.reads == gpus[1]

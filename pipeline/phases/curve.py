@@ -137,18 +137,23 @@ def host_curves(con, host: str, gpus: Sequence[int] | None = None, with_avg: boo
             c = _cached(cache, host, gpu, with_avg=with_avg)
             assert c is not None
             yield gpu, c
+            del c  # before the next GPU's is built: one curve alive
         return
     for s in host_samples(con, host, gpus):
         c = curve_of(s)
         if with_avg:
             c.avg_t_ns, c.avg_w, _ = best_samples(s.t_ns[s.has_avg], s.power_avg_w[s.has_avg], s.source_rank[s.has_avg])
-        yield s.gpu, c
+        gpu = s.gpu
+        del s  # the samples, before the next GPU's are read
+        yield gpu, c
+        del c
 
 
 def curves(con, wanted: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int, Curve]]:
     """The curves of the ``wanted`` (host, gpu), in (host, gpu) order, each host read once (not
     once per GPU: a host's files hold every GPU's rows); an empty curve for a GPU without
-    samples. Memory: one GPU's samples and curve."""
+    samples. Memory: one GPU's samples and curve, provided the caller too drops the curve it was
+    handed before asking for the next (the generator drops its own references first)."""
     by_host: dict[str, list[int]] = {}
     for host, gpu in sorted(set(wanted)):
         by_host.setdefault(host, []).append(int(gpu))
@@ -157,7 +162,9 @@ def curves(con, wanted: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int, C
         got = next(found, None)
         for gpu in gpus:
             if got is not None and got[0] == gpu:
-                yield host, gpu, got[1]
+                c, got = got[1], None
+                yield host, gpu, c
+                del c  # before the next curve is built
                 got = next(found, None)
             else:
                 yield host, gpu, curve_of(_no_samples(host, gpu))
