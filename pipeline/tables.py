@@ -32,7 +32,7 @@ import decimal
 import functools
 import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -227,10 +227,6 @@ class TableRun:
     as keyword arguments."""
 
 
-class SpentStream(RuntimeError):
-    """Fewer rows written than a Python table's stream yielded: the stream was read by an earlier attempt."""
-
-
 Rows = Callable[[Connection, TableRun], "pa.Table | pa.RecordBatchReader"]
 """A Python table's implementation: the part's rows, as an Arrow table or a stream of record
 batches (written as they come, so a stream bounds the step's memory)."""
@@ -347,33 +343,14 @@ class Table:
     def _write_rows(self, con: Connection, run: TableRun, write: Callable[[str], int]) -> int:
         assert self.rows is not None
         relation = f"_{self.name}_rows"
-        rows = self.rows(con, run)
-        if not isinstance(rows, pa.RecordBatchReader):
-            con.register(relation, rows)
-            try:
-                return write(f"SELECT * FROM {relation}")
-            finally:
-                con.unregister(relation)
-        produced = 0
-
-        def counted(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
-            nonlocal produced
-            for batch in reader:
-                produced += batch.num_rows
-                yield batch
-
-        # a stream is read once, by the part's COPY, in its own order (compute connections do not keep it)
-        con.register(relation, pa.RecordBatchReader.from_batches(rows.schema, counted(rows)))
+        con.register(relation, self.rows(con, run))  # a stream is read once, by the part's COPY
         kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
-        con.execute("SET preserve_insertion_order = true")
+        con.execute("SET preserve_insertion_order = true")  # the part in the rows' order (compute connections do not keep it)
         try:
-            written = write(f"SELECT * FROM {relation}")
+            return write(f"SELECT * FROM {relation}")
         finally:
             con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
             con.unregister(relation)
-        if written != produced:  # a write retried (a damaged raw file set aside) finds the stream spent
-            raise SpentStream(f"{self.name}: {written} rows written, {produced} computed; run the step again")
-        return written
 
 
 def statements(name: str) -> tuple[list[str], str]:

@@ -1,5 +1,6 @@
-"""phase_timeline's kernel (pipeline/assets/inference_phases.py, timeline_by_gpu) writes exactly the
-rows its SQL definition (sql/phase_timeline/phase_timeline.sql) computes, on a messy endpoint day."""
+"""phase_timeline's rows (pipeline/assets/inference_phases.py, timeline_rows: numpy per endpoint GPU)
+are exactly those of its SQL oracle (tests/oracles/phase_timeline.sql, plain SQL as the DuckDB CLI
+runs it), on a messy endpoint day."""
 
 import numpy as np
 import pyarrow as pa
@@ -9,7 +10,8 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection
-from tests.builders import DAY, definition_query, power_table
+from tests.builders import DAY, power_table
+from tests.oracles import oracle_query
 from tests.phase_fixtures import P_DEC, P_IDLE, P_PRE, REQUESTS_S, T0, requests_table, slot_labels
 
 DATE = DAY.isoformat()
@@ -58,7 +60,7 @@ def _messy_day(d) -> None:
     write_dataset(requests_table(REQUESTS), d, "requests")
 
 
-@pytest.mark.slow  # a day through the job, then the SQL definition beside the kernel (~25 s)
+@pytest.mark.slow  # a day through the job, then the SQL oracle beside it (~25 s)
 def test_timeline_kernel_rows_match_sql_definition(tmp_path):
     d = tmp_path / "data"
     _messy_day(d)
@@ -67,7 +69,7 @@ def test_timeline_kernel_rows_match_sql_definition(tmp_path):
     with compute_connection(d, DATE) as con:
         kernel = con.execute("SELECT * FROM phase_timeline").fetchall()
         grid = {(r[0], r[1], r[2]) for r in con.execute("SELECT host, gpu, ts FROM power_100ms WHERE power_w IS NOT NULL").fetchall()}
-        query = definition_query(con, "phase_timeline/phase_timeline")
+        query = oracle_query(con, "phase_timeline")
         sql = con.execute(f"{query}").fetchall()
     assert kernel == sql  # the same rows in the same order (endpoint, host, gpu, ts)
     assert len(kernel) > 1000

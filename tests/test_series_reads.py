@@ -4,6 +4,7 @@ Counted as statements over the view power_day_samples on a real DuckDB of two ho
 (rows interleaved, as the collector writes them), with the curves unchanged."""
 
 import datetime as dt
+import weakref
 from pathlib import Path
 
 import duckdb
@@ -153,3 +154,25 @@ def test_phase_sources_read_each_host_once(tmp_path):
         gpus = (found.height, found["host"].n_unique(), found["source"].count())
     assert gpus[0] >= 2 and gpus[2] == gpus[0]
     assert counted.reads == gpus[1]
+
+
+def test_curves_hold_one_gpu_at_a_time(con, monkeypatch):
+    """curves() builds a GPU's curve only once the previous GPU's is gone (for a caller that drops
+    the curve it was handed): one GPU-day's curve in memory, not two, while a phase step walks the
+    GPUs."""
+    built = curve.curve_of
+    earlier: list[weakref.ref] = []
+
+    def watched(s, source=None):
+        alive = [r for r in earlier if r() is not None and len(r())]
+        assert not alive, f"{len(alive)} earlier GPU's curve alive while {s.host}/{s.gpu}'s is built"
+        c = built(s, source)
+        earlier.append(weakref.ref(c))
+        return c
+
+    monkeypatch.setattr(curve, "curve_of", watched)
+    seen = 0
+    for _, _, c in curve.curves(con, [(h, g) for h in HOSTS for g in GPUS]):
+        seen += len(c) > 0
+        del c
+    assert seen == len(HOSTS) * len(GPUS)

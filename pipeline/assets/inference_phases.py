@@ -15,65 +15,46 @@ from dagster import MetadataValue
 from pipeline import kernels
 from pipeline.kernels import arrow_frame, registered
 from pipeline.phases import checks, curve, power_detect
-from pipeline.tables import PythonCheck, Table, TableRun, statements, table_assets
+from pipeline.tables import PythonCheck, Table, TableRun, table_assets
 
-ENDPOINTS_PER_CHUNK = 4
-"""phase_timeline builds its endpoint state (from phase_intervals) this many endpoints at a time: the
-hash aggregate over a 64-GPU cluster-day's 16 endpoints' busy slots is held by chunks of 4."""
-
-
-_NO_SEGMENTS = (
-    "CREATE OR REPLACE TEMP VIEW phase_segments AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::VARCHAR AS host, "
-    "NULL::UTINYINT AS gpu, NULL::VARCHAR AS phase, NULL::VARCHAR AS source, NULL::TIMESTAMPTZ AS start_ts, NULL::TIMESTAMPTZ AS end_ts WHERE false"
+TIMELINE_GPUS_SQL = """
+-- one row (key gk) per endpoint GPU and time the endpoint held it this day (held_gpus: a slot is the
+-- endpoint's that held the GPU at the slot's start), endpoint by endpoint
+SELECT row_number() OVER (ORDER BY name, host, gpu, from_ns) AS gk, name AS endpoint, host, gpu, from_ns, to_ns
+FROM held_gpus('endpoint')
+ORDER BY gk
+"""
+TIMELINE_STATE_SQL = """
+-- one endpoint's ($endpoint) request state per 100 ms slot, from its exact timeline (phase_intervals):
+-- one row per slot some busy interval touches (the others: idle, no tokens). Each busy interval
+-- [start_ns, end_ns) touches slots start_ns // 100 ms to (end_ns − 1) // 100 ms; per slot: the label of
+-- the busiest interval touching it (2 prefill > 1 decode: the any-overlap rule), the most requests in
+-- each phase at once, and the tokens of each interval in proportion to its overlap with the slot
+-- (each request's tokens spread evenly over its phase interval).
+WITH iv AS (
+    SELECT start_ns, end_ns, CASE phase WHEN 'prefill' THEN 2 ELSE 1 END AS ph, n_prefill, n_decode,
+           prefill_estimated, prompt_tokens_per_s, output_tokens_per_s,
+           unnest(range(start_ns // 100000000, (end_ns - 1) // 100000000 + 1)) AS slot
+    FROM phase_intervals
+    WHERE date = getvariable('partition_date') AND endpoint = $endpoint AND phase <> 'idle'
 )
-_NO_INTERVALS = (
-    "CREATE OR REPLACE TEMP VIEW phase_intervals AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::BIGINT AS start_ns, "
-    "NULL::BIGINT AS end_ns, NULL::VARCHAR AS phase, NULL::INTEGER AS n_prefill, NULL::INTEGER AS n_decode, NULL::BOOLEAN AS prefill_estimated, "
-    "NULL::DOUBLE AS prompt_tokens_per_s, NULL::DOUBLE AS output_tokens_per_s WHERE false"
-)
-
-
-def _timeline_prepare(con) -> set[str]:
-    """phase_timeline's preparatory statements on ``con`` (temp tables _phase_gpus, _phase_ep_state,
-    _phase_logged; not _phase_power_slots: the kernel labels power runs itself), the endpoint state built
-    ENDPOINTS_PER_CHUNK endpoints at a time (the statements that read ``getvariable('phase_chunk')``).
-    A table not built for any day yet is an empty view (phase_segments: power_phase NULL;
-    phase_intervals: phase NULL). Returns the derived views present."""
-    prepare, _ = statements("phase_timeline/phase_timeline")
-    present = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    if "phase_segments" not in present:
-        con.execute(_NO_SEGMENTS)
-    if "phase_intervals" not in present:
-        con.execute(_NO_INTERVALS)
-    n_endpoints = con.execute("SELECT count(DISTINCT name) FROM held_gpus('endpoint')").fetchone()[0]
-    chunks = max(1, -(-n_endpoints // ENDPOINTS_PER_CHUNK))
-    con.execute("SET VARIABLE phase_chunks = ?", [chunks])
-    for statement in prepare:
-        if "_phase_power_slots AS" in statement:
-            continue
-        if "getvariable('phase_chunk')" not in statement:
-            con.execute(statement)
-            continue
-        for chunk in range(chunks):
-            con.execute("SET VARIABLE phase_chunk = ?", [chunk])
-            con.execute(statement)
-    return present
-
-
-EKEY_SLOTS = 1048576
-"""The SQL's endpoint-state key: ek · EKEY_SLOTS + (slot − day_first_slot())."""
-
+SELECT slot,
+       coalesce(max(n_prefill), 0)::INTEGER AS n_prefill,
+       coalesce(max(n_decode), 0)::INTEGER AS n_decode,
+       coalesce(bool_or(prefill_estimated), false) AS prefill_estimated,
+       coalesce(xsum(prompt_tokens_per_s * (least(end_ns, (slot + 1) * 100000000) - greatest(start_ns, slot * 100000000)) / 1e9), 0) AS prompt_tokens,
+       coalesce(xsum(output_tokens_per_s * (least(end_ns, (slot + 1) * 100000000) - greatest(start_ns, slot * 100000000)) / 1e9), 0) AS output_tokens,
+       coalesce(max(ph), 0)::INTEGER AS ph
+FROM iv GROUP BY slot
+ORDER BY slot
+"""
 _TIMELINE_POWER = """
 SELECT epoch_us(ts) // 100000 AS slot, power_w::DOUBLE AS power_w FROM power_100ms
 WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND power_w IS NOT NULL
 """
-_TIMELINE_STATE = """
-SELECT ekey, coalesce(n_prefill, 0) AS n_prefill, coalesce(n_decode, 0) AS n_decode,
-       coalesce(prefill_estimated, false) AS prefill_estimated, coalesce(prompt_tokens, 0) AS prompt_tokens,
-       coalesce(output_tokens, 0) AS output_tokens, coalesce(ph, 0) AS ph
-FROM _phase_ep_state WHERE ekey >= $lo AND ekey < $hi ORDER BY ekey
-"""
 _TIMELINE_POWER_RUNS = """
+-- the GPU's power-only runs while the endpoint held it (phase_segments' 'power' rows: the detector at
+-- native resolution); a run [start, end) overlaps slots start // 100 ms to (end − 1) // 100 ms
 SELECT epoch_us(start_ts) // 100000 AS first, (epoch_us(end_ts) - 1) // 100000 AS last,
        CASE phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS ph
 FROM phase_segments
@@ -81,13 +62,15 @@ WHERE date = getvariable('partition_date') AND source = 'power' AND endpoint = $
   AND start_ts IS NOT NULL AND end_ts IS NOT NULL
 """
 _LABELS = pa.array(["idle", "decode", "prefill"], pa.string())
-_TIMELINE_SCHEMA = pa.schema([  # without the date (the write adds it); strings dictionary-encoded (read as VARCHAR)
-    ("endpoint", pa.dictionary(pa.int32(), pa.string())), ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()),
+_DICT = pa.dictionary(pa.int32(), pa.string())  # strings dictionary-encoded in the stream (stored as VARCHAR)
+TIMELINE_TABLE_SCHEMA = pa.schema([
+    ("date", pa.date32()), ("endpoint", _DICT), ("host", _DICT), ("gpu", pa.uint8()),
     ("ts", pa.timestamp("us", tz="UTC")), ("power_w", pa.float32()), ("energy_j", pa.float64()),
-    ("n_prefill", pa.int32()), ("n_decode", pa.int32()), ("phase", pa.dictionary(pa.int32(), pa.string())),
+    ("n_prefill", pa.int32()), ("n_decode", pa.int32()), ("phase", _DICT),
     ("prefill_estimated", pa.bool_()), ("prompt_tokens", pa.float64()), ("output_tokens", pa.float64()),
-    ("power_phase", pa.dictionary(pa.int32(), pa.string())),
+    ("power_phase", _DICT),
 ])
+"""phase_timeline's rows as they stream (sql/phase_timeline/columns.yaml says what each means)."""
 
 
 def _label(code: np.ndarray) -> pa.DictionaryArray:
@@ -96,83 +79,93 @@ def _label(code: np.ndarray) -> pa.DictionaryArray:
 
 
 def _filled(values: np.ndarray, hit: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """``values[at]`` where ``hit``, zero (false) elsewhere: the SQL's coalesce over its LEFT JOIN."""
+    """``values[at]`` where ``hit``, zero (false) elsewhere: a slot no busy interval touches."""
     out = np.zeros(len(hit), values.dtype)
     out[hit] = values[at]
     return out
 
 
-def _timeline_batches(cur, has_segments: bool) -> Iterator[pa.RecordBatch]:
-    """phase_timeline's rows, one endpoint GPU at a time in the SQL's order (gk, slot), on ``cur``
-    (the connection _timeline_prepare ran on: its temp tables): the GPU's power_100ms rows read
-    in file order (the part is sorted by host, gpu, ts) and interpolated across short gaps
-    (kernels.interpolated_slots), its endpoint's request state (_phase_ep_state) read once per
-    endpoint and looked up by key, its power runs (phase_segments) labelled onto its slots
-    (kernels.max_label_on_slots). Memory: one GPU-day's slots and one endpoint's state."""
-    gpus = cur.execute(
-        "SELECT ek, endpoint, host, gpu, ek IN (SELECT ek FROM _phase_logged), from_ns, to_ns FROM _phase_gpus ORDER BY gk"
-    ).fetchall()
-    day_first = cur.execute("SELECT day_first_slot()").fetchone()[0]
-    state_of: tuple = (None, {})  # (ek, its state): GPUs come endpoint by endpoint
-    for ek, endpoint, host, gpu, logged, from_ns, to_ns in gpus:
-        with kernels.in_file_order(cur):
-            p = cur.execute(_TIMELINE_POWER, {"host": host, "gpu": gpu}).fetchnumpy()
-        if not len(p["slot"]):
-            continue
-        slot, power_w = p["slot"].astype(np.int64), np.asarray(p["power_w"], np.float64)
-        if len(slot) > 1 and not bool((np.diff(slot) > 0).all()):  # not in file order (a part written unsorted)
-            order = np.argsort(slot, kind="stable")
-            slot, power_w = slot[order], power_w[order]
-        slot, power_w = kernels.interpolated_slots(slot, power_w)
-        held = (slot * kernels.SLOT_NS >= from_ns) & (slot * kernels.SLOT_NS < to_ns)  # slots the endpoint held the GPU at
-        if not held.all():
-            slot, power_w = slot[held], power_w[held]
-        n = len(slot)
-        if not n:
-            continue
-        if state_of[0] != ek:
-            state_of = (ek, cur.execute(_TIMELINE_STATE, {"lo": ek * EKEY_SLOTS, "hi": (ek + 1) * EKEY_SLOTS}).fetchnumpy())
-        st = state_of[1]
-        key = ek * EKEY_SLOTS + (slot - day_first)
-        at = np.minimum(np.searchsorted(st["ekey"], key), max(len(st["ekey"]) - 1, 0))
-        hit = (st["ekey"][at] == key) if len(st["ekey"]) else np.zeros(n, bool)
-        at = at[hit]
-        pick = {c: _filled(st[c], hit, at) for c in ("n_prefill", "n_decode", "prefill_estimated", "prompt_tokens", "output_tokens", "ph")}
-        ph = pick["ph"]
-        phase = np.where(ph == 2, 2, np.where(ph == 1, 1, 0)) if logged else np.full(n, -1)
-        power_phase = np.full(n, -1, np.int8)
-        if has_segments:
-            runs = cur.execute(_TIMELINE_POWER_RUNS, {"endpoint": endpoint, "host": host, "gpu": gpu}).fetchnumpy()
-            power_phase = kernels.max_label_on_slots(slot, runs["first"].astype(np.int64), runs["last"].astype(np.int64),
-                                                     runs["ph"].astype(np.int8), 3)
-        yield pa.record_batch({
-            "endpoint": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([endpoint])),
-            "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
-            "gpu": pa.array(np.full(n, gpu, np.uint8)),
-            "ts": pa.array(slot * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            "power_w": power_w.astype(np.float32),
-            "energy_j": power_w * 0.1,
-            "n_prefill": pick["n_prefill"],
-            "n_decode": pick["n_decode"],
-            "phase": _label(phase),
-            "prefill_estimated": pick["prefill_estimated"],
-            "prompt_tokens": pick["prompt_tokens"],
-            "output_tokens": pick["output_tokens"],
-            "power_phase": _label(power_phase),
-        }, schema=_TIMELINE_SCHEMA)
+def _timeline_gpu(cur, endpoint: str, host: str, gpu: int, from_ns: int, to_ns: int, state: dict | None, has_segments: bool,
+                  days: int) -> pa.RecordBatch | None:
+    """One endpoint GPU's rows (holding [from_ns, to_ns)): its power_100ms slots read in file order
+    (the part is sorted by host, gpu, ts) and interpolated across gaps of at most 1 s
+    (kernels.interpolated_slots), kept where the endpoint held it; its endpoint's request ``state``
+    (TIMELINE_STATE_SQL's columns, None: no request log, phase NULL) looked up by slot; its power runs
+    (phase_segments) labelled onto its slots (kernels.max_label_on_slots)."""
+    with kernels.in_file_order(cur):
+        p = cur.execute(_TIMELINE_POWER, {"host": host, "gpu": gpu}).fetchnumpy()
+    if not len(p["slot"]):
+        return None
+    slot, power_w = p["slot"].astype(np.int64), np.asarray(p["power_w"], np.float64)
+    if len(slot) > 1 and not bool((np.diff(slot) > 0).all()):  # not in file order (a part written unsorted)
+        order = np.argsort(slot, kind="stable")
+        slot, power_w = slot[order], power_w[order]
+    slot, power_w = kernels.interpolated_slots(slot, power_w)
+    held = (slot * kernels.SLOT_NS >= from_ns) & (slot * kernels.SLOT_NS < to_ns)  # slots the endpoint held the GPU at
+    if not held.all():
+        slot, power_w = slot[held], power_w[held]
+    n = len(slot)
+    if not n:
+        return None
+    st = state if state is not None else {"slot": np.zeros(0, np.int64)}
+    at = np.minimum(np.searchsorted(st["slot"], slot), max(len(st["slot"]) - 1, 0))
+    hit = (st["slot"][at] == slot) if len(st["slot"]) else np.zeros(n, bool)
+    at = at[hit]
+    pick = {c: _filled(st[c], hit, at) if c in st else np.zeros(n, np.int32)
+            for c in ("n_prefill", "n_decode", "prefill_estimated", "prompt_tokens", "output_tokens", "ph")}
+    ph = pick["ph"]
+    phase = np.where(ph == 2, 2, np.where(ph == 1, 1, 0)) if state is not None else np.full(n, -1)
+    power_phase = np.full(n, -1, np.int8)
+    if has_segments:
+        runs = cur.execute(_TIMELINE_POWER_RUNS, {"endpoint": endpoint, "host": host, "gpu": gpu}).fetchnumpy()
+        power_phase = kernels.max_label_on_slots(slot, runs["first"].astype(np.int64), runs["last"].astype(np.int64),
+                                                 runs["ph"].astype(np.int8), 3)
+    return pa.record_batch({
+        "date": pa.Array.from_buffers(pa.date32(), n, [None, pa.py_buffer(np.full(n, days, np.int32))]),
+        "endpoint": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([endpoint])),
+        "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
+        "gpu": pa.array(np.full(n, gpu, np.uint8)),
+        "ts": pa.array(slot * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "power_w": power_w.astype(np.float32),
+        "energy_j": power_w * 0.1,
+        "n_prefill": pick["n_prefill"].astype(np.int32),
+        "n_decode": pick["n_decode"].astype(np.int32),
+        "phase": _label(phase),
+        "prefill_estimated": pick["prefill_estimated"].astype(bool),
+        "prompt_tokens": pick["prompt_tokens"].astype(np.float64),
+        "output_tokens": pick["output_tokens"].astype(np.float64),
+        "power_phase": _label(power_phase),
+    }, schema=TIMELINE_TABLE_SCHEMA)
 
 
-def timeline_by_gpu(con, write) -> int:
-    """phase_timeline's write: sql/phase_timeline/phase_timeline.sql's final query (and its
-    _phase_power_slots) as a numpy kernel, one endpoint GPU at a time (_timeline_batches)
-    streaming into the part; the endpoint state is still the SQL's (_timeline_prepare, on a
-    second connection: ``con`` runs the write's COPY). Identical rows (tests/test_phases.py)."""
-    cur = kernels.second_connection(con)
+def _timeline_batches(cur, gpus: list[tuple], logged: set[str], has_segments: bool, days: int) -> Iterator[pa.RecordBatch]:
+    """phase_timeline's rows endpoint by endpoint, GPU by GPU in (gk, slot) order, on ``cur`` (a
+    second connection: the step's own runs the part's COPY meanwhile): the endpoint's request state
+    (TIMELINE_STATE_SQL, where it has a request log) then each of its GPUs (_timeline_gpu). Memory:
+    one endpoint's busy slots and one GPU-day's slots."""
     try:
-        present = _timeline_prepare(cur)
-        return kernels.write_stream(con, write, "phase_timeline", _TIMELINE_SCHEMA, _timeline_batches(cur, "phase_segments" in present))
+        state: tuple = (None, None)
+        for _, endpoint, host, gpu, from_ns, to_ns in gpus:
+            if state[0] != endpoint:
+                state = (endpoint, cur.execute(TIMELINE_STATE_SQL, {"endpoint": endpoint}).fetchnumpy() if endpoint in logged else None)
+            batch = _timeline_gpu(cur, endpoint, host, gpu, from_ns, to_ns, state[1], has_segments, days)
+            if batch is not None:
+                yield batch
     finally:
         cur.close()
+
+
+def timeline_rows(con, run: TableRun) -> pa.RecordBatchReader:
+    """phase_timeline's rows (a Python table), streamed endpoint GPU by endpoint GPU
+    (_timeline_batches). A table not built for the day yet reads as empty: no phase_intervals, every
+    label NULL; no phase_segments, every power_phase NULL."""
+    cur = kernels.second_connection(con)
+    present = {v for (v,) in cur.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    gpus = cur.execute(TIMELINE_GPUS_SQL).fetchall()
+    logged = {e for (e,) in cur.execute(
+        "SELECT DISTINCT endpoint FROM phase_intervals WHERE date = getvariable('partition_date')").fetchall()} if "phase_intervals" in present else set()
+    days = int(np.datetime64(str(run.scope.date), "D").astype(np.int64))
+    return pa.RecordBatchReader.from_batches(TIMELINE_TABLE_SCHEMA, _timeline_batches(cur, gpus, logged, "phase_segments" in present, days))
 
 
 @contextmanager
@@ -661,7 +654,7 @@ PHASE_TIMELINE = Table(
     "cluster-day",
     deps=["power_100ms", "phase_intervals", "phase_segments"],
     group="phases",
-    write=timeline_by_gpu,
+    rows=timeline_rows,
     python_checks=(
         PythonCheck(
             "clock_skew",
