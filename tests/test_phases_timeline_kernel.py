@@ -123,3 +123,32 @@ def test_phase_rows_stream_endpoint_by_endpoint(messy, table, monkeypatch):
     assert set(at_first) <= {("infer-0", 0), ("infer-0", 1), ("infer-0", 2)} and at_first, at_first
     assert {r["endpoint"] for r in pa.Table.from_batches([first]).to_pylist()} == {"ep-a"}
     assert [tuple(r.values()) for r in streamed] == stored
+
+
+def test_phase_steps_take_the_run_curves(messy, tmp_path, monkeypatch):
+    """In a run whose engine pass ran, phase_segments and phase_intervals read no raw sample: their
+    streamed rows (computed in DuckDB's threads, outside the run's Dagster context) take each GPU's
+    curve from the pass's cache, as the hooks they replaced did."""
+    import shutil
+
+    from dagster import AssetExecutionContext, DagsterInvariantViolationError
+
+    from pipeline.series import engine
+
+    d = tmp_path / "data"
+    shutil.copytree(messy, d)
+    reads: list[str] = []
+    real = engine._read_by_gpu
+
+    def counted(con, sql, params, spill_dir=None):
+        try:
+            reads.append(AssetExecutionContext.get().asset_key.path[-1])
+        except DagsterInvariantViolationError:
+            reads.append("outside the run's context")
+        return real(con, sql, params, spill_dir)
+
+    monkeypatch.setattr(engine, "_read_by_gpu", counted)
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms", "phase_intervals", "phase_segments"],
+                      workers=1, fleet_day=False)
+    assert outcome.success, outcome.error
+    assert set(reads) == {"power_1s"}, reads  # the pass, in the first series step

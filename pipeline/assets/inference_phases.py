@@ -6,6 +6,7 @@ clock-skew check)."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -15,15 +16,13 @@ from dagster import MetadataValue
 from pipeline import kernels
 from pipeline.kernels import arrow_frame, registered
 from pipeline.phases import checks, curve, power_detect
+from pipeline.series.cache import CurveCache
+from pipeline.series_run import run_curves
 from pipeline.tables import PythonCheck, Table, TableRun, table_assets
 
-TIMELINE_GPUS_SQL = """
--- one row (key gk) per endpoint GPU and time the endpoint held it this day (held_gpus: a slot is the
--- endpoint's that held the GPU at the slot's start), endpoint by endpoint
-SELECT row_number() OVER (ORDER BY name, host, gpu, from_ns) AS gk, name AS endpoint, host, gpu, from_ns, to_ns
-FROM held_gpus('endpoint')
-ORDER BY gk
-"""
+BATCH_ROWS = 65_536
+"""Rows per batch a chunk's shaping query hands to the part's COPY."""
+
 TIMELINE_STATE_SQL = """
 -- one endpoint's ($endpoint) request state per 100 ms slot, from its exact timeline (phase_intervals):
 -- one row per slot some busy interval touches (the others: idle, no tokens). Each busy interval
@@ -145,7 +144,7 @@ def _timeline_batches(cur, gpus: list[tuple], logged: set[str], has_segments: bo
     one endpoint's busy slots and one GPU-day's slots."""
     try:
         state: tuple = (None, None)
-        for _, endpoint, host, gpu, from_ns, to_ns in gpus:
+        for _, endpoint, host, gpu, _, from_ns, to_ns in gpus:  # GPUS_SQL's rows: a slot is the endpoint's that held the GPU at its start
             if state[0] != endpoint:
                 state = (endpoint, cur.execute(TIMELINE_STATE_SQL, {"endpoint": endpoint}).fetchnumpy() if endpoint in logged else None)
             batch = _timeline_gpu(cur, endpoint, host, gpu, from_ns, to_ns, state[1], has_segments, days)
@@ -161,7 +160,7 @@ def timeline_rows(con, run: TableRun) -> pa.RecordBatchReader:
     label NULL; no phase_segments, every power_phase NULL."""
     cur = kernels.second_connection(con)
     present = {v for (v,) in cur.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    gpus = cur.execute(TIMELINE_GPUS_SQL).fetchall()
+    gpus = cur.execute(GPUS_SQL).fetchall()
     logged = {e for (e,) in cur.execute(
         "SELECT DISTINCT endpoint FROM phase_intervals WHERE date = getvariable('partition_date')").fetchall()} if "phase_intervals" in present else set()
     days = int(np.datetime64(str(run.scope.date), "D").astype(np.int64))
@@ -295,7 +294,7 @@ INTERVALS_TABLE_SCHEMA = pa.schema([
 """phase_intervals' rows as stored (sql/phase_intervals/columns.yaml says what each means)."""
 
 
-def _endpoint_energy(cur, windows: list[tuple], t: np.ndarray) -> np.ndarray:
+def _endpoint_energy(cur, windows: list[tuple], t: np.ndarray, cache: CurveCache | None) -> np.ndarray:
     """The endpoint's cumulative energy (J) at each sorted instant ``t``: each of its GPUs' curve
     (curve.curves: the run's cache, else one read of the host for these GPUs) searched once, summed
     over its ``windows`` (host, gpu, from_ns, to_ns) in that order, each GPU counting only while the
@@ -304,14 +303,14 @@ def _endpoint_energy(cur, windows: list[tuple], t: np.ndarray) -> np.ndarray:
     held: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for host, gpu, from_ns, to_ns in windows:
         held.setdefault((host, gpu), []).append((from_ns, to_ns))
-    for host, gpu, c in curve.curves(cur, held):
+    for host, gpu, c in curve.curves(cur, held, cache=cache):
         for from_ns, to_ns in held[(host, gpu)]:
             energy += c.energy_at(np.clip(t, from_ns, to_ns))
         del c  # before the next GPU's curve is built
     return energy
 
 
-def _interval_batches(cur, windows: pa.Table, requests: pa.Table) -> Iterator[pa.RecordBatch]:
+def _interval_batches(cur, windows: pa.Table, requests: pa.Table, cache: CurveCache | None) -> Iterator[pa.RecordBatch]:
     """phase_intervals' rows endpoint by endpoint on ``cur`` (a second connection: the step's own
     runs the part's COPY meanwhile): its sweep (INTERVAL_SWEEP_SQL), the endpoint's cumulative energy
     at every boundary of its intervals (_endpoint_energy: one sorted search per GPU on its curve,
@@ -325,12 +324,11 @@ def _interval_batches(cur, windows: pa.Table, requests: pa.Table) -> Iterator[pa
             for endpoint, held in by_endpoint.items():
                 pi = cur.sql(INTERVAL_SWEEP_SQL, params={"endpoint": endpoint}).to_arrow_table()
                 t = np.unique(np.concatenate([pi["start_ns"].to_numpy(), pi["end_ns"].to_numpy()]))
-                e = pl.DataFrame({"t": t, "e_j": _endpoint_energy(cur, held, t)})
+                e = pl.DataFrame({"t": t, "e_j": _endpoint_energy(cur, held, t, cache)})
                 with arrow_registered(cur, "_pi", pi), registered(cur, "_pi_energy", e):
-                    part = cur.sql(INTERVAL_ROWS_SQL).to_arrow_table()
+                    for batch in cur.sql(INTERVAL_ROWS_SQL).to_arrow_reader(BATCH_ROWS):
+                        yield batch.cast(INTERVALS_TABLE_SCHEMA)
                 del pi, e
-                yield from part.cast(INTERVALS_TABLE_SCHEMA).to_batches()
-                del part
     finally:
         cur.close()
 
@@ -341,7 +339,8 @@ def interval_rows(con, run: TableRun) -> pa.RecordBatchReader:
     windows = cur.sql(INTERVAL_WINDOWS_SQL).to_arrow_table()
     with arrow_registered(cur, "_pi_windows", windows):
         requests = cur.sql(INTERVAL_REQUESTS_SQL).to_arrow_table()
-    return pa.RecordBatchReader.from_batches(INTERVALS_TABLE_SCHEMA, _interval_batches(cur, windows, requests))
+    # the run's curves looked up here: the stream is read in DuckDB's threads, outside the run's context
+    return pa.RecordBatchReader.from_batches(INTERVALS_TABLE_SCHEMA, _interval_batches(cur, windows, requests, run_curves()))
 
 
 GPUS_SQL = """
@@ -454,14 +453,14 @@ def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None) -> dict:
     return {"gk": gk, "source": best, "is_average": bool(is_average), "sample_interval_ms": interval_ms, "unresolved": unresolved}
 
 
-def _gpus_by_curve(con, rows: list[tuple]) -> Iterator[tuple[tuple, curve.Curve]]:
+def _gpus_by_curve(con, rows: list[tuple], cache: CurveCache | None | Literal["run"] = curve.RUN) -> Iterator[tuple[tuple, curve.Curve]]:
     """Each row of ``rows`` (gk, endpoint, host, gpu, ...) with its GPU's curve, GPU by GPU in
     (host, gpu) order, gk order within a GPU: each host's samples read once (curve.curves), one
     GPU's curve in memory (a caller drops the curve before asking for the next GPU's)."""
     of_gpu: dict[tuple[str, int], list[tuple]] = {}
     for row in rows:
         of_gpu.setdefault((row[2], row[3]), []).append(row)
-    for host, gpu, c in curve.curves(con, of_gpu):
+    for host, gpu, c in curve.curves(con, of_gpu, cache=cache):
         for row in of_gpu[(host, gpu)]:
             yield row, c
         del c
@@ -531,7 +530,7 @@ def _gpu_runs(row: tuple, c: curve.Curve, request_runs: pl.DataFrame) -> tuple[d
     return st, (pl.concat(frames) if frames else None)
 
 
-def _segment_batches(cur, gpus: list[tuple], found: dict) -> Iterator[pa.RecordBatch]:
+def _segment_batches(cur, gpus: list[tuple], found: dict, cache: CurveCache | None) -> Iterator[pa.RecordBatch]:
     """phase_segments' rows endpoint by endpoint (``gpus``: GPUS_SQL's rows, gk order), on ``cur``
     (a second connection: the step's own runs the part's COPY meanwhile): each of the endpoint's GPUs'
     curves built once (curve.curves: the run's cache, else one read of the host's samples for the
@@ -547,7 +546,7 @@ def _segment_batches(cur, gpus: list[tuple], found: dict) -> Iterator[pa.RecordB
             frames: list[pl.DataFrame] = []
             runs_of: tuple = (None, None)  # (holding, its request runs)
             ep_stats = []
-            for row, c in _gpus_by_curve(cur, rows):
+            for row, c in _gpus_by_curve(cur, rows, cache):
                 if runs_of[0] != (row[5], row[6]):
                     runs_of = ((row[5], row[6]), arrow_frame(cur.sql(
                         REQUEST_RUNS_SQL, params={"endpoint": endpoint, "lo": row[5], "hi": row[6]}).to_arrow_table()))
@@ -566,10 +565,9 @@ def _segment_batches(cur, gpus: list[tuple], found: dict) -> Iterator[pa.RecordB
                 "gk": pl.Int64, "endpoint": pl.String, "host": pl.String, "gpu": pl.UInt8, "tdp_w": pl.Float64})
             intervals = pl.DataFrame(ep_stats, schema=POWER_GPUS_SCHEMA).select("gk", "sample_interval_ms")
             with registered(cur, "_segments", runs), registered(cur, "_phase_gpus", chunk), registered(cur, "_power_gpus", intervals):
-                part = cur.sql(SEGMENT_ROWS_SQL).to_arrow_table()
+                for batch in cur.sql(SEGMENT_ROWS_SQL).to_arrow_reader(BATCH_ROWS):  # not the endpoint's rows at once
+                    yield batch.cast(SEGMENTS_TABLE_SCHEMA)
             del runs
-            yield from part.cast(SEGMENTS_TABLE_SCHEMA).to_batches()
-            del part
         found["power_gpus"] = _power_gpus_frame(gpus, stats)
     finally:
         cur.close()
@@ -579,7 +577,8 @@ def segment_rows(con, run: TableRun) -> pa.RecordBatchReader:
     """phase_segments' rows (a Python table), streamed endpoint by endpoint (_segment_batches)."""
     cur = kernels.second_connection(con)
     gpus = cur.execute(GPUS_SQL).fetchall()
-    return pa.RecordBatchReader.from_batches(SEGMENTS_TABLE_SCHEMA, _segment_batches(cur, gpus, run.found))
+    # the run's curves looked up here: the stream is read in DuckDB's threads, outside the run's context
+    return pa.RecordBatchReader.from_batches(SEGMENTS_TABLE_SCHEMA, _segment_batches(cur, gpus, run.found, run_curves()))
 
 
 CONTINUOUS_BATCHING_MS = 45.0
