@@ -271,7 +271,8 @@ class Table:
     files as for any table."""
     python_checks: Sequence[PythonCheck] = ()
     python_headline: Callable[..., dict] | None = None
-    """Metadata SQL cannot give (added to headline.sql's); called with the connection and ``inputs``."""
+    """Metadata SQL cannot give (added to headline.sql's); called with the connection and ``inputs`` (with a
+    Python table's ``TableRun.found``, as its python checks are)."""
     inputs: Callable[[AssetExecutionContext, WarehouseResource, Scope], dict] | None = None
     """Hook run after the write: keyword arguments for the python checks and headline that only the
     resource knows (e.g. the quarantine's rejected files, which it may also log)."""
