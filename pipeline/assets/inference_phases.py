@@ -366,18 +366,30 @@ GROUP BY endpoint, phase, run
 ORDER BY lo
 """
 
+SEGMENT_NUMBERS_SQL = """
+-- endpoint_segment of each of one endpoint's runs (_segments: i, gk, src 0 requests / 1 power, ph, lo,
+-- hi in ns, ...; _phase_gpus: its GPUs by gk): the endpoint-level run a GPU's row belongs to, numbered
+-- from 1 per endpoint, source and phase, in (start, host, gpu) order: a row starts a new run where it
+-- starts (µs, as stored) at or after every earlier row's end. Rows of the endpoint's GPUs whose runs
+-- overlap are one run (a tensor-parallel prefill is on every GPU of its replica at once), so
+-- count(DISTINCT endpoint_segment) counts one prefill once whatever the endpoint's GPU count, while
+-- the per-GPU rows keep their energy. Only the columns the numbering needs go through the windows.
+SELECT i, sum(starts_run::INTEGER) OVER (
+    PARTITION BY src, ph ORDER BY start_us, host, gpu ROWS UNBOUNDED PRECEDING
+)::INTEGER AS endpoint_segment
+FROM (
+    SELECT s.i, s.src, s.ph, s.lo // 1000 AS start_us, g.host, g.gpu,
+           coalesce(s.lo // 1000 >= max(s.hi // 1000) OVER (
+               PARTITION BY s.src, s.ph ORDER BY s.lo // 1000, g.host, g.gpu
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_run
+    FROM _segments AS s JOIN _phase_gpus AS g USING (gk)
+)
+"""
+
 SEGMENT_ROWS_SQL = """
--- phase_segments' rows of one endpoint from its GPUs' runs (_segments: gk, src 0 requests / 1 power,
--- ph, lo, hi in ns, energy_j, mean_w, peak_w, tokens; _phase_gpus: its GPUs by gk; _power_gpus: each
--- GPU's sample interval).
--- endpoint_segment: the endpoint-level run a GPU's row belongs to, numbered from 1 per endpoint,
---   source and phase: rows of the endpoint's GPUs whose runs overlap are one run (a tensor-parallel
---   prefill is on every GPU of its replica at once), so count(DISTINCT endpoint_segment) counts
---   one prefill once whatever the endpoint's GPU count, while the per-GPU rows keep their energy.
-WITH labels AS (
-    SELECT * FROM (VALUES (0, 'idle'), (1, 'decode'), (2, 'prefill')) AS l(ph, phase)
-),
-gpu_runs AS (
+-- phase_segments' rows of one endpoint GPU ($gk) from its runs (_segments), its endpoint's GPUs
+-- (_phase_gpus), its sample interval (_power_gpus) and its runs' endpoint_segment (_segment_numbers,
+-- SEGMENT_NUMBERS_SQL over the endpoint's runs), requests' runs then power's, each in time order.
 SELECT
     getvariable('partition_date') AS date,
     g.endpoint,
@@ -385,7 +397,7 @@ SELECT
     g.gpu,
     make_timestamptz(s.lo // 1000) AS start_ts,
     make_timestamptz(s.hi // 1000) AS end_ts,
-    l.phase,
+    CASE s.ph WHEN 0 THEN 'idle' WHEN 1 THEN 'decode' ELSE 'prefill' END AS phase,
     CASE s.src WHEN 0 THEN 'requests' ELSE 'power' END AS source,
     s.mean_w::FLOAT AS mean_w,
     s.peak_w::FLOAT AS peak_w,
@@ -394,27 +406,13 @@ SELECT
     s.output_tokens,
     coalesce(s.peak_w > g.tdp_w, false) AS above_tdp,
     pg.sample_interval_ms,
-    s.gk,
-    s.src,
-    s.lo
+    n.endpoint_segment
 FROM _segments AS s
-JOIN _phase_gpus AS g USING (gk) JOIN labels AS l USING (ph)
+JOIN _phase_gpus AS g USING (gk)
 LEFT JOIN _power_gpus AS pg USING (gk)
-),
-starts AS (
-    SELECT *, coalesce(start_ts >= max(end_ts) OVER (
-        PARTITION BY endpoint, source, phase ORDER BY start_ts, host, gpu
-        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_run
-    FROM gpu_runs
-)
-SELECT
-    date, endpoint, host, gpu, start_ts, end_ts, phase, source, mean_w, peak_w, energy_j, prompt_tokens,
-    output_tokens, above_tdp, sample_interval_ms,
-    sum(starts_run::INTEGER) OVER (
-        PARTITION BY endpoint, source, phase ORDER BY start_ts, host, gpu ROWS UNBOUNDED PRECEDING
-    )::INTEGER AS endpoint_segment
-FROM starts
-ORDER BY gk, src, lo
+JOIN _segment_numbers AS n USING (i)
+WHERE s.gk = $gk
+ORDER BY s.src, s.lo
 """
 
 SEGMENTS_TABLE_SCHEMA = pa.schema([
@@ -534,8 +532,9 @@ def _segment_batches(cur, gpus: list[tuple], found: dict, cache: CurveCache | No
     """phase_segments' rows endpoint by endpoint (``gpus``: GPUS_SQL's rows, gk order), on ``cur``
     (a second connection: the step's own runs the part's COPY meanwhile): each of the endpoint's GPUs'
     curves built once (curve.curves: the run's cache, else one read of the host's samples for the
-    endpoint's GPUs), its runs computed on it (_gpu_runs), then SEGMENT_ROWS_SQL over the endpoint's
-    runs alone. Memory: one GPU's curve and one endpoint's runs. Leaves the per-GPU power facts in
+    endpoint's GPUs), its runs computed on it (_gpu_runs), then SEGMENT_NUMBERS_SQL over the
+    endpoint's runs alone (the windows see only the columns they need) and SEGMENT_ROWS_SQL GPU by
+    GPU. Memory: one GPU's curve and one endpoint's runs. Leaves the per-GPU power facts in
     ``found["power_gpus"]`` (_power_gpus_frame) for the check and headline."""
     stats: list[dict] = []
     try:
@@ -559,14 +558,16 @@ def _segment_batches(cur, gpus: list[tuple], found: dict, cache: CurveCache | No
             stats += ep_stats
             if not frames:
                 continue
-            runs = pl.concat(frames)
+            runs = pl.concat(frames).with_row_index("i").with_columns(pl.col("i").cast(pl.Int64))
             del frames
             chunk = pl.DataFrame([r[:5] for r in rows], orient="row", schema={
                 "gk": pl.Int64, "endpoint": pl.String, "host": pl.String, "gpu": pl.UInt8, "tdp_w": pl.Float64})
             intervals = pl.DataFrame(ep_stats, schema=POWER_GPUS_SCHEMA).select("gk", "sample_interval_ms")
             with registered(cur, "_segments", runs), registered(cur, "_phase_gpus", chunk), registered(cur, "_power_gpus", intervals):
-                for batch in cur.sql(SEGMENT_ROWS_SQL).to_arrow_reader(BATCH_ROWS):  # not the endpoint's rows at once
-                    yield batch.cast(SEGMENTS_TABLE_SCHEMA)
+                with arrow_registered(cur, "_segment_numbers", cur.sql(SEGMENT_NUMBERS_SQL).to_arrow_table()):
+                    for gk in sorted(runs["gk"].unique().to_list()):  # GPU by GPU: each one's rows sorted alone
+                        for batch in cur.sql(SEGMENT_ROWS_SQL, params={"gk": gk}).to_arrow_reader(BATCH_ROWS):
+                            yield batch.cast(SEGMENTS_TABLE_SCHEMA)
             del runs
         found["power_gpus"] = _power_gpus_frame(gpus, stats)
     finally:
