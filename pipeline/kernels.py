@@ -17,7 +17,6 @@ from contextlib import contextmanager
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 RUN_GAP_NS = 2_000_000_000
 """A sample interval longer than this ends a run (as power_1s and the energy curve treat it):
@@ -314,47 +313,18 @@ def in_file_order(con) -> Iterator[None]:
 
 def second_connection(con):
     """A cursor on ``con``'s database with its variables (they are per connection): it reads
-    while ``con`` runs a write's COPY. Temp tables and views of ``con`` are not visible on it."""
+    while ``con`` runs a write's COPY (a streamed Python table's generator). ``con``'s temp tables and temp
+    views are not visible on it; its views and macros are."""
     cur = con.cursor()
     for var, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():
         cur.execute(f"SET VARIABLE {var} = CAST(? AS {type_})", [value])
     return cur
 
 
-class SpentStream(RuntimeError):
-    """Fewer rows written than the kernel computed: the stream was read by an earlier attempt."""
-
-
-def write_stream(con, write, name: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
-    """Write a table whose rows a kernel yields in batches (read on a second_connection while
-    ``con`` runs the write's COPY): the rows stream into the part in the kernel's order, the date
-    added as the SQL writes it. Raises SpentStream when fewer rows were written than yielded
-    (a stream is read once: a write retried after a quarantine sees it spent)."""
-    produced = 0
-
-    def counted() -> Iterator[pa.RecordBatch]:
-        nonlocal produced
-        for batch in batches:
-            produced += batch.num_rows
-            yield batch
-
-    rows_name = f"_{name}_rows"
-    con.register(rows_name, pa.RecordBatchReader.from_batches(schema, counted()))
-    con.execute("SET preserve_insertion_order = true")  # the part keeps the kernel's order
-    try:
-        rows = write(f"SELECT getvariable('partition_date') AS date, * FROM {rows_name}")
-    finally:
-        con.execute("SET preserve_insertion_order = false")
-        con.unregister(rows_name)
-    if rows != produced:
-        raise SpentStream(f"{name}: {rows} rows written, {produced} computed")
-    return rows
-
-
 def interpolated_slots(slot: np.ndarray, power_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One GPU's 100 ms slots with power (``slot`` sorted, unique; ``power_w`` float64) plus the
     slots between two samples 2 to 10 slots apart, linearly interpolated as
-    sql/phase_timeline/phase_timeline.sql does (w + (w_next − w) · k / gap, the same float64
+    tests/oracles/phase_timeline.sql does (w + (w_next − w) · k / gap, the same float64
     operations in the same order: identical values)."""
     n = len(slot)
     gap = np.r_[np.diff(slot), 0]

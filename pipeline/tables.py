@@ -33,7 +33,7 @@ import functools
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -221,6 +221,10 @@ class TableRun:
     """The ``fleet/`` rollup asset's step: the cluster-days' parts are the input."""
     grid_step_ms: int
     """The grid_step_ms setting."""
+    found: dict[str, Any] = field(default_factory=dict)
+    """What the function learnt beside the rows that the table's python checks and headline need
+    (e.g. per-GPU facts no column holds), filled by the time its rows are written: passed to them
+    as keyword arguments."""
 
 
 Rows = Callable[[Connection, TableRun], "pa.Table | pa.RecordBatchReader"]
@@ -267,7 +271,8 @@ class Table:
     files as for any table."""
     python_checks: Sequence[PythonCheck] = ()
     python_headline: Callable[..., dict] | None = None
-    """Metadata SQL cannot give (added to headline.sql's); called with the connection and ``inputs``."""
+    """Metadata SQL cannot give (added to headline.sql's); called with the connection and ``inputs`` (with a
+    Python table's ``TableRun.found``, as its python checks are)."""
     inputs: Callable[[AssetExecutionContext, WarehouseResource, Scope], dict] | None = None
     """Hook run after the write: keyword arguments for the python checks and headline that only the
     resource knows (e.g. the quarantine's rejected files, which it may also log)."""
@@ -303,6 +308,7 @@ class Table:
                 variables["grid_step_ms"] = warehouse.grid_step_ms
             for name, value in variables.items():
                 con.execute(f"SET VARIABLE {name} = ?", [value])
+            found: dict[str, Any] = {}
             before = self.rollup_before if rollup else self.before
             if before is not None:
                 before(con, **({"grid_step_ms": warehouse.grid_step_ms} if self.grid_step else {}))
@@ -313,7 +319,9 @@ class Table:
             if self.series and not rollup:
                 rows = series_run.series_part(context, warehouse, con, scope, self.name)
             elif self.rows is not None and not (rollup and self.sql_name(rollup).endswith("/rollup")):
-                rows = self._write_rows(con, TableRun(scope=scope, rollup=rollup, grid_step_ms=warehouse.grid_step_ms), write)
+                run = TableRun(scope=scope, rollup=rollup, grid_step_ms=warehouse.grid_step_ms)
+                rows = self._write_rows(con, run, write)
+                found = run.found
             elif self.write is not None and not rollup:
                 rows = self.write(con, write)
             else:
@@ -321,7 +329,7 @@ class Table:
                 for statement in prepare:
                     con.execute(statement)
                 rows = write(query)
-            inputs = self.inputs(context, warehouse, scope) if self.inputs and not rollup else {}
+            inputs = {**found, **(self.inputs(context, warehouse, scope) if self.inputs and not rollup else {})}
             results = [c.run(con, **inputs) for c in self.checks(rollup)]
             metadata = headline(con, self.name)
             if self.python_headline is not None and not rollup:
@@ -337,9 +345,12 @@ class Table:
         assert self.rows is not None
         relation = f"_{self.name}_rows"
         con.register(relation, self.rows(con, run))  # a stream is read once, by the part's COPY
+        kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+        con.execute("SET preserve_insertion_order = true")  # the part in the rows' order (compute connections do not keep it)
         try:
             return write(f"SELECT * FROM {relation}")
         finally:
+            con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
             con.unregister(relation)
 
 

@@ -70,8 +70,7 @@ def test_power_only_cannot_resolve_the_simulated_prefills_at_10_hz(sim):
     d, outcome = sim
     assert "power_segmentation_agreement" not in {c.check for c in outcome.failed_checks}
     with warehouse.compute_connection(d, DATE) as con:
-        power_gpus(con)
-        check = power_segmentation_agreement(con)
+        check = power_segmentation_agreement(con, power_gpus(con))
     assert check.passed, check.description
     got = dict(re.findall(r"(chat-\w): prefills \(logged median (\d+) ms\) cannot be resolved at 100 ms", check.description or ""))
     assert set(got) == {"chat-a", "chat-b"} and all(40 <= int(v) <= 150 for v in got.values()), check.description
@@ -97,8 +96,7 @@ def test_power_only_segmentation_compares_and_warns_on_prefills_too_short_to_sho
     d, outcome = sim_collector
     with warehouse.compute_connection(d, DATE) as con:
         rows = segmentation_agreement(con)
-        power_gpus(con)
-        check = power_segmentation_agreement(con)
+        check = power_segmentation_agreement(con, power_gpus(con))
     assert {r[0] for r in rows} == {"chat-a", "chat-b"}
     # Measured: recall 0.47 / 0.61 of the logged prefill time, precision 0.48 / 0.20, median boundary
     # error 89 / 48 ms (at 10 Hz: nothing resolvable).

@@ -1,5 +1,6 @@
-"""phase_timeline's kernel (pipeline/assets/inference_phases.py, timeline_by_gpu) writes exactly the
-rows its SQL definition (sql/phase_timeline/phase_timeline.sql) computes, on a messy endpoint day."""
+"""phase_timeline's rows (pipeline/assets/inference_phases.py, timeline_rows: numpy per endpoint GPU)
+are exactly those of its SQL oracle (tests/oracles/phase_timeline.sql, plain SQL as the DuckDB CLI
+runs it), on a messy endpoint day."""
 
 import numpy as np
 import pyarrow as pa
@@ -9,7 +10,9 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.runner import run_day
 from pipeline.warehouse import compute_connection
-from tests.builders import DAY, definition_query, power_table
+from tests.builders import DAY, power_table
+from tests.days import builds_a_day
+from tests.oracles import oracle_query
 from tests.phase_fixtures import P_DEC, P_IDLE, P_PRE, REQUESTS_S, T0, requests_table, slot_labels
 
 DATE = DAY.isoformat()
@@ -58,16 +61,22 @@ def _messy_day(d) -> None:
     write_dataset(requests_table(REQUESTS), d, "requests")
 
 
-@pytest.mark.slow  # a day through the job, then the SQL definition beside the kernel (~25 s)
-def test_timeline_kernel_rows_match_sql_definition(tmp_path):
-    d = tmp_path / "data"
+@pytest.fixture(scope="module")
+@builds_a_day  # a day through the job (~25 s)
+def messy(tmp_path_factory):
+    d = tmp_path_factory.mktemp("messy") / "data"
     _messy_day(d)
     outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms", "phase_intervals", "phase_segments", "phase_timeline"])
     assert outcome.success, outcome.error
+    return d
+
+
+def test_timeline_kernel_rows_match_sql_definition(messy):
+    d = messy
     with compute_connection(d, DATE) as con:
         kernel = con.execute("SELECT * FROM phase_timeline").fetchall()
         grid = {(r[0], r[1], r[2]) for r in con.execute("SELECT host, gpu, ts FROM power_100ms WHERE power_w IS NOT NULL").fetchall()}
-        query = definition_query(con, "phase_timeline/phase_timeline")
+        query = oracle_query(con, "phase_timeline")
         sql = con.execute(f"{query}").fetchall()
     assert kernel == sql  # the same rows in the same order (endpoint, host, gpu, ts)
     assert len(kernel) > 1000
@@ -79,3 +88,67 @@ def test_timeline_kernel_rows_match_sql_definition(tmp_path):
     assert all(r[13] is None for r in gpus[2]), "a 1 s average cannot resolve prefills"
     assert {r[13] for r in gpus[0]} >= {"prefill", "decode", "idle"}
     assert max(r[7] for r in gpus[0]) >= 2 and any(r[10] for r in gpus[0]), "overlapping prefills, a fallback prefill start"
+
+
+@pytest.mark.parametrize("table", ["phase_segments", "phase_intervals"])
+def test_phase_rows_stream_endpoint_by_endpoint(messy, table, monkeypatch):
+    """The phase tables' rows stream into the part endpoint by endpoint: ep-a's rows (GPUs 0-2) come
+    before ep-b's GPU curve is built, so a step holds one endpoint's runs, not the cluster-day's.
+    The stream's rows are the stored part's, in its order."""
+    from pipeline.assets import inference_phases
+    from pipeline.kernels import in_file_order
+    from pipeline.phases import curve
+    from pipeline.scope import Scope
+    from pipeline.tables import TableRun
+
+    built: list[tuple[str, int]] = []
+    curves = curve.curves
+
+    def counted(con, wanted, cache=curve.RUN):
+        for host, gpu, c in curves(con, wanted, cache=cache):
+            built.append((host, gpu))
+            yield host, gpu, c
+            del c
+
+    monkeypatch.setattr(curve, "curves", counted)
+    rows = {"phase_segments": inference_phases.segment_rows, "phase_intervals": inference_phases.interval_rows}[table]
+    with compute_connection(messy, DATE) as con:
+        with in_file_order(con):
+            stored = con.execute(f"SELECT * FROM {table}").fetchall()
+        reader = rows(con, TableRun(scope=Scope(date=DATE), rollup=False, grid_step_ms=100))
+        first = reader.read_next_batch()
+        at_first = list(built)
+        rest = reader.read_all()
+        streamed = pa.Table.from_batches([first]).to_pylist() + rest.to_pylist()
+    assert set(at_first) <= {("infer-0", 0), ("infer-0", 1), ("infer-0", 2)} and at_first, at_first
+    assert {r["endpoint"] for r in pa.Table.from_batches([first]).to_pylist()} == {"ep-a"}
+    assert [tuple(r.values()) for r in streamed] == stored
+
+
+def test_phase_steps_take_the_run_curves(messy, tmp_path, monkeypatch):
+    """In a run whose engine pass ran, phase_segments and phase_intervals read no raw sample: their
+    streamed rows (computed in DuckDB's threads, outside the run's Dagster context) take each GPU's
+    curve from the pass's cache, as the hooks they replaced did."""
+    import shutil
+
+    from dagster import AssetExecutionContext, DagsterInvariantViolationError
+
+    from pipeline.series import engine
+
+    d = tmp_path / "data"
+    shutil.copytree(messy, d)
+    reads: list[str] = []
+    real = engine._read_by_gpu
+
+    def counted(con, sql, params, spill_dir=None):
+        try:
+            reads.append(AssetExecutionContext.get().asset_key.path[-1])
+        except DagsterInvariantViolationError:
+            reads.append("outside the run's context")
+        return real(con, sql, params, spill_dir)
+
+    monkeypatch.setattr(engine, "_read_by_gpu", counted)
+    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "power_100ms", "phase_intervals", "phase_segments"],
+                      workers=1, fleet_day=False)
+    assert outcome.success, outcome.error
+    assert set(reads) == {"power_1s"}, reads  # the pass, in the first series step

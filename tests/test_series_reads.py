@@ -4,6 +4,7 @@ Counted as statements over the view power_day_samples on a real DuckDB of two ho
 (rows interleaved, as the collector writes them), with the curves unchanged."""
 
 import datetime as dt
+import weakref
 from pathlib import Path
 
 import duckdb
@@ -139,7 +140,7 @@ def test_one_gpu_in_memory(con, tmp_path):
 
 
 def test_phase_sources_read_each_host_once(tmp_path):
-    """phase_segments' per-GPU power sources (`_power_gpus`) on a simulated collector-shaped
+    """phase_segments' per-GPU power sources (`power_gpus`) on a simulated collector-shaped
     quarter hour of the tiny fleet (one inference host of 4 GPUs): one read of the host's raw
     samples, not one (or two) per GPU, and a source for every endpoint GPU."""
     from collectors.simulate import simulate
@@ -149,7 +150,29 @@ def test_phase_sources_read_each_host_once(tmp_path):
     simulate(tmp_path, start=DAY, fleet="tiny", hours=0.25, seed=0, shape="collector")
     with compute_connection(tmp_path, DAY.isoformat()) as con:
         counted = Counted(con)
-        power_gpus(counted)
-        gpus = con.execute("SELECT count(*), count(DISTINCT host), count(source) FROM _power_gpus").fetchone()
+        found = power_gpus(counted)
+        gpus = (found.height, found["host"].n_unique(), found["source"].count())
     assert gpus[0] >= 2 and gpus[2] == gpus[0]
     assert counted.reads == gpus[1]
+
+
+def test_curves_hold_one_gpu_at_a_time(con, monkeypatch):
+    """curves() builds a GPU's curve only once the previous GPU's is gone (for a caller that drops
+    the curve it was handed): one GPU-day's curve in memory, not two, while a phase step walks the
+    GPUs."""
+    built = curve.curve_of
+    earlier: list[weakref.ref] = []
+
+    def watched(s, source=None):
+        alive = [r for r in earlier if r() is not None and len(r())]
+        assert not alive, f"{len(alive)} earlier GPU's curve alive while {s.host}/{s.gpu}'s is built"
+        c = built(s, source)
+        earlier.append(weakref.ref(c))
+        return c
+
+    monkeypatch.setattr(curve, "curve_of", watched)
+    seen = 0
+    for _, _, c in curve.curves(con, [(h, g) for h in HOSTS for g in GPUS]):
+        seen += len(c) > 0
+        del c
+    assert seen == len(HOSTS) * len(GPUS)

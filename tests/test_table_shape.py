@@ -91,3 +91,14 @@ def test_headline_row_becomes_metadata(monkeypatch):
 
 def test_table_dir_is_the_sql_folder():
     assert table_dir("power_headroom") == SQL_DIR / "power_headroom"
+
+
+def test_phase_tables_are_python_tables_without_hooks():
+    """phase_segments, phase_intervals and phase_timeline: one function each gives the part's rows
+    (no SQL file whose temp tables a hook leaves, no write/before hook)."""
+    declared = _declared()
+    for name in ("phase_segments", "phase_intervals", "phase_timeline"):
+        table = declared[name]
+        assert table.rows is not None, name
+        assert (table.before, table.rollup_before, table.write) == (None, None, None), name
+        assert not (table_dir(name) / f"{name}.sql").exists(), name

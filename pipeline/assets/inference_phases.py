@@ -5,6 +5,8 @@ samples) and `phase_timeline` (the 100 ms grid, derived: charts, the power-only 
 clock-skew check)."""
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -14,65 +16,44 @@ from dagster import MetadataValue
 from pipeline import kernels
 from pipeline.kernels import arrow_frame, registered
 from pipeline.phases import checks, curve, power_detect
-from pipeline.tables import PythonCheck, Table, statements, table_assets
+from pipeline.series.cache import CurveCache
+from pipeline.series_run import run_curves
+from pipeline.tables import PythonCheck, Table, TableRun, table_assets
 
-ENDPOINTS_PER_CHUNK = 4
-"""phase_timeline builds its endpoint state (from phase_intervals) this many endpoints at a time: the
-hash aggregate over a 64-GPU cluster-day's 16 endpoints' busy slots is held by chunks of 4."""
+BATCH_ROWS = 65_536
+"""Rows per batch a chunk's shaping query hands to the part's COPY."""
 
-
-_NO_SEGMENTS = (
-    "CREATE OR REPLACE TEMP VIEW phase_segments AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::VARCHAR AS host, "
-    "NULL::UTINYINT AS gpu, NULL::VARCHAR AS phase, NULL::VARCHAR AS source, NULL::TIMESTAMPTZ AS start_ts, NULL::TIMESTAMPTZ AS end_ts WHERE false"
+TIMELINE_STATE_SQL = """
+-- one endpoint's ($endpoint) request state per 100 ms slot, from its exact timeline (phase_intervals):
+-- one row per slot some busy interval touches (the others: idle, no tokens). Each busy interval
+-- [start_ns, end_ns) touches slots start_ns // 100 ms to (end_ns − 1) // 100 ms; per slot: the label of
+-- the busiest interval touching it (2 prefill > 1 decode: the any-overlap rule), the most requests in
+-- each phase at once, and the tokens of each interval in proportion to its overlap with the slot
+-- (each request's tokens spread evenly over its phase interval).
+WITH iv AS (
+    SELECT start_ns, end_ns, CASE phase WHEN 'prefill' THEN 2 ELSE 1 END AS ph, n_prefill, n_decode,
+           prefill_estimated, prompt_tokens_per_s, output_tokens_per_s,
+           unnest(range(start_ns // 100000000, (end_ns - 1) // 100000000 + 1)) AS slot
+    FROM phase_intervals
+    WHERE date = getvariable('partition_date') AND endpoint = $endpoint AND phase <> 'idle'
 )
-_NO_INTERVALS = (
-    "CREATE OR REPLACE TEMP VIEW phase_intervals AS SELECT NULL::DATE AS date, NULL::VARCHAR AS endpoint, NULL::BIGINT AS start_ns, "
-    "NULL::BIGINT AS end_ns, NULL::VARCHAR AS phase, NULL::INTEGER AS n_prefill, NULL::INTEGER AS n_decode, NULL::BOOLEAN AS prefill_estimated, "
-    "NULL::DOUBLE AS prompt_tokens_per_s, NULL::DOUBLE AS output_tokens_per_s WHERE false"
-)
-
-
-def _timeline_prepare(con) -> set[str]:
-    """phase_timeline's preparatory statements on ``con`` (temp tables _phase_gpus, _phase_ep_state,
-    _phase_logged; not _phase_power_slots: the kernel labels power runs itself), the endpoint state built
-    ENDPOINTS_PER_CHUNK endpoints at a time (the statements that read ``getvariable('phase_chunk')``).
-    A table not built for any day yet is an empty view (phase_segments: power_phase NULL;
-    phase_intervals: phase NULL). Returns the derived views present."""
-    prepare, _ = statements("phase_timeline/phase_timeline")
-    present = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    if "phase_segments" not in present:
-        con.execute(_NO_SEGMENTS)
-    if "phase_intervals" not in present:
-        con.execute(_NO_INTERVALS)
-    n_endpoints = con.execute("SELECT count(DISTINCT name) FROM held_gpus('endpoint')").fetchone()[0]
-    chunks = max(1, -(-n_endpoints // ENDPOINTS_PER_CHUNK))
-    con.execute("SET VARIABLE phase_chunks = ?", [chunks])
-    for statement in prepare:
-        if "_phase_power_slots AS" in statement:
-            continue
-        if "getvariable('phase_chunk')" not in statement:
-            con.execute(statement)
-            continue
-        for chunk in range(chunks):
-            con.execute("SET VARIABLE phase_chunk = ?", [chunk])
-            con.execute(statement)
-    return present
-
-
-EKEY_SLOTS = 1048576
-"""The SQL's endpoint-state key: ek · EKEY_SLOTS + (slot − day_first_slot())."""
-
+SELECT slot,
+       coalesce(max(n_prefill), 0)::INTEGER AS n_prefill,
+       coalesce(max(n_decode), 0)::INTEGER AS n_decode,
+       coalesce(bool_or(prefill_estimated), false) AS prefill_estimated,
+       coalesce(xsum(prompt_tokens_per_s * (least(end_ns, (slot + 1) * 100000000) - greatest(start_ns, slot * 100000000)) / 1e9), 0) AS prompt_tokens,
+       coalesce(xsum(output_tokens_per_s * (least(end_ns, (slot + 1) * 100000000) - greatest(start_ns, slot * 100000000)) / 1e9), 0) AS output_tokens,
+       coalesce(max(ph), 0)::INTEGER AS ph
+FROM iv GROUP BY slot
+ORDER BY slot
+"""
 _TIMELINE_POWER = """
 SELECT epoch_us(ts) // 100000 AS slot, power_w::DOUBLE AS power_w FROM power_100ms
 WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu AND power_w IS NOT NULL
 """
-_TIMELINE_STATE = """
-SELECT ekey, coalesce(n_prefill, 0) AS n_prefill, coalesce(n_decode, 0) AS n_decode,
-       coalesce(prefill_estimated, false) AS prefill_estimated, coalesce(prompt_tokens, 0) AS prompt_tokens,
-       coalesce(output_tokens, 0) AS output_tokens, coalesce(ph, 0) AS ph
-FROM _phase_ep_state WHERE ekey >= $lo AND ekey < $hi ORDER BY ekey
-"""
 _TIMELINE_POWER_RUNS = """
+-- the GPU's power-only runs while the endpoint held it (phase_segments' 'power' rows: the detector at
+-- native resolution); a run [start, end) overlaps slots start // 100 ms to (end − 1) // 100 ms
 SELECT epoch_us(start_ts) // 100000 AS first, (epoch_us(end_ts) - 1) // 100000 AS last,
        CASE phase WHEN 'idle' THEN 0 WHEN 'decode' THEN 1 ELSE 2 END AS ph
 FROM phase_segments
@@ -80,13 +61,15 @@ WHERE date = getvariable('partition_date') AND source = 'power' AND endpoint = $
   AND start_ts IS NOT NULL AND end_ts IS NOT NULL
 """
 _LABELS = pa.array(["idle", "decode", "prefill"], pa.string())
-_TIMELINE_SCHEMA = pa.schema([  # without the date (the write adds it); strings dictionary-encoded (read as VARCHAR)
-    ("endpoint", pa.dictionary(pa.int32(), pa.string())), ("host", pa.dictionary(pa.int32(), pa.string())), ("gpu", pa.uint8()),
+_DICT = pa.dictionary(pa.int32(), pa.string())  # strings dictionary-encoded in the stream (stored as VARCHAR)
+TIMELINE_TABLE_SCHEMA = pa.schema([
+    ("date", pa.date32()), ("endpoint", _DICT), ("host", _DICT), ("gpu", pa.uint8()),
     ("ts", pa.timestamp("us", tz="UTC")), ("power_w", pa.float32()), ("energy_j", pa.float64()),
-    ("n_prefill", pa.int32()), ("n_decode", pa.int32()), ("phase", pa.dictionary(pa.int32(), pa.string())),
+    ("n_prefill", pa.int32()), ("n_decode", pa.int32()), ("phase", _DICT),
     ("prefill_estimated", pa.bool_()), ("prompt_tokens", pa.float64()), ("output_tokens", pa.float64()),
-    ("power_phase", pa.dictionary(pa.int32(), pa.string())),
+    ("power_phase", _DICT),
 ])
+"""phase_timeline's rows as they stream (sql/phase_timeline/columns.yaml says what each means)."""
 
 
 def _label(code: np.ndarray) -> pa.DictionaryArray:
@@ -95,129 +78,276 @@ def _label(code: np.ndarray) -> pa.DictionaryArray:
 
 
 def _filled(values: np.ndarray, hit: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """``values[at]`` where ``hit``, zero (false) elsewhere: the SQL's coalesce over its LEFT JOIN."""
+    """``values[at]`` where ``hit``, zero (false) elsewhere: a slot no busy interval touches."""
     out = np.zeros(len(hit), values.dtype)
     out[hit] = values[at]
     return out
 
 
-def _timeline_batches(cur, has_segments: bool) -> Iterator[pa.RecordBatch]:
-    """phase_timeline's rows, one endpoint GPU at a time in the SQL's order (gk, slot), on ``cur``
-    (the connection _timeline_prepare ran on: its temp tables): the GPU's power_100ms rows read
-    in file order (the part is sorted by host, gpu, ts) and interpolated across short gaps
-    (kernels.interpolated_slots), its endpoint's request state (_phase_ep_state) read once per
-    endpoint and looked up by key, its power runs (phase_segments) labelled onto its slots
-    (kernels.max_label_on_slots). Memory: one GPU-day's slots and one endpoint's state."""
-    gpus = cur.execute(
-        "SELECT ek, endpoint, host, gpu, ek IN (SELECT ek FROM _phase_logged), from_ns, to_ns FROM _phase_gpus ORDER BY gk"
-    ).fetchall()
-    day_first = cur.execute("SELECT day_first_slot()").fetchone()[0]
-    state_of: tuple = (None, {})  # (ek, its state): GPUs come endpoint by endpoint
-    for ek, endpoint, host, gpu, logged, from_ns, to_ns in gpus:
-        with kernels.in_file_order(cur):
-            p = cur.execute(_TIMELINE_POWER, {"host": host, "gpu": gpu}).fetchnumpy()
-        if not len(p["slot"]):
-            continue
-        slot, power_w = p["slot"].astype(np.int64), np.asarray(p["power_w"], np.float64)
-        if len(slot) > 1 and not bool((np.diff(slot) > 0).all()):  # not in file order (a part written unsorted)
-            order = np.argsort(slot, kind="stable")
-            slot, power_w = slot[order], power_w[order]
-        slot, power_w = kernels.interpolated_slots(slot, power_w)
-        held = (slot * kernels.SLOT_NS >= from_ns) & (slot * kernels.SLOT_NS < to_ns)  # slots the endpoint held the GPU at
-        if not held.all():
-            slot, power_w = slot[held], power_w[held]
-        n = len(slot)
-        if not n:
-            continue
-        if state_of[0] != ek:
-            state_of = (ek, cur.execute(_TIMELINE_STATE, {"lo": ek * EKEY_SLOTS, "hi": (ek + 1) * EKEY_SLOTS}).fetchnumpy())
-        st = state_of[1]
-        key = ek * EKEY_SLOTS + (slot - day_first)
-        at = np.minimum(np.searchsorted(st["ekey"], key), max(len(st["ekey"]) - 1, 0))
-        hit = (st["ekey"][at] == key) if len(st["ekey"]) else np.zeros(n, bool)
-        at = at[hit]
-        pick = {c: _filled(st[c], hit, at) for c in ("n_prefill", "n_decode", "prefill_estimated", "prompt_tokens", "output_tokens", "ph")}
-        ph = pick["ph"]
-        phase = np.where(ph == 2, 2, np.where(ph == 1, 1, 0)) if logged else np.full(n, -1)
-        power_phase = np.full(n, -1, np.int8)
-        if has_segments:
-            runs = cur.execute(_TIMELINE_POWER_RUNS, {"endpoint": endpoint, "host": host, "gpu": gpu}).fetchnumpy()
-            power_phase = kernels.max_label_on_slots(slot, runs["first"].astype(np.int64), runs["last"].astype(np.int64),
-                                                     runs["ph"].astype(np.int8), 3)
-        yield pa.record_batch({
-            "endpoint": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([endpoint])),
-            "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
-            "gpu": pa.array(np.full(n, gpu, np.uint8)),
-            "ts": pa.array(slot * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            "power_w": power_w.astype(np.float32),
-            "energy_j": power_w * 0.1,
-            "n_prefill": pick["n_prefill"],
-            "n_decode": pick["n_decode"],
-            "phase": _label(phase),
-            "prefill_estimated": pick["prefill_estimated"],
-            "prompt_tokens": pick["prompt_tokens"],
-            "output_tokens": pick["output_tokens"],
-            "power_phase": _label(power_phase),
-        }, schema=_TIMELINE_SCHEMA)
+def _timeline_gpu(cur, endpoint: str, host: str, gpu: int, from_ns: int, to_ns: int, state: dict | None, has_segments: bool,
+                  days: int) -> pa.RecordBatch | None:
+    """One endpoint GPU's rows (holding [from_ns, to_ns)): its power_100ms slots read in file order
+    (the part is sorted by host, gpu, ts) and interpolated across gaps of at most 1 s
+    (kernels.interpolated_slots), kept where the endpoint held it; its endpoint's request ``state``
+    (TIMELINE_STATE_SQL's columns, None: no request log, phase NULL) looked up by slot; its power runs
+    (phase_segments) labelled onto its slots (kernels.max_label_on_slots)."""
+    with kernels.in_file_order(cur):
+        p = cur.execute(_TIMELINE_POWER, {"host": host, "gpu": gpu}).fetchnumpy()
+    if not len(p["slot"]):
+        return None
+    slot, power_w = p["slot"].astype(np.int64), np.asarray(p["power_w"], np.float64)
+    if len(slot) > 1 and not bool((np.diff(slot) > 0).all()):  # not in file order (a part written unsorted)
+        order = np.argsort(slot, kind="stable")
+        slot, power_w = slot[order], power_w[order]
+    slot, power_w = kernels.interpolated_slots(slot, power_w)
+    held = (slot * kernels.SLOT_NS >= from_ns) & (slot * kernels.SLOT_NS < to_ns)  # slots the endpoint held the GPU at
+    if not held.all():
+        slot, power_w = slot[held], power_w[held]
+    n = len(slot)
+    if not n:
+        return None
+    st = state if state is not None else {"slot": np.zeros(0, np.int64)}
+    at = np.minimum(np.searchsorted(st["slot"], slot), max(len(st["slot"]) - 1, 0))
+    hit = (st["slot"][at] == slot) if len(st["slot"]) else np.zeros(n, bool)
+    at = at[hit]
+    pick = {c: _filled(st[c], hit, at) if c in st else np.zeros(n, np.int32)
+            for c in ("n_prefill", "n_decode", "prefill_estimated", "prompt_tokens", "output_tokens", "ph")}
+    ph = pick["ph"]
+    phase = np.where(ph == 2, 2, np.where(ph == 1, 1, 0)) if state is not None else np.full(n, -1)
+    power_phase = np.full(n, -1, np.int8)
+    if has_segments:
+        runs = cur.execute(_TIMELINE_POWER_RUNS, {"endpoint": endpoint, "host": host, "gpu": gpu}).fetchnumpy()
+        power_phase = kernels.max_label_on_slots(slot, runs["first"].astype(np.int64), runs["last"].astype(np.int64),
+                                                 runs["ph"].astype(np.int8), 3)
+    return pa.record_batch({
+        "date": pa.Array.from_buffers(pa.date32(), n, [None, pa.py_buffer(np.full(n, days, np.int32))]),
+        "endpoint": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([endpoint])),
+        "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
+        "gpu": pa.array(np.full(n, gpu, np.uint8)),
+        "ts": pa.array(slot * (kernels.SLOT_NS // 1000), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "power_w": power_w.astype(np.float32),
+        "energy_j": power_w * 0.1,
+        "n_prefill": pick["n_prefill"].astype(np.int32),
+        "n_decode": pick["n_decode"].astype(np.int32),
+        "phase": _label(phase),
+        "prefill_estimated": pick["prefill_estimated"].astype(bool),
+        "prompt_tokens": pick["prompt_tokens"].astype(np.float64),
+        "output_tokens": pick["output_tokens"].astype(np.float64),
+        "power_phase": _label(power_phase),
+    }, schema=TIMELINE_TABLE_SCHEMA)
 
 
-def timeline_by_gpu(con, write) -> int:
-    """phase_timeline's write: sql/phase_timeline/phase_timeline.sql's final query (and its
-    _phase_power_slots) as a numpy kernel, one endpoint GPU at a time (_timeline_batches)
-    streaming into the part; the endpoint state is still the SQL's (_timeline_prepare, on a
-    second connection: ``con`` runs the write's COPY). Identical rows (tests/test_phases.py)."""
-    cur = kernels.second_connection(con)
+def _timeline_batches(cur, gpus: list[tuple], logged: set[str], has_segments: bool, days: int) -> Iterator[pa.RecordBatch]:
+    """phase_timeline's rows endpoint by endpoint, GPU by GPU in (gk, slot) order, on ``cur`` (a
+    second connection: the step's own runs the part's COPY meanwhile): the endpoint's request state
+    (TIMELINE_STATE_SQL, where it has a request log) then each of its GPUs (_timeline_gpu). Memory:
+    one endpoint's busy slots and one GPU-day's slots."""
     try:
-        present = _timeline_prepare(cur)
-        return kernels.write_stream(con, write, "phase_timeline", _TIMELINE_SCHEMA, _timeline_batches(cur, "phase_segments" in present))
+        state: tuple = (None, None)
+        for _, endpoint, host, gpu, _, from_ns, to_ns in gpus:  # GPUS_SQL's rows: a slot is the endpoint's that held the GPU at its start
+            if state[0] != endpoint:
+                state = (endpoint, cur.execute(TIMELINE_STATE_SQL, {"endpoint": endpoint}).fetchnumpy() if endpoint in logged else None)
+            batch = _timeline_gpu(cur, endpoint, host, gpu, from_ns, to_ns, state[1], has_segments, days)
+            if batch is not None:
+                yield batch
     finally:
         cur.close()
 
 
-BOUNDARIES_SQL = """
-SELECT t FROM (SELECT start_ns AS t FROM _pi WHERE endpoint = $endpoint UNION SELECT end_ns FROM _pi WHERE endpoint = $endpoint) ORDER BY t
+def timeline_rows(con, run: TableRun) -> pa.RecordBatchReader:
+    """phase_timeline's rows (a Python table), streamed endpoint GPU by endpoint GPU
+    (_timeline_batches). A table not built for the day yet reads as empty: no phase_intervals, every
+    label NULL; no phase_segments, every power_phase NULL."""
+    cur = kernels.second_connection(con)
+    present = {v for (v,) in cur.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    gpus = cur.execute(GPUS_SQL).fetchall()
+    logged = {e for (e,) in cur.execute(
+        "SELECT DISTINCT endpoint FROM phase_intervals WHERE date = getvariable('partition_date')").fetchall()} if "phase_intervals" in present else set()
+    days = int(np.datetime64(str(run.scope.date), "D").astype(np.int64))
+    return pa.RecordBatchReader.from_batches(TIMELINE_TABLE_SCHEMA, _timeline_batches(cur, gpus, logged, "phase_segments" in present, days))
+
+
+@contextmanager
+def arrow_registered(con, name: str, table: pa.Table) -> Iterator[None]:
+    """An Arrow table visible to SQL as view ``name`` for the statements of the block (as
+    kernels.registered, without a trip through polars: DECIMAL columns stay as they are)."""
+    con.register(name, table)
+    try:
+        yield
+    finally:
+        con.unregister(name)
+
+
+INTERVAL_WINDOWS_SQL = """
+-- each logged endpoint's GPUs, each over the time it held it this day (held_gpus) inside the GPU's
+-- samples of the day (a GPU held by one endpoint in the morning and another in the afternoon is one
+-- window of each); one group per GPU first: the join then sees a row per GPU, not per sample
+WITH per_gpu AS (
+    SELECT host, gpu, min(first_t_ns) AS lo, max(last_t_ns) AS hi FROM energy_curve WHERE date = getvariable('partition_date') GROUP BY host, gpu
+)
+SELECT g.name AS endpoint, g.host, g.gpu, g.from_ns, g.to_ns, greatest(c.lo, g.from_ns) AS lo, least(c.hi, g.to_ns) AS hi
+FROM per_gpu AS c JOIN held_gpus('endpoint') AS g USING (host, gpu)
+WHERE g.name IN (SELECT endpoint FROM request_phases) AND least(c.hi, g.to_ns) > greatest(c.lo, g.from_ns)
+ORDER BY ALL
 """
 
+INTERVAL_REQUESTS_SQL = """
+-- the day's request phase intervals clipped to their endpoint's span (first to last sample of its
+-- GPUs this day while they were its: _pi_windows); a request of the day before still running at
+-- midnight keeps its rate, so it gets this day's share. Rates are summed as DECIMAL (tokens per ns
+-- to 1e-30): exact sums, so the result does not depend on the order in which DuckDB's threads add
+-- them (DOUBLE sums differed in the last bit from one run to the next).
+WITH span AS (SELECT endpoint, min(lo) AS lo, max(hi) AS hi FROM _pi_windows GROUP BY endpoint)
+SELECT iv.endpoint, iv.phase = 'prefill' AS pre, iv.rate::DECIMAL(38, 30) AS rate, iv.estimated,
+       greatest(iv.a_ns, s.lo) AS a_ns, least(iv.b_ns, s.hi) AS b_ns
+FROM request_intervals AS iv JOIN span AS s USING (endpoint)
+WHERE least(iv.b_ns, s.hi) > greatest(iv.a_ns, s.lo)
+"""
 
-def intervals(con, write) -> int:
-    """phase_intervals' statements (the sweep: temp tables _pi_gpus, _pi_windows, _pi_span, _pi), then
-    temp table `_pi_energy` (endpoint, t, e_j: the endpoint's cumulative energy, all its GPUs each
-    while it held it, at each interval boundary) one endpoint and GPU window at a time: each GPU's curve read once and searched for the sorted
-    boundaries (curve.Curve.energy_at), instead of an ASOF join that sorts the cluster-day's curve;
-    then the partition written."""
-    prepare, query = statements("phase_intervals/phase_intervals")
-    for statement in prepare:
-        con.execute(statement)
-    con.execute("CREATE OR REPLACE TEMP TABLE _pi_energy (endpoint VARCHAR, t BIGINT, e_j DOUBLE)")
-    windows: dict[str, list] = {}
-    for endpoint, host, gpu, from_ns, to_ns in con.execute(
-        "SELECT endpoint, host, gpu, from_ns, to_ns FROM _pi_windows ORDER BY ALL"
-    ).fetchall():
-        windows.setdefault(endpoint, []).append((host, gpu, from_ns, to_ns))
-    bounds = {endpoint: con.sql(BOUNDARIES_SQL, params={"endpoint": endpoint}).fetchnumpy()["t"].astype(np.int64)
-              for endpoint in windows}
-    energy = {endpoint: np.zeros(len(t)) for endpoint, t in bounds.items()}
-    held: dict[tuple[str, int], list] = {}  # per GPU, its windows in (endpoint, from_ns) order
-    for endpoint, members in windows.items():
-        for host, gpu, from_ns, to_ns in members:
-            held.setdefault((host, gpu), []).append((endpoint, from_ns, to_ns))
-    # each host read once, one GPU's curve at a time; an endpoint's GPUs still add up in
-    # (host, gpu, from_ns) order, so its sums are the same floats
-    for host, gpu, c in curve.curves(con, held):
-        for endpoint, from_ns, to_ns in held[(host, gpu)]:  # each GPU counts only while the endpoint held it
-            energy[endpoint] += c.energy_at(np.clip(bounds[endpoint], from_ns, to_ns))
-    for endpoint, t in bounds.items():
-        with registered(con, "_pi_energy_frame", pl.DataFrame({"endpoint": endpoint, "t": t, "e_j": energy[endpoint]})):
-            con.execute("INSERT INTO _pi_energy SELECT * FROM _pi_energy_frame")
-    return write(query)
+INTERVAL_SWEEP_SQL = """
+-- one endpoint's elementary intervals ($endpoint; _pi_windows, _pi_requests above): its day cut at
+-- every request event (prefill start, first token, end; and at each whole UTC hour, for the hour
+-- buckets) between the first and the last sample of its GPUs. A running sum over the events (+1 / −1
+-- and ± token rate at each interval's ends): linear in requests, no grid.
+WITH span AS (
+    SELECT endpoint, min(lo) AS lo, max(hi) AS hi FROM _pi_windows WHERE endpoint = $endpoint GROUP BY endpoint
+),
+requests AS (SELECT * FROM _pi_requests WHERE endpoint = $endpoint),
+ev AS (
+    SELECT endpoint, a_ns AS t, CASE WHEN pre THEN 1 ELSE 0 END AS dn_pre, CASE WHEN pre THEN 0 ELSE 1 END AS dn_dec,
+           estimated::INT AS dest, CASE WHEN pre THEN rate ELSE 0 END AS dr_pre, CASE WHEN pre THEN 0 ELSE rate END AS dr_dec
+    FROM requests
+    UNION ALL
+    SELECT endpoint, b_ns, CASE WHEN pre THEN -1 ELSE 0 END, CASE WHEN pre THEN 0 ELSE -1 END,
+           -estimated::INT, CASE WHEN pre THEN -rate ELSE 0 END, CASE WHEN pre THEN 0 ELSE -rate END
+    FROM requests
+    UNION ALL  -- the span's ends and the whole hours inside it
+    SELECT endpoint, unnest(list_distinct([lo, hi] || range((lo // 3600000000000 + 1) * 3600000000000, hi, 3600000000000))),
+           0, 0, 0, 0.0, 0.0
+    FROM span
+),
+gpu_ev AS (  -- GPUs joining and leaving the endpoint inside its span (a GPU held all day: the span's ends)
+    SELECT w.endpoint, greatest(w.from_ns, s.lo) AS t, 1 AS dg FROM _pi_windows AS w JOIN span AS s USING (endpoint)
+    UNION ALL
+    SELECT w.endpoint, least(w.to_ns, s.hi), -1 FROM _pi_windows AS w JOIN span AS s USING (endpoint)
+),
+all_ev AS (
+    SELECT endpoint, t, dn_pre, dn_dec, dest, dr_pre, dr_dec, 0 AS dg FROM ev
+    UNION ALL
+    SELECT endpoint, t, 0, 0, 0, 0.0, 0.0, dg FROM gpu_ev
+),
+at_t AS (
+    SELECT endpoint, t, sum(dn_pre) AS dn_pre, sum(dn_dec) AS dn_dec, sum(dest) AS dest,
+           sum(dr_pre) AS dr_pre, sum(dr_dec) AS dr_dec, sum(dg) AS dg
+    FROM all_ev GROUP BY endpoint, t
+),
+state AS (
+    SELECT endpoint, t AS start_ns, lead(t) OVER w AS end_ns,
+           sum(dn_pre) OVER c AS n_prefill, sum(dn_dec) OVER c AS n_decode, sum(dest) OVER c AS n_estimated,
+           sum(dr_pre) OVER c AS rate_pre, sum(dr_dec) OVER c AS rate_dec, sum(dg) OVER c AS gpus
+    FROM at_t
+    WINDOW w AS (PARTITION BY endpoint ORDER BY t), c AS (w ROWS UNBOUNDED PRECEDING)
+)
+SELECT endpoint, start_ns, end_ns, n_prefill::INTEGER AS n_prefill, n_decode::INTEGER AS n_decode,
+       n_estimated > 0 AS prefill_estimated,
+       CASE WHEN n_prefill > 0 THEN rate_pre::DOUBLE ELSE 0 END AS rate_pre,  -- token rates (tokens per ns); exact 0 when nobody is in the phase
+       CASE WHEN n_decode > 0 THEN rate_dec::DOUBLE ELSE 0 END AS rate_dec,
+       CASE WHEN n_prefill > 0 THEN 'prefill' WHEN n_decode > 0 THEN 'decode' ELSE 'idle' END AS phase,
+       gpus::BIGINT AS gpus
+FROM state WHERE end_ns IS NOT NULL
+"""
+
+INTERVAL_ROWS_SQL = """
+-- phase_intervals' rows of one endpoint: its intervals (_pi) with their energy from the endpoint's
+-- cumulative energy at each boundary (_pi_energy: t, e_j, all its GPUs each while it held it), E(end)
+-- − E(start); an interval where it held no GPU has NULL energy: nothing measured.
+SELECT
+    getvariable('partition_date') AS date,
+    p.endpoint,
+    make_timestamptz(p.start_ns // 1000) AS start_ts,
+    make_timestamptz(p.end_ns // 1000) AS end_ts,
+    p.start_ns,
+    p.end_ns,
+    p.phase,
+    p.n_prefill,
+    p.n_decode,
+    p.prefill_estimated,
+    p.rate_pre * (p.end_ns - p.start_ns) AS prompt_tokens,
+    p.rate_dec * (p.end_ns - p.start_ns) AS output_tokens,
+    CASE WHEN p.gpus > 0 THEN b.e_j - a.e_j END AS energy_j,
+    p.gpus,
+    p.rate_pre * 1e9 AS prompt_tokens_per_s,
+    p.rate_dec * 1e9 AS output_tokens_per_s
+FROM _pi AS p
+JOIN _pi_energy AS a ON a.t = p.start_ns
+JOIN _pi_energy AS b ON b.t = p.end_ns
+ORDER BY p.start_ns
+"""
+
+INTERVALS_TABLE_SCHEMA = pa.schema([
+    ("date", pa.date32()), ("endpoint", pa.string()), ("start_ts", pa.timestamp("us", tz="UTC")),
+    ("end_ts", pa.timestamp("us", tz="UTC")), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("phase", pa.string()),
+    ("n_prefill", pa.int32()), ("n_decode", pa.int32()), ("prefill_estimated", pa.bool_()), ("prompt_tokens", pa.float64()),
+    ("output_tokens", pa.float64()), ("energy_j", pa.float64()), ("gpus", pa.int64()), ("prompt_tokens_per_s", pa.float64()),
+    ("output_tokens_per_s", pa.float64()),
+])
+"""phase_intervals' rows as stored (sql/phase_intervals/columns.yaml says what each means)."""
+
+
+def _endpoint_energy(cur, windows: list[tuple], t: np.ndarray, cache: CurveCache | None) -> np.ndarray:
+    """The endpoint's cumulative energy (J) at each sorted instant ``t``: each of its GPUs' curve
+    (curve.curves: the run's cache, else one read of the host for these GPUs) searched once, summed
+    over its ``windows`` (host, gpu, from_ns, to_ns) in that order, each GPU counting only while the
+    endpoint held it."""
+    energy = np.zeros(len(t))
+    held: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for host, gpu, from_ns, to_ns in windows:
+        held.setdefault((host, gpu), []).append((from_ns, to_ns))
+    for host, gpu, c in curve.curves(cur, held, cache=cache):
+        for from_ns, to_ns in held[(host, gpu)]:
+            energy += c.energy_at(np.clip(t, from_ns, to_ns))
+        del c  # before the next GPU's curve is built
+    return energy
+
+
+def _interval_batches(cur, windows: pa.Table, requests: pa.Table, cache: CurveCache | None) -> Iterator[pa.RecordBatch]:
+    """phase_intervals' rows endpoint by endpoint on ``cur`` (a second connection: the step's own
+    runs the part's COPY meanwhile): its sweep (INTERVAL_SWEEP_SQL), the endpoint's cumulative energy
+    at every boundary of its intervals (_endpoint_energy: one sorted search per GPU on its curve,
+    not an ASOF join over the cluster-day's samples), then INTERVAL_ROWS_SQL. Memory: one endpoint's
+    intervals and one GPU's curve."""
+    try:
+        with arrow_registered(cur, "_pi_windows", windows), arrow_registered(cur, "_pi_requests", requests):
+            by_endpoint: dict[str, list[tuple]] = {}
+            for w in windows.to_pylist():
+                by_endpoint.setdefault(w["endpoint"], []).append((w["host"], w["gpu"], w["from_ns"], w["to_ns"]))
+            for endpoint, held in by_endpoint.items():
+                pi = cur.sql(INTERVAL_SWEEP_SQL, params={"endpoint": endpoint}).to_arrow_table()
+                t = np.unique(np.concatenate([pi["start_ns"].to_numpy(), pi["end_ns"].to_numpy()]))
+                e = pl.DataFrame({"t": t, "e_j": _endpoint_energy(cur, held, t, cache)})
+                with arrow_registered(cur, "_pi", pi), registered(cur, "_pi_energy", e):
+                    for batch in cur.sql(INTERVAL_ROWS_SQL).to_arrow_reader(BATCH_ROWS):
+                        yield batch.cast(INTERVALS_TABLE_SCHEMA)
+                del pi, e
+    finally:
+        cur.close()
+
+
+def interval_rows(con, run: TableRun) -> pa.RecordBatchReader:
+    """phase_intervals' rows (a Python table), streamed endpoint by endpoint (_interval_batches)."""
+    cur = kernels.second_connection(con)
+    windows = cur.sql(INTERVAL_WINDOWS_SQL).to_arrow_table()
+    with arrow_registered(cur, "_pi_windows", windows):
+        requests = cur.sql(INTERVAL_REQUESTS_SQL).to_arrow_table()
+    # the run's curves looked up here: the stream is read in DuckDB's threads, outside the run's context
+    return pa.RecordBatchReader.from_batches(INTERVALS_TABLE_SCHEMA, _interval_batches(cur, windows, requests, run_curves()))
 
 
 GPUS_SQL = """
--- one row (key gk) per endpoint GPU and time the endpoint held it this day (held_gpus)
-CREATE OR REPLACE TEMP TABLE _phase_gpus AS
-SELECT name AS endpoint, host, gpu, tdp_w::DOUBLE AS tdp_w, from_ns, to_ns,
-       row_number() OVER (ORDER BY name, host, gpu, from_ns) AS gk
+-- one row (key gk) per endpoint GPU and time the endpoint held it this day (held_gpus), endpoint by endpoint
+SELECT row_number() OVER (ORDER BY name, host, gpu, from_ns) AS gk, name AS endpoint, host, gpu, tdp_w::DOUBLE AS tdp_w, from_ns, to_ns
 FROM held_gpus('endpoint')
+ORDER BY gk
 """
 
 REQUEST_RUNS_SQL = """
@@ -235,6 +365,64 @@ FROM (
 GROUP BY endpoint, phase, run
 ORDER BY lo
 """
+
+SEGMENT_NUMBERS_SQL = """
+-- endpoint_segment of each of one endpoint's runs (_segments: i, gk, src 0 requests / 1 power, ph, lo,
+-- hi in ns, ...; _phase_gpus: its GPUs by gk): the endpoint-level run a GPU's row belongs to, numbered
+-- from 1 per endpoint, source and phase, in (start, host, gpu) order: a row starts a new run where it
+-- starts (µs, as stored) at or after every earlier row's end. Rows of the endpoint's GPUs whose runs
+-- overlap are one run (a tensor-parallel prefill is on every GPU of its replica at once), so
+-- count(DISTINCT endpoint_segment) counts one prefill once whatever the endpoint's GPU count, while
+-- the per-GPU rows keep their energy. Only the columns the numbering needs go through the windows.
+SELECT i, sum(starts_run::INTEGER) OVER (
+    PARTITION BY src, ph ORDER BY start_us, host, gpu ROWS UNBOUNDED PRECEDING
+)::INTEGER AS endpoint_segment
+FROM (
+    SELECT s.i, s.src, s.ph, s.lo // 1000 AS start_us, g.host, g.gpu,
+           coalesce(s.lo // 1000 >= max(s.hi // 1000) OVER (
+               PARTITION BY s.src, s.ph ORDER BY s.lo // 1000, g.host, g.gpu
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_run
+    FROM _segments AS s JOIN _phase_gpus AS g USING (gk)
+)
+"""
+
+SEGMENT_ROWS_SQL = """
+-- phase_segments' rows of one endpoint GPU ($gk) from its runs (_segments), its endpoint's GPUs
+-- (_phase_gpus), its sample interval (_power_gpus) and its runs' endpoint_segment (_segment_numbers,
+-- SEGMENT_NUMBERS_SQL over the endpoint's runs), requests' runs then power's, each in time order.
+SELECT
+    getvariable('partition_date') AS date,
+    g.endpoint,
+    g.host,
+    g.gpu,
+    make_timestamptz(s.lo // 1000) AS start_ts,
+    make_timestamptz(s.hi // 1000) AS end_ts,
+    CASE s.ph WHEN 0 THEN 'idle' WHEN 1 THEN 'decode' ELSE 'prefill' END AS phase,
+    CASE s.src WHEN 0 THEN 'requests' ELSE 'power' END AS source,
+    s.mean_w::FLOAT AS mean_w,
+    s.peak_w::FLOAT AS peak_w,
+    s.energy_j,
+    s.prompt_tokens,
+    s.output_tokens,
+    coalesce(s.peak_w > g.tdp_w, false) AS above_tdp,
+    pg.sample_interval_ms,
+    n.endpoint_segment
+FROM _segments AS s
+JOIN _phase_gpus AS g USING (gk)
+LEFT JOIN _power_gpus AS pg USING (gk)
+JOIN _segment_numbers AS n USING (i)
+WHERE s.gk = $gk
+ORDER BY s.src, s.lo
+"""
+
+SEGMENTS_TABLE_SCHEMA = pa.schema([
+    ("date", pa.date32()), ("endpoint", pa.string()), ("host", pa.string()), ("gpu", pa.uint8()),
+    ("start_ts", pa.timestamp("us", tz="UTC")), ("end_ts", pa.timestamp("us", tz="UTC")), ("phase", pa.string()),
+    ("source", pa.string()), ("mean_w", pa.float32()), ("peak_w", pa.float32()), ("energy_j", pa.float64()),
+    ("prompt_tokens", pa.float64()), ("output_tokens", pa.float64()), ("above_tdp", pa.bool_()),
+    ("sample_interval_ms", pa.float64()), ("endpoint_segment", pa.int32()),
+])
+"""phase_segments' rows as stored (sql/phase_segments/columns.yaml says what each means)."""
 
 POWER_GPUS_SCHEMA = {
     "gk": pl.Int64, "source": pl.String, "is_average": pl.Boolean, "sample_interval_ms": pl.Float64, "unresolved": pl.String,
@@ -263,94 +451,135 @@ def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None) -> dict:
     return {"gk": gk, "source": best, "is_average": bool(is_average), "sample_interval_ms": interval_ms, "unresolved": unresolved}
 
 
-def _gpus_by_curve(con, rows: list[tuple]) -> Iterator[tuple[tuple, curve.Curve]]:
+def _gpus_by_curve(con, rows: list[tuple], cache: CurveCache | None | Literal["run"] = curve.RUN) -> Iterator[tuple[tuple, curve.Curve]]:
     """Each row of ``rows`` (gk, endpoint, host, gpu, ...) with its GPU's curve, GPU by GPU in
     (host, gpu) order, gk order within a GPU: each host's samples read once (curve.curves), one
-    GPU's curve in memory."""
+    GPU's curve in memory (a caller drops the curve before asking for the next GPU's)."""
     of_gpu: dict[tuple[str, int], list[tuple]] = {}
     for row in rows:
         of_gpu.setdefault((row[2], row[3]), []).append(row)
-    for host, gpu, c in curve.curves(con, of_gpu):
+    for host, gpu, c in curve.curves(con, of_gpu, cache=cache):
         for row in of_gpu[(host, gpu)]:
             yield row, c
+        del c
 
 
-def _power_gpus_table(con, stats: list[dict]) -> None:
-    """Temp table `_power_gpus`: per endpoint GPU with power, its source, sample interval and
-    whether power-only detection can resolve prefills there."""
-    with registered(con, "_power_gpus_frame", pl.DataFrame(stats, schema=POWER_GPUS_SCHEMA)):
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE _power_gpus AS "
-            "SELECT g.endpoint, g.host, g.gpu, g.gk, g.tdp_w, s.source, s.is_average, s.sample_interval_ms, s.unresolved, "
-            "NOT s.is_average AND s.sample_interval_ms <= ? AND s.unresolved IS NULL AS resolvable "
-            "FROM _phase_gpus AS g JOIN _power_gpus_frame AS s USING (gk) ORDER BY g.gk",
-            [power_detect.PREFILL_RESOLVABLE_MS],
-        )
+def _power_gpus_frame(gpus: list[tuple], stats: list[dict]) -> pl.DataFrame:
+    """Per endpoint GPU with power (``gpus``: gk, endpoint, host, gpu, tdp_w, ...; ``stats``:
+    source_stats of each), its source, sample interval and whether power-only detection can
+    resolve prefills there: what the table's check and headline say per endpoint."""
+    s = pl.DataFrame(sorted(stats, key=lambda r: r["gk"]), schema=POWER_GPUS_SCHEMA)
+    g = pl.DataFrame([r[:5] for r in gpus], schema={"gk": pl.Int64, "endpoint": pl.String, "host": pl.String, "gpu": pl.Int64,
+                                                   "tdp_w": pl.Float64}, orient="row")
+    return g.join(s, on="gk", how="inner").with_columns(
+        (~pl.col("is_average") & (pl.col("sample_interval_ms") <= power_detect.PREFILL_RESOLVABLE_MS)
+         & pl.col("unresolved").is_null()).alias("resolvable")
+    ).select("endpoint", "host", "gpu", "gk", "tdp_w", "source", "is_average", "sample_interval_ms", "unresolved", "resolvable").sort("gk")
 
 
-def power_gpus(con) -> None:
-    """Temp tables `_phase_gpus` (endpoint GPUs with integer keys) and `_power_gpus` (source_stats of
-    each), reading each GPU's curve once."""
-    con.execute(GPUS_SQL)
-    rows = con.execute("SELECT gk, endpoint, host, gpu, tdp_w FROM _phase_gpus ORDER BY gk").fetchall()
-    stats = [source_stats(c, gk, tdp_w) for (gk, _, _, _, tdp_w), c in _gpus_by_curve(con, rows)]
-    _power_gpus_table(con, sorted((s for s in stats if s), key=lambda s: s["gk"]))
-
-
-def segments(con) -> None:
-    """phase_segments' kernel (before= hook): temp tables `_phase_gpus`, `_power_gpus` and `_segments`
-    (gk, src 0 requests / 1 power, ph, lo, hi, energy_j, mean_w, peak_w, tokens), one GPU at a time:
-    its curve built once from its host's one read (curve.curves), the power-only detector on its samples
-    (pipeline/phases/power_detect.py) where its source resolves prefills, the energies of both
-    sources' runs as E(hi) − E(lo) and the request runs' peaks by sorted searches on that curve.
-    Memory: one GPU-day's curve, its segments (appended to the temp table GPU by GPU) and its
-    endpoint's request runs."""
-    con.execute(GPUS_SQL)
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE _segments (gk BIGINT, src INTEGER, ph INTEGER, lo BIGINT, hi BIGINT, energy_j DOUBLE, "
-        "mean_w DOUBLE, peak_w DOUBLE, prompt_tokens DOUBLE, output_tokens DOUBLE)"
-    )
+def power_gpus(con) -> pl.DataFrame:
+    """Per endpoint GPU with power: its source, sample interval and whether power-only detection can
+    resolve prefills there (_power_gpus_frame), reading each GPU's curve once; what phase_segments'
+    step finds as it goes (TableRun.found), for a look outside a run."""
+    gpus = con.execute(GPUS_SQL).fetchall()
     stats = []
-    gpus = con.execute("SELECT gk, endpoint, host, gpu, tdp_w, from_ns, to_ns FROM _phase_gpus ORDER BY gk").fetchall()
-    runs_of: tuple = (None, None)  # ((endpoint, holding), its request runs): GPUs come endpoint by endpoint
-    for (gk, endpoint, _, _, tdp_w, from_ns, to_ns), c in _gpus_by_curve(con, gpus):
+    for (gk, _, _, _, tdp_w, _, _), c in _gpus_by_curve(con, gpus):
         st = source_stats(c, gk, tdp_w)
-        frames = []
-        if runs_of[0] != (endpoint, from_ns, to_ns):
-            runs_of = ((endpoint, from_ns, to_ns), arrow_frame(con.sql(
-                REQUEST_RUNS_SQL, params={"endpoint": endpoint, "lo": from_ns, "hi": to_ns}).to_arrow_table()))
-        r = runs_of[1]
-        if len(r):
-            lo, hi = r["lo"].to_numpy(), r["hi"].to_numpy()
-            e = c.energy_at(np.concatenate([lo, hi]))
-            energy = e[len(lo):] - e[: len(lo)]
-            p = c.power_at(np.concatenate([lo, hi]))
-            peak = np.fmax(np.fmax(c.peak_in(lo, hi), p[: len(lo)]), p[len(lo):])
-            frames.append(pl.DataFrame({
-                "gk": np.full(len(lo), gk), "src": 0, "ph": r["ph"].to_numpy(), "lo": lo, "hi": hi, "energy_j": energy,
-                "mean_w": energy / ((hi - lo) / 1e9), "peak_w": peak,
-                "prompt_tokens": r["prompt_tokens"].to_numpy(), "output_tokens": r["output_tokens"].to_numpy(),
-            }, schema=SEGMENTS_SCHEMA, nan_to_null=True))
         if st:
             stats.append(st)
-            ms = st["sample_interval_ms"]
-            if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS:
-                # the GPU's samples while the endpoint held it: a slice, the curve is in time order
-                a, b = np.searchsorted(c.t_ns, [from_ns, to_ns], side="left")
-                t_held, w_held = c.t_ns[a:b], c.power_w[a:b]
-                runs = power_detect.detect_gpu(gk, t_held, w_held, float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
-                                               st["source"] in power_detect.TRAILING_SOURCES, prefill=st["unresolved"] is None)
-                lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()
-                e = c.energy_at(np.concatenate([lo, hi]))
-                energy = e[len(lo):] - e[: len(lo)]
-                frames.append(pl.DataFrame({
-                    "gk": runs["gk"], "src": 1, "ph": runs["ph"].cast(pl.Int32), "lo": lo, "hi": hi, "energy_j": energy,
-                    "mean_w": energy / ((hi - lo) / 1e9), "peak_w": runs["peak_w"], "prompt_tokens": None, "output_tokens": None,
-                }, schema=SEGMENTS_SCHEMA))
-        if frames:
-            with registered(con, "_segments_frame", pl.concat(frames)):
-                con.execute("INSERT INTO _segments SELECT * FROM _segments_frame")
-    _power_gpus_table(con, sorted(stats, key=lambda s: s["gk"]))
+        del c
+    return _power_gpus_frame(gpus, stats)
+
+
+def _gpu_runs(row: tuple, c: curve.Curve, request_runs: pl.DataFrame) -> tuple[dict, pl.DataFrame | None]:
+    """One endpoint GPU's runs (SEGMENTS_SCHEMA) on its curve ``c`` and its source_stats: the
+    endpoint's request runs over its holding (``request_runs``) with their energies E(hi) − E(lo)
+    and peaks by sorted searches on the curve, and the power-only detector
+    (pipeline/phases/power_detect.py) on its samples while held, where its source resolves them."""
+    gk, _, _, _, tdp_w, from_ns, to_ns = row
+    st = source_stats(c, gk, tdp_w)
+    frames = []
+    r = request_runs
+    if len(r):
+        lo, hi = r["lo"].to_numpy(), r["hi"].to_numpy()
+        e = c.energy_at(np.concatenate([lo, hi]))
+        energy = e[len(lo):] - e[: len(lo)]
+        p = c.power_at(np.concatenate([lo, hi]))
+        peak = np.fmax(np.fmax(c.peak_in(lo, hi), p[: len(lo)]), p[len(lo):])
+        frames.append(pl.DataFrame({
+            "gk": np.full(len(lo), gk), "src": 0, "ph": r["ph"].to_numpy(), "lo": lo, "hi": hi, "energy_j": energy,
+            "mean_w": energy / ((hi - lo) / 1e9), "peak_w": peak,
+            "prompt_tokens": r["prompt_tokens"].to_numpy(), "output_tokens": r["output_tokens"].to_numpy(),
+        }, schema=SEGMENTS_SCHEMA, nan_to_null=True))
+    if st:
+        ms = st["sample_interval_ms"]
+        if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS:
+            # the GPU's samples while the endpoint held it: a slice, the curve is in time order
+            a, b = np.searchsorted(c.t_ns, [from_ns, to_ns], side="left")
+            runs = power_detect.detect_gpu(gk, c.t_ns[a:b], c.power_w[a:b], float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
+                                           st["source"] in power_detect.TRAILING_SOURCES, prefill=st["unresolved"] is None)
+            lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()
+            e = c.energy_at(np.concatenate([lo, hi]))
+            energy = e[len(lo):] - e[: len(lo)]
+            frames.append(pl.DataFrame({
+                "gk": runs["gk"], "src": 1, "ph": runs["ph"].cast(pl.Int32), "lo": lo, "hi": hi, "energy_j": energy,
+                "mean_w": energy / ((hi - lo) / 1e9), "peak_w": runs["peak_w"], "prompt_tokens": None, "output_tokens": None,
+            }, schema=SEGMENTS_SCHEMA))
+    return st, (pl.concat(frames) if frames else None)
+
+
+def _segment_batches(cur, gpus: list[tuple], found: dict, cache: CurveCache | None) -> Iterator[pa.RecordBatch]:
+    """phase_segments' rows endpoint by endpoint (``gpus``: GPUS_SQL's rows, gk order), on ``cur``
+    (a second connection: the step's own runs the part's COPY meanwhile): each of the endpoint's GPUs'
+    curves built once (curve.curves: the run's cache, else one read of the host's samples for the
+    endpoint's GPUs), its runs computed on it (_gpu_runs), then SEGMENT_NUMBERS_SQL over the
+    endpoint's runs alone (the windows see only the columns they need) and SEGMENT_ROWS_SQL GPU by
+    GPU. Memory: one GPU's curve and one endpoint's runs. Leaves the per-GPU power facts in
+    ``found["power_gpus"]`` (_power_gpus_frame) for the check and headline."""
+    stats: list[dict] = []
+    try:
+        by_endpoint: dict[str, list[tuple]] = {}
+        for row in gpus:
+            by_endpoint.setdefault(row[1], []).append(row)
+        for endpoint, rows in by_endpoint.items():  # gk order: endpoints in name order
+            frames: list[pl.DataFrame] = []
+            runs_of: tuple = (None, None)  # (holding, its request runs)
+            ep_stats = []
+            for row, c in _gpus_by_curve(cur, rows, cache):
+                if runs_of[0] != (row[5], row[6]):
+                    runs_of = ((row[5], row[6]), arrow_frame(cur.sql(
+                        REQUEST_RUNS_SQL, params={"endpoint": endpoint, "lo": row[5], "hi": row[6]}).to_arrow_table()))
+                st, f = _gpu_runs(row, c, runs_of[1])
+                del c  # before the next GPU's curve is built
+                if st:
+                    ep_stats.append(st)
+                if f is not None:
+                    frames.append(f)
+            stats += ep_stats
+            if not frames:
+                continue
+            runs = pl.concat(frames).with_row_index("i").with_columns(pl.col("i").cast(pl.Int64))
+            del frames
+            chunk = pl.DataFrame([r[:5] for r in rows], orient="row", schema={
+                "gk": pl.Int64, "endpoint": pl.String, "host": pl.String, "gpu": pl.UInt8, "tdp_w": pl.Float64})
+            intervals = pl.DataFrame(ep_stats, schema=POWER_GPUS_SCHEMA).select("gk", "sample_interval_ms")
+            with registered(cur, "_segments", runs), registered(cur, "_phase_gpus", chunk), registered(cur, "_power_gpus", intervals):
+                with arrow_registered(cur, "_segment_numbers", cur.sql(SEGMENT_NUMBERS_SQL).to_arrow_table()):
+                    for gk in sorted(runs["gk"].unique().to_list()):  # GPU by GPU: each one's rows sorted alone
+                        for batch in cur.sql(SEGMENT_ROWS_SQL, params={"gk": gk}).to_arrow_reader(BATCH_ROWS):
+                            yield batch.cast(SEGMENTS_TABLE_SCHEMA)
+            del runs
+        found["power_gpus"] = _power_gpus_frame(gpus, stats)
+    finally:
+        cur.close()
+
+
+def segment_rows(con, run: TableRun) -> pa.RecordBatchReader:
+    """phase_segments' rows (a Python table), streamed endpoint by endpoint (_segment_batches)."""
+    cur = kernels.second_connection(con)
+    gpus = cur.execute(GPUS_SQL).fetchall()
+    # the run's curves looked up here: the stream is read in DuckDB's threads, outside the run's context
+    return pa.RecordBatchReader.from_batches(SEGMENTS_TABLE_SCHEMA, _segment_batches(cur, gpus, run.found, run_curves()))
 
 
 CONTINUOUS_BATCHING_MS = 45.0
@@ -358,17 +587,17 @@ CONTINUOUS_BATCHING_MS = 45.0
 apart resolve such prefills (pipeline/phases/power_detect.py: PREFILL_RESOLVABLE_MS)."""
 
 
-def power_resolution(con, build: bool = True) -> dict:
-    """Per endpoint and power source (`_power_gpus`, built unless ``build`` is false): the samples'
-    spacing and whether power alone can resolve prefills there (a 1 s average or samples over 300 ms
-    apart cannot: say so rather than guess)."""
-    if build:
-        power_gpus(con)
+def power_resolution(con, power_gpus_found: pl.DataFrame | None = None) -> dict:
+    """Per endpoint and power source (``power_gpus_found``: phase_segments' per-GPU power facts, read
+    from the curves when not given): the samples' spacing and whether power alone can resolve
+    prefills there (a 1 s average or samples over 300 ms apart cannot: say so rather than guess)."""
+    frame = power_gpus(con) if power_gpus_found is None else power_gpus_found
     out: dict = {}
-    rows = con.execute(
+    rows = checks.over_power_gpus(
+        con, frame,
         "SELECT endpoint, source, bool_or(is_average), median(sample_interval_ms), bool_and(resolvable), min(unresolved) "
-        "FROM _power_gpus GROUP BY ALL ORDER BY 1, 2"
-    ).fetchall()
+        "FROM _power_gpus GROUP BY ALL ORDER BY 1, 2",
+    )
     for endpoint, source, is_average, interval_ms, resolvable, unresolved in rows:
         if is_average:
             verdict = f"prefills cannot be resolved at {interval_ms:.0f} ms: the source is a 1 s average"
@@ -392,7 +621,7 @@ PHASE_INTERVALS = Table(
     "cluster-day",
     deps=["energy_curve", "requests"],
     group="phases",
-    write=intervals,
+    rows=interval_rows,
 )
 (phase_intervals,) = table_assets(PHASE_INTERVALS)
 
@@ -404,7 +633,7 @@ PHASE_SEGMENTS = Table(
     "cluster-day",
     deps=["phase_intervals", "energy_curve"],
     group="phases",
-    before=segments,
+    rows=segment_rows,
     python_checks=(
         PythonCheck(
             "power_segmentation_agreement",
@@ -413,7 +642,7 @@ PHASE_SEGMENTS = Table(
             checks.power_segmentation_agreement,
         ),
     ),
-    python_headline=lambda con: {"power_resolution": MetadataValue.json(power_resolution(con, build=False))},
+    python_headline=lambda con, power_gpus: {"power_resolution": MetadataValue.json(power_resolution(con, power_gpus))},
 )
 (phase_segments,) = table_assets(PHASE_SEGMENTS)
 
@@ -425,7 +654,7 @@ PHASE_TIMELINE = Table(
     "cluster-day",
     deps=["power_100ms", "phase_intervals", "phase_segments"],
     group="phases",
-    write=timeline_by_gpu,
+    rows=timeline_rows,
     python_checks=(
         PythonCheck(
             "clock_skew",

@@ -9,6 +9,7 @@ pipeline/assets/inference_phases.py; the others are files in sql/<table>/checks/
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 from dagster import AssetCheckResult, AssetCheckSeverity
 
 SKEW_MAX_LAG_SLOTS = 50  # ±5 s
@@ -68,6 +69,17 @@ def clock_skew(con) -> AssetCheckResult:
             + " (prefill energy is mis-attributed until the clocks are aligned)"
         ) if skewed else None,
     )
+
+
+def over_power_gpus(con, power_gpus: pl.DataFrame, sql: str) -> list[tuple]:
+    """``sql``'s rows over the step's per-GPU power facts as relation `_power_gpus`, on a cursor of
+    ``con`` (whose own last result may still be open: the headline's)."""
+    cur = con.cursor()
+    try:
+        cur.register("_power_gpus", power_gpus.to_arrow())
+        return cur.execute(sql).fetchall()
+    finally:
+        cur.close()
 
 
 PREFILL_SEGMENTS_SQL = """
@@ -146,17 +158,19 @@ def segmentation_agreement(con) -> list[tuple]:
     return [r[:4] for r in agreement_rows(con)]
 
 
-def power_segmentation_agreement(con) -> AssetCheckResult:
+def power_segmentation_agreement(con, power_gpus: pl.DataFrame) -> AssetCheckResult:
     """Compared where both sources exist, at their own instants. An endpoint whose power source
     cannot resolve its prefills (a 1 s average or samples more than 300 ms apart: no power-only
     segments; or samples more than half the logged median prefill apart) is not a disagreement: the check passes for it and says so, with the
     sample interval and the logged median prefill, because WARNing there would flag every 10 Hz
     or 1 s source forever for what it is (the old 100 ms check did, 4+4 rows on the demo) while
     there is no power-only label to mislead anyone. It still WARNs where power-only segments exist
-    and disagree with the log."""
-    resolution = con.execute(
-        "SELECT endpoint, bool_or(resolvable), max(sample_interval_ms), bool_or(is_average), min(unresolved) FROM _power_gpus GROUP BY ALL"
-    ).fetchall()
+    and disagree with the log. ``power_gpus``: the step's per-GPU power facts (its source, sample
+    interval, whether it resolves prefills: inference_phases._power_gpus_frame)."""
+    resolution = over_power_gpus(
+        con, power_gpus,
+        "SELECT endpoint, bool_or(resolvable), max(sample_interval_ms), bool_or(is_average), min(unresolved) FROM _power_gpus GROUP BY ALL",
+    )
     rows = {r[0]: r for r in agreement_rows(con)}
     figures, unresolved = {}, {}
     for endpoint, resolvable, interval_ms, is_average, why in resolution:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 import numpy as np
 
@@ -126,38 +127,54 @@ def _no_samples(host: str, gpu: int) -> GpuSamples:
                       source_id=none.astype(np.uint8), source_rank=none.astype(np.uint8))
 
 
-def host_curves(con, host: str, gpus: Sequence[int] | None = None, with_avg: bool = False) -> Iterator[tuple[int, Curve]]:
+RUN: Final = "run"
+"""``cache=RUN``: the curves of the Dagster run executing in this thread (series_run.run_curves)."""
+
+
+def host_curves(con, host: str, gpus: Sequence[int] | None = None, with_avg: bool = False,
+                cache: CurveCache | None | Literal["run"] = RUN) -> Iterator[tuple[int, Curve]]:
     """Each GPU's curve (curve_of) of one host with samples that day (of ``gpus`` only, if given),
     in gpu order: from the run's cache where the run's engine pass left one, else from one read of
     the host's samples (engine.host_samples). One GPU in memory. ``with_avg``: each curve carries
-    the GPU's 1 s-average trace too (Curve.avg_t_ns, avg_w)."""
-    cache = run_curves()
+    the GPU's 1 s-average trace too (Curve.avg_t_ns, avg_w). ``cache``: the run's (looked up in
+    this thread's Dagster context), or one looked up beforehand by code whose generator runs in
+    another thread (a streamed Python table's, in DuckDB's), None: none."""
+    if isinstance(cache, str):
+        cache = run_curves()
     if cache is not None:
         for gpu in sorted(set(cache.gpus(host)) & ({int(g) for g in gpus} if gpus is not None else set(cache.gpus(host)))):
             c = _cached(cache, host, gpu, with_avg=with_avg)
             assert c is not None
             yield gpu, c
+            del c  # before the next GPU's is built: one curve alive
         return
     for s in host_samples(con, host, gpus):
         c = curve_of(s)
         if with_avg:
             c.avg_t_ns, c.avg_w, _ = best_samples(s.t_ns[s.has_avg], s.power_avg_w[s.has_avg], s.source_rank[s.has_avg])
-        yield s.gpu, c
+        gpu = s.gpu
+        del s  # the samples, before the next GPU's are read
+        yield gpu, c
+        del c
 
 
-def curves(con, wanted: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int, Curve]]:
+def curves(con, wanted: Iterable[tuple[str, int]], cache: CurveCache | None | Literal["run"] = RUN) -> Iterator[tuple[str, int, Curve]]:
     """The curves of the ``wanted`` (host, gpu), in (host, gpu) order, each host read once (not
     once per GPU: a host's files hold every GPU's rows); an empty curve for a GPU without
-    samples. Memory: one GPU's samples and curve."""
+    samples. Memory: one GPU's samples and curve, provided the caller too drops the curve it was
+    handed before asking for the next (the generator drops its own references first). ``cache``:
+    as host_curves'."""
     by_host: dict[str, list[int]] = {}
     for host, gpu in sorted(set(wanted)):
         by_host.setdefault(host, []).append(int(gpu))
     for host, gpus in by_host.items():
-        found = host_curves(con, host, gpus)
+        found = host_curves(con, host, gpus, cache=cache)
         got = next(found, None)
         for gpu in gpus:
             if got is not None and got[0] == gpu:
-                yield host, gpu, got[1]
+                c, got = got[1], None
+                yield host, gpu, c
+                del c  # before the next curve is built
                 got = next(found, None)
             else:
                 yield host, gpu, curve_of(_no_samples(host, gpu))

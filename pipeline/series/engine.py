@@ -170,6 +170,7 @@ def host_samples(
                 power_avg_w=x["power_avg_w"], has_avg=x["has_avg"], is_average=is_average,
                 source_id=x["source_id"], source_rank=np.where(is_average, np.uint8(AVERAGE_RANK), ranks[x["source_id"]]),
             )
+            del x, is_average  # before the next GPU's rows are read: one GPU's samples alive
     finally:
         if folder is not None:
             folder.cleanup()

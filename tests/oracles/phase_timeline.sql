@@ -19,9 +19,9 @@
 -- (DuckDB's memory_limit, spilling): the endpoints' request state is built first, into a temp table
 -- (one integer key per busy endpoint slot: the final join's build side), so the GPU slots (one row per
 -- endpoint GPU and slot) stream from their window into the join and the final sort.
--- The asset runs the statements up to _phase_logged and computes _phase_power_slots and the last
--- statement in numpy, one endpoint GPU at a time (pipeline/assets/inference_phases.py, timeline_by_gpu;
--- tests/test_phases_timeline_kernel.py: the same rows as this file).
+-- The oracle of phase_timeline (a Python table: pipeline/assets/inference_phases.py, timeline_rows,
+-- one endpoint GPU at a time in numpy); tests/test_phases_timeline_kernel.py holds the table's rows to
+-- this file's on a small fixture.
 
 -- integer keys: windows, joins and the final sort run on (gk, slot), not strings; one gk per endpoint
 -- GPU and time the endpoint held it this day (held_gpus: a slot is the endpoint's that held the GPU
