@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import polars as pl
 
-from pipeline.phases.curve import Curve, curves
+from pipeline.phases.curve import RUN, Curve, curves
+from pipeline.series.cache import CurveCache
 
 DAY_NS = 86_400 * 1_000_000_000
 LEVELS_ABOVE_HOST = ("cluster", "role", "fleet")
@@ -139,9 +141,10 @@ def gpu_curve(c: Curve) -> dict[str, np.ndarray]:
     }
 
 
-def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
+def summed_series(con, step_ms: int, cache: CurveCache | None | Literal["run"] = RUN) -> Iterator[pl.DataFrame]:
     """The cluster-day's host, cluster, role and fleet series on the grid, one frame per host and
-    then one per upper entity (rows as :func:`series_frame`), from each GPU's energy curve."""
+    then one per upper entity (rows as :func:`series_frame`), from each GPU's energy curve
+    (``cache``: as pipeline/phases/curve.py's readers take it)."""
     day_start_ns = con.execute("SELECT epoch_ns(day_start())").fetchone()[0]
     step_ns = step_ms * 1_000_000
     bins = DAY_NS // step_ns
@@ -165,7 +168,7 @@ def summed_series(con, step_ms: int) -> Iterator[pl.DataFrame]:
             upper[(level, entity)].members += 1
     for host, members in hosts.items():
         total = Series("host", host, np.zeros(bins), np.zeros(bins, dtype=np.int32), len(members))
-        for _, _, c in curves(con, [(host, gpu) for gpu in members]):  # the host read once, one GPU in memory
+        for _, _, c in curves(con, [(host, gpu) for gpu in members], cache=cache):  # the host read once, one GPU in memory
             g = gpu_curve(c)
             values, ok, behind, ahead = bin_means(g["t_ns"], g["energy_j"], g["power_w"], g["next_t_ns"], g["next_w"],
                                                   day_start_ns, step_ns, bins)

@@ -207,10 +207,6 @@ def headline(con: Connection, name: str) -> dict:
     return out
 
 
-Hook = Callable[..., None]
-"""Called with the connection; a table on the grid (``grid_step``) also passes ``grid_step_ms=``."""
-
-
 @dataclass(frozen=True)
 class TableRun:
     """What a Python table's ``rows`` function gets beside the connection: the run's settings, as values."""
@@ -250,18 +246,8 @@ class Table:
     to the DuckDB variables the SQL reads."""
     variables: Callable[[Any, WarehouseResource], Mapping[str, float | str]] | None = None
     grid_step: bool = False
-    """The table is on the ``grid_step_ms`` setting: its connection holds the resource's value as the
-    DuckDB variable ``grid_step_ms`` (its SQL reads it) and its hooks get it as ``grid_step_ms=``."""
-    before: Hook | None = None
-    """Hook run on the connection before the SQL (e.g. a polars kernel leaving a temp table).
-    Hooks (``before``, ``write``, ``inputs``, ``python_headline``) serve the table's own asset,
-    not its fleet-day rollup, which reads only the cluster-days' parts."""
-    rollup_before: Hook | None = None
-    """Hook run before the fleet-day rollup's SQL (it too reads only the cluster-days' parts and
-    fleet-day tables): a kernel the rollup needs as well (swing_stats' grid at a step not 100 ms)."""
-    write: Callable[[Connection, Callable[[str], int]], int] | None = None
-    """Hook replacing "run the preparatory statements, write the last query": gets the connection
-    and ``write(query) -> rows`` (e.g. statements run in chunks, a temp table written in part)."""
+    """The table's SQL reads the ``grid_step_ms`` setting: its connection holds the resource's value as
+    the DuckDB variable ``grid_step_ms`` (a Python table gets it as ``TableRun.grid_step_ms``)."""
     rows: Rows | None = None
     """A Python table (module docstring): its one implementation. The fleet-day rollup runs it too
     (``TableRun.rollup``) unless the folder has ``rollup.sql``."""
@@ -274,7 +260,7 @@ class Table:
     """Metadata SQL cannot give (added to headline.sql's); called with the connection and ``inputs`` (with a
     Python table's ``TableRun.found``, as its python checks are)."""
     inputs: Callable[[AssetExecutionContext, WarehouseResource, Scope], dict] | None = None
-    """Hook run after the write: keyword arguments for the python checks and headline that only the
+    """Run after the write: keyword arguments for the python checks and headline that only the
     resource knows (e.g. the quarantine's rejected files, which it may also log)."""
 
     @property
@@ -309,9 +295,6 @@ class Table:
             for name, value in variables.items():
                 con.execute(f"SET VARIABLE {name} = ?", [value])
             found: dict[str, Any] = {}
-            before = self.rollup_before if rollup else self.before
-            if before is not None:
-                before(con, **({"grid_step_ms": warehouse.grid_step_ms} if self.grid_step else {}))
 
             def write(sql: str) -> int:
                 return warehouse.write_and_publish(con, self.name, scope, sql)
@@ -322,8 +305,6 @@ class Table:
                 run = TableRun(scope=scope, rollup=rollup, grid_step_ms=warehouse.grid_step_ms)
                 rows = self._write_rows(con, run, write)
                 found = run.found
-            elif self.write is not None and not rollup:
-                rows = self.write(con, write)
             else:
                 prepare, query = statements(self.sql_name(rollup))
                 for statement in prepare:

@@ -93,12 +93,16 @@ def test_table_dir_is_the_sql_folder():
     assert table_dir("power_headroom") == SQL_DIR / "power_headroom"
 
 
-def test_phase_tables_are_python_tables_without_hooks():
-    """phase_segments, phase_intervals and phase_timeline: one function each gives the part's rows
-    (no SQL file whose temp tables a hook leaves, no write/before hook)."""
+def test_tables_are_declared_without_hooks():
+    """No step runs before a table's SQL or replaces its write: a table is its SQL file, its series
+    function or its Python function (the phase and swing tables, which had such hooks, are Python
+    tables), so a SQL file never reads a temp table a hook left."""
+    from dataclasses import fields
+
+    assert not {"before", "rollup_before", "write"} & {f.name for f in fields(Table)}
     declared = _declared()
-    for name in ("phase_segments", "phase_intervals", "phase_timeline"):
-        table = declared[name]
-        assert table.rows is not None, name
-        assert (table.before, table.rollup_before, table.write) == (None, None, None), name
+    for name in ("phase_segments", "phase_intervals", "phase_timeline", "swing_stats", "fleet_power_grid", "swing_projection"):
+        assert declared[name].rows is not None, name
         assert not (table_dir(name) / f"{name}.sql").exists(), name
+
+

@@ -8,7 +8,6 @@ badly (its sliding windows over sample times cost ~200x more). The SQL that once
 swing_stats is a test oracle now (tests/oracles/swing_stats.sql, held equal to these rows by
 tests/test_power_swings.py)."""
 
-import contextvars
 import datetime as dt
 import hashlib
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, Windows, carried_slots, grid_max_swing, grid_stats, grid_windows, summed_series, window_rows
 from pipeline.kernels import best_samples, in_file_order, second_connection, series_swings
 from pipeline.phases.curve import host_curves
+from pipeline.series_run import run_curves
 from pipeline.tables import Connection, Table, TableRun, table_assets
 
 WINDOWS_S = (1, 2, 10, 60)
@@ -316,26 +316,28 @@ def grid_rows(con: Connection, run: TableRun) -> pa.RecordBatchReader:
     (pipeline/grid.py), streamed host by host and then entity by entity above; none at the default
     step, where fleet_power_100ms is the grid. The stream is read by ``con``'s COPY of the part,
     from a DuckDB thread: the kernel reads on a cursor of its own (kernels.second_connection) and
-    runs in this step's context, where it finds the run's curve cache (series_run.run_curves)."""
+    gets the run's curve cache looked up here, in the step's thread (series_run.run_curves)."""
     step = run.grid_step_ms
     if step == DEFAULT_GRID_STEP_MS:
         return pa.RecordBatchReader.from_batches(GRID_SCHEMA, [])
     cur = second_connection(con)
     day_start_us = con.execute("SELECT epoch_us(day_start())").fetchall()[0][0]
     date = dt.date.fromisoformat(str(run.scope.date))
-    step_context = contextvars.copy_context()
-    frames = summed_series(cur, step)
+    frames = summed_series(cur, step, cache=run_curves())
 
     def batches() -> Iterator[pa.RecordBatch]:
-        while (frame := step_context.run(next, frames, None)) is not None:
-            n = frame.height
-            ts = day_start_us + frame["bin"].to_numpy() * (step * 1000)
-            yield pa.RecordBatch.from_arrays([
-                pa.array([date] * n, pa.date32()), frame["level"].to_arrow().cast(pa.string()),
-                frame["entity"].to_arrow().cast(pa.string()), pa.array(ts, GRID_SCHEMA.field("ts").type),
-                frame["power_w"].to_arrow(), frame["gpus_reporting"].to_arrow(), frame["complete"].to_arrow(),
-                pa.array(np.full(n, step, np.int32)), frame["carried_ms"].to_arrow(), frame["ahead_ms"].to_arrow(),
-            ], schema=GRID_SCHEMA)
+        try:
+            for frame in frames:
+                n = frame.height
+                ts = day_start_us + frame["bin"].to_numpy() * (step * 1000)
+                yield pa.RecordBatch.from_arrays([
+                    pa.array([date] * n, pa.date32()), frame["level"].to_arrow().cast(pa.string()),
+                    frame["entity"].to_arrow().cast(pa.string()), pa.array(ts, GRID_SCHEMA.field("ts").type),
+                    frame["power_w"].to_arrow(), frame["gpus_reporting"].to_arrow(), frame["complete"].to_arrow(),
+                    pa.array(np.full(n, step, np.int32)), frame["carried_ms"].to_arrow(), frame["ahead_ms"].to_arrow(),
+                ], schema=GRID_SCHEMA)
+        finally:
+            cur.close()
 
     return pa.RecordBatchReader.from_batches(GRID_SCHEMA, batches())
 
