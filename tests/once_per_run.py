@@ -7,11 +7,15 @@ import fcntl
 import os
 import pickle
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+seconds = [0.0]
+"""Seconds this process spent in ``once_per_run`` (building, or waiting for another worker to
+build): tests/conftest.py leaves them out of the setup time it holds against a test."""
 
 
 def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], T]) -> T:
@@ -20,6 +24,14 @@ def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], T]) -> T:
     run's temp folder that the workers share (the parent of each worker's own), while the others
     wait and then read what it left (the result, pickled beside the day). So ``-n 2`` pays for
     each shared day once, as a serial run does."""
+    start = time.perf_counter()
+    try:
+        return _once(tmp_path_factory, name, make)
+    finally:
+        seconds[0] += time.perf_counter() - start
+
+
+def _once(tmp_path_factory, name: str, make: Callable[[Path], T]) -> T:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return make(tmp_path_factory.mktemp(name))
     shared = tmp_path_factory.getbasetemp().parent / "shared-days"
