@@ -53,12 +53,29 @@ def pytest_collection_modifyitems(config, items):
 # named at the end of the run, so the inner loop stays short as tests are added.
 SLOW_S = 20.0
 _unmarked_slow: list[tuple[str, str, float]] = []
+# A shared day (tests/once_per_run.py) is built in the setup of the first test that takes it:
+# those seconds are the session's, not that test's, and are left out of its setup here.
+SHARED_DAY_S = "shared_day_build_s"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    from tests import once_per_run
+
+    before = once_per_run.seconds[0]
+    yield
+    if once_per_run.seconds[0] > before:
+        # user_properties travel with the setup report, to the xdist controller too
+        item.user_properties.append((SHARED_DAY_S, once_per_run.seconds[0] - before))
 
 
 def pytest_runtest_logreport(report):
     # Under pytest-xdist every report also reaches the controller, which prints the summary.
-    if report.when in ("setup", "call") and report.duration > SLOW_S and "slow" not in report.keywords and "browser" not in report.keywords:
-        _unmarked_slow.append((report.nodeid, report.when, report.duration))
+    if report.when not in ("setup", "call") or "slow" in report.keywords or "browser" in report.keywords:
+        return
+    own_s = report.duration - sum(s for key, s in report.user_properties if key == SHARED_DAY_S and report.when == "setup")
+    if own_s > SLOW_S:
+        _unmarked_slow.append((report.nodeid, report.when, own_s))
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -18,6 +18,7 @@ import pytest
 
 from pipeline.runner import RunOutcome, run_day
 from tests.builders import DAY, write_square_fleet
+from tests.once_per_run import once_per_run
 
 DATE = DAY.isoformat()
 
@@ -97,7 +98,7 @@ def _unchanged(day: BuiltDay):
 @pytest.fixture(scope="session")
 def square_day(tmp_path_factory) -> BuiltDay:
     """Ten minutes of the square-wave fleet (``tests.builders.write_square_fleet``), no requests."""
-    yield from _unchanged(build(tmp_path_factory.mktemp("square-day"), lambda d: write_square_fleet(d, seconds=600)))
+    yield from _unchanged(once_per_run(tmp_path_factory, "square-day", lambda root: build(root, lambda d: write_square_fleet(d, seconds=600))))
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +107,7 @@ def report_day(tmp_path_factory) -> BuiltDay:
     (``tests.report_fixtures.write_day``): what the report and UI tests read."""
     from tests.report_fixtures import write_day
 
-    yield from _unchanged(build(tmp_path_factory.mktemp("report-day"), write_day))
+    yield from _unchanged(once_per_run(tmp_path_factory, "report-day", lambda root: build(root, write_day)))
 
 
 # The real captures' days, each read by tests of several files. Their runs select the union of
@@ -125,7 +126,7 @@ def capture_4_day(tmp_path_factory) -> BuiltDay:
     inventory entry and its 368 logged requests (``write_capture_4``), on 2026-12-03."""
     from tests.test_phases_event_time_real import write_capture_4
 
-    yield from _unchanged(build(tmp_path_factory.mktemp("capture-4-day"), write_capture_4, "2026-12-03", CAPTURE_4_TABLES))
+    yield from _unchanged(once_per_run(tmp_path_factory, "capture-4-day", lambda root: build(root, write_capture_4, "2026-12-03", CAPTURE_4_TABLES)))
 
 
 @pytest.fixture(scope="session")
@@ -135,7 +136,8 @@ def capture_2_day(tmp_path_factory) -> BuiltDay:
     ~20 ms, 59 logged requests, ``tests.phase_real.write_h200_capture``), on 2026-12-02."""
     from tests.phase_real import write_h200_capture
 
-    yield from _unchanged(build(tmp_path_factory.mktemp("capture-2-day"), write_h200_capture, "2026-12-02", CAPTURE_2_TABLES))
+    yield from _unchanged(once_per_run(tmp_path_factory, "capture-2-day", lambda root: build(root, write_h200_capture, "2026-12-02", CAPTURE_2_TABLES)))
 
 
-__all__ = ["BuiltDay", "build", "builds_a_day", "capture_2_day", "capture_4_day", "copy_of", "report_day", "square_day", "takes_a_day_of_its_own"]
+__all__ = ["BuiltDay", "build", "builds_a_day", "capture_2_day", "capture_4_day", "copy_of", "once_per_run", "report_day", "square_day",
+           "takes_a_day_of_its_own"]

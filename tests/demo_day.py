@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_util import invoke
+from tests.once_per_run import once_per_run
 
 DATE = "2026-11-30"
 
@@ -20,9 +21,16 @@ class DemoDay:
     date: str = DATE
 
 
+def _demo(root: Path) -> DemoDay:
+    # Its report goes to a folder of its own, which no later run of the same date overwrites.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WATTLINE_REPORTS_DIR", str(root / "reports"))
+        result = invoke("demo", "--fleet", "tiny", "--hours", "0.25", "--date", DATE, "--data-dir", str(root / "data"))
+    assert result.exit_code == 0, result.output
+    return DemoDay(root / "data", result.output)
+
+
 @pytest.fixture(scope="session")
 def demo_day(tmp_path_factory) -> DemoDay:
-    data_dir = tmp_path_factory.mktemp("demo") / "data"
-    result = invoke("demo", "--fleet", "tiny", "--hours", "0.25", "--date", DATE, "--data-dir", str(data_dir))
-    assert result.exit_code == 0, result.output
-    return DemoDay(data_dir, result.output)
+    """Built once per run, also under pytest-xdist (``tests.once_per_run``)."""
+    return once_per_run(tmp_path_factory, "demo-day", _demo)

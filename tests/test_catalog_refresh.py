@@ -171,6 +171,7 @@ def test_publish_rebuilds_whatever_the_state_says(data_dir):
     assert _catalog_file(data_dir) != before
 
 
+@pytest.mark.slow  # two runs of the daily job
 def test_a_run_builds_the_catalog_once_and_its_rerun_not_at_all(tmp_path, monkeypatch):
     from pipeline.runner import run_day
     from tests.builders import write_square_fleet

@@ -66,3 +66,48 @@ def test_tests_reading_a_capture_day_are_slow_also_when_they_take_it_by_name():
     kept = [line for line in done.stdout.splitlines() if "::" in line]
     # What stays in the inner loop reads no capture day: the brute-force kernel check on synthetic rows.
     assert kept == ["tests/test_power_swings_native.py::test_kernel_equals_brute_force_per_gpu_and_run"], kept
+
+
+
+SHARED_TEST = """
+import os, time
+import pytest
+from tests.once_per_run import once_per_run
+
+def _make(root):
+    with open(os.environ["MADE_LOG"], "a") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+    time.sleep(1)  # long enough for the other worker to ask meanwhile
+    (root / "day.txt").write_text("built")
+    return root
+
+@pytest.fixture(scope="session")
+def day(tmp_path_factory):
+    return once_per_run(tmp_path_factory, "a-day", _make)
+
+def test_reads_the_day(day):
+    with open(os.environ["ASKED_LOG"], "a") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"] + " " + str(day) + "\\n")
+    assert (day / "day.txt").read_text() == "built"
+"""
+
+
+def test_under_xdist_a_shared_day_is_built_once_for_all_workers(tmp_path):
+    """``once_per_run``: with ``-n 2 --dist each`` both workers take the session fixture; the first
+    builds under the lock, the other waits and gets the same day, so ``-n 2`` pays for it once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    made, asked = tmp_path / "made.log", tmp_path / "asked.log"
+    (tmp_path / "test_shared.py").write_text(SHARED_TEST)
+    env = dict(os.environ, PYTHONPATH=str(repo), MADE_LOG=str(made), ASKED_LOG=str(asked))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "each",
+                           "--rootdir", str(tmp_path), "-c", os.devnull, "--basetemp", str(tmp_path / "base"), str(tmp_path / "test_shared.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = asked.read_text().splitlines()
+    assert sorted(line.split()[0] for line in lines) == ["gw0", "gw1"], lines  # both workers took the fixture
+    assert len({line.split()[1] for line in lines}) == 1, lines  # and got the same day
+    assert made.read_text().splitlines() in (["gw0"], ["gw1"]), made.read_text()  # which one of them built

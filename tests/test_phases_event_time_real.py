@@ -31,12 +31,13 @@ ASSETS = ["power_1s", "energy_curve", "power_100ms", "phase_timeline", "phase_in
 
 
 def write_capture_4(data_dir: Path) -> str:
-    """The collector's files as they are, one inventory entry for its GPU, and the logged requests."""
+    """The collector's files as they are, one inventory entry for its GPU (with the model its
+    endpoint served: an 8B Llama in bf16 on one GPU), and the logged requests."""
     data_dir.mkdir(parents=True, exist_ok=True)
     shutil.copytree(CAPTURE_4 / "power", data_dir / "power")
     inv = {"fleets": [{"name": "lab", "clusters": [{"name": "c0", "hosts": [{
         "name": "h200-lab", "role": "inference", "gpus": [{"index": 0, "tdp_w": 700.0, "model": "H200"}],
-        "endpoints": [{"name": "llm-8b-cb-0", "gpus": [0]}],
+        "endpoints": [{"name": "llm-8b-cb-0", "gpus": [0], "model": "llama-8b", "params_b": 8, "precision": "bf16", "tp": 1}],
     }]}]}]}
     dump_inventory(parse_inventory(inv), data_dir / "inventory.yaml")
     req = pl.read_csv(CAPTURE_4 / "requests.csv").select(

@@ -29,6 +29,7 @@ def test_peak_follows_an_allocation_and_resets():
     assert after < grown - 150, "the reset starts a new high-water mark at the current RSS"
 
 
+@pytest.mark.slow  # runs the daily job (power_1s, energy_curve) on a day of its own
 def test_timings_name_each_asset_with_its_peak_rss(tmp_path):
     data_dir = tmp_path / "data"
     write_square_fleet(data_dir, seconds=30)

@@ -254,23 +254,15 @@ def test_request_energy_carries_each_requests_latency(day):
         assert (tpot is None) == (r["output_tokens"] < 2)
 
 
-@pytest.mark.slow
-def test_capture_4_latency_equals_the_logged_requests(tmp_path):
+def test_capture_4_latency_equals_the_logged_requests(capture_4_day):
     """The real H200 capture (continuous batching, 368 requests) with its model keys set: TTFT and time
     per output token from the table equal those computed from requests.csv directly."""
     import polars as pl
 
-    from tests.test_phases_event_time_real import CAPTURE_4, write_capture_4
+    from tests.test_phases_event_time_real import CAPTURE_4
 
-    d = tmp_path / "data"
-    date = write_capture_4(d)
-    inv = {"fleets": [{"name": "lab", "clusters": [{"name": "c0", "hosts": [{
-        "name": "h200-lab", "role": "inference", "gpus": [{"index": 0, "tdp_w": 700.0, "model": "H200"}],
-        "endpoints": [{"name": "llm-8b-cb-0", "gpus": [0], "model": "llama-8b", "params_b": 8, "precision": "bf16", "tp": 1}],
-    }]}]}]}
-    dump_inventory(parse_inventory(inv), d / "inventory.yaml")
-    outcome = run_day(d, date, selection=ASSETS)
-    assert outcome.success, outcome.error
+    d, date = capture_4_day.data_dir, capture_4_day.date
+    assert set(ASSETS) <= capture_4_day.tables(), capture_4_day.outcome.materialized
     con = duckdb.connect()
     con.register("energy_per_token", read_day(d, "energy_per_token", date))
     got = _row(con, "llm-8b-cb-0", "all", "all")

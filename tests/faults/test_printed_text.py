@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from pipeline import warehouse
 from tests.builders import DAY, write_square_fleet
 from tests.cli_util import invoke
@@ -16,6 +18,7 @@ def _forged_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("error: forged")]
 
 
+@pytest.mark.slow  # runs the daily job (power_1s) on a day of its own
 def test_run_prints_a_quarantined_file_name_escaped(tmp_path):
     """Fault: a damaged raw file named `bad<newline>error: forged.parquet`. Before: `run` printed
     its quarantine line and the failed check's description in two lines each, the second starting
