@@ -147,10 +147,12 @@ def refuse_links(root: Path | str, path: Path | str) -> Path:
     return Path(path)
 
 
-def walk_matches(root: Path | str, pattern: str) -> tuple[list[Path], list[Path]]:
+def walk_matches(root: Path | str, pattern: str, looked: Callable[[str], None] | None = None) -> tuple[list[Path], list[Path]]:
     """What a glob like ``power/date=*/host=*/*.parquet`` matches below ``root`` without following
     a symbolic link: (the regular files, the links met where the pattern would have gone through
-    them or taken them). ``*`` never crosses a ``/``; names starting with a dot match, as in pathlib."""
+    them or taken them). ``*`` never crosses a ``/``; names starting with a dot match, as in pathlib.
+    ``looked``: called with each folder the walk lists (before listing it) and each fixed name it
+    looks up, whose changes are what can change the answer."""
     segments = pattern.strip("/").split("/")
     files: list[Path] = []
     links: list[Path] = []
@@ -158,6 +160,8 @@ def walk_matches(root: Path | str, pattern: str) -> tuple[list[Path], list[Path]
     def visit(folder: str, depth: int) -> None:
         segment, last = segments[depth], depth == len(segments) - 1
         if any(c in segment for c in "*?["):
+            if looked is not None:
+                looked(folder)
             try:
                 with os.scandir(folder) as it:
                     names = sorted(e.name for e in it if fnmatch.fnmatchcase(e.name, segment))
@@ -165,6 +169,8 @@ def walk_matches(root: Path | str, pattern: str) -> tuple[list[Path], list[Path]
                 return
         else:
             names = [segment]
+            if looked is not None:
+                looked(os.path.join(folder, segment))
         for name in names:
             path = os.path.join(folder, name)
             try:

@@ -6,9 +6,7 @@ so the warehouse, the quarantine, the S3 staging and the resources all build on 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,37 +64,9 @@ def dataset_paths(data_dir: Path, dataset: str) -> tuple[list[Path], list[Path]]
     remembered = _WALKS.get(key)
     if remembered is not None and all(_state(path) == state for path, state in remembered[0]):
         return list(remembered[1]), list(remembered[2])
-    segments = pattern.split("/")
     looked: list[tuple[str, FolderState]] = []
-    files: list[Path] = []
-    links: list[Path] = []
-
-    def visit(folder: str, depth: int) -> None:
-        segment, last = segments[depth], depth == len(segments) - 1
-        if any(c in segment for c in "*?["):
-            looked.append((folder, _state(folder)))  # before listing it: a change meanwhile shows next time
-            try:
-                with os.scandir(folder) as it:
-                    names = sorted(e.name for e in it if fnmatch.fnmatchcase(e.name, segment))
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                return
-        else:
-            names = [segment]
-            looked.append((os.path.join(folder, segment), _state(os.path.join(folder, segment))))
-        for name in names:
-            path = os.path.join(folder, name)
-            try:
-                mode = os.lstat(path).st_mode
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if stat.S_ISLNK(mode):
-                links.append(Path(path))
-            elif last and stat.S_ISREG(mode) and not name.startswith(TMP_PREFIX):
-                files.append(Path(path))
-            elif not last and stat.S_ISDIR(mode):
-                visit(path, depth + 1)
-
-    visit(os.fspath(data_dir), 0)
+    found, links = walk_matches(data_dir, pattern, lambda path: looked.append((path, _state(path))))
+    files = [f for f in found if not f.name.startswith(TMP_PREFIX)]
     settled = time.time_ns() - RACY_NS
     if all(state is None or state[3] < settled for _, state in looked):
         if len(_WALKS) >= 64:
