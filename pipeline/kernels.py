@@ -50,7 +50,8 @@ def _fine_spans(t_ns: np.ndarray, p: np.ndarray, w_ns: int, best: float) -> np.n
     range beats ``best`` are those K blocks kept (polars rolling over the blocks present)."""
     b_ns = max(w_ns // FINE_BLOCKS, MIN_FINE_NS)
     k = -(-w_ns // b_ns) + 1
-    fine = (t_ns - t_ns[0]) // b_ns
+    fine = t_ns - t_ns[0]
+    fine //= b_ns
     first = np.flatnonzero(np.r_[True, fine[1:] != fine[:-1]])
     blocks = pl.DataFrame({"j": fine[first], "hi": np.maximum.reduceat(p, first), "lo": np.minimum.reduceat(p, first)})
     bound = blocks.select(pl.col("hi").rolling_max_by("j", f"{k}i") - pl.col("lo").rolling_min_by("j", f"{k}i"))
@@ -59,7 +60,7 @@ def _fine_spans(t_ns: np.ndarray, p: np.ndarray, w_ns: int, best: float) -> np.n
     span = np.zeros(len(j) + 1, np.int64)  # mark the blocks present in j − K + 1 .. j of each
     np.add.at(span, np.searchsorted(j, j[ends] - k + 1), 1)
     np.add.at(span, ends + 1, -1)
-    return (np.cumsum(span[:-1]) > 0)[np.repeat(np.arange(len(j)), np.diff(np.r_[first, len(t_ns)]))]
+    return np.repeat(np.cumsum(span[:-1]) > 0, np.diff(np.r_[first, len(t_ns)]))  # each block's mark on its samples
 
 
 def _max_swing(t_ns: np.ndarray, p: np.ndarray, gap: np.ndarray, window_s: int) -> float:
@@ -80,6 +81,7 @@ def _max_swing(t_ns: np.ndarray, p: np.ndarray, gap: np.ndarray, window_s: int) 
     follows = ~gap[starts[1:]] & (block[starts[1:]] == block[starts[:-1]] + 1)  # same run, the next block
     pair = np.maximum(hi[1:], hi[:-1]) - np.minimum(lo[1:], lo[:-1])
     later = np.flatnonzero(follows & (pair > best)) + 1
+    del block  # one GPU-day's block numbers: not alive while the fine spans run
     if not len(later):
         return best
     mark = np.zeros(len(starts), bool)
@@ -117,8 +119,10 @@ def series_swings(t_ns: np.ndarray, p: np.ndarray, windows_s: tuple[int, ...]) -
     sorted samples: no frame to split); none for an empty series."""
     if not len(t_ns):
         return []
-    spacing = float(np.median(np.diff(t_ns))) / 1e6 if len(t_ns) > 1 else None
-    gap = np.r_[True, np.diff(t_ns) > RUN_GAP_NS]
+    step = np.diff(t_ns)  # one difference array for the spacing and the gaps
+    spacing = float(np.median(step)) / 1e6 if len(t_ns) > 1 else None
+    gap = np.r_[True, step > RUN_GAP_NS]
+    del step
     return [(w, _max_swing(t_ns, p, gap, w), spacing) for w in windows_s]
 
 
