@@ -49,7 +49,8 @@ def _fine_spans(t_ns: np.ndarray, p: np.ndarray, w_ns: int, best: float) -> np.n
     range beats ``best`` are those K blocks kept (polars rolling over the blocks present)."""
     b_ns = max(w_ns // FINE_BLOCKS, MIN_FINE_NS)
     k = -(-w_ns // b_ns) + 1
-    fine = (t_ns - t_ns[0]) // b_ns
+    fine = t_ns - t_ns[0]
+    fine //= b_ns
     first = np.flatnonzero(np.r_[True, fine[1:] != fine[:-1]])
     blocks = pl.DataFrame({"j": fine[first], "hi": np.maximum.reduceat(p, first), "lo": np.minimum.reduceat(p, first)})
     bound = blocks.select(pl.col("hi").rolling_max_by("j", f"{k}i") - pl.col("lo").rolling_min_by("j", f"{k}i"))
@@ -58,7 +59,7 @@ def _fine_spans(t_ns: np.ndarray, p: np.ndarray, w_ns: int, best: float) -> np.n
     span = np.zeros(len(j) + 1, np.int64)  # mark the blocks present in j − K + 1 .. j of each
     np.add.at(span, np.searchsorted(j, j[ends] - k + 1), 1)
     np.add.at(span, ends + 1, -1)
-    return (np.cumsum(span[:-1]) > 0)[np.repeat(np.arange(len(j)), np.diff(np.r_[first, len(t_ns)]))]
+    return np.repeat(np.cumsum(span[:-1]) > 0, np.diff(np.r_[first, len(t_ns)]))  # each block's mark on its samples
 
 
 def _max_swing(t_ns: np.ndarray, p: np.ndarray, gap: np.ndarray, window_s: int) -> float:
@@ -79,6 +80,7 @@ def _max_swing(t_ns: np.ndarray, p: np.ndarray, gap: np.ndarray, window_s: int) 
     follows = ~gap[starts[1:]] & (block[starts[1:]] == block[starts[:-1]] + 1)  # same run, the next block
     pair = np.maximum(hi[1:], hi[:-1]) - np.minimum(lo[1:], lo[:-1])
     later = np.flatnonzero(follows & (pair > best)) + 1
+    del block  # one GPU-day's block numbers: not alive while the fine spans run
     if not len(later):
         return best
     mark = np.zeros(len(starts), bool)
@@ -116,8 +118,10 @@ def series_swings(t_ns: np.ndarray, p: np.ndarray, windows_s: tuple[int, ...]) -
     sorted samples: no frame to split); none for an empty series."""
     if not len(t_ns):
         return []
-    spacing = float(np.median(np.diff(t_ns))) / 1e6 if len(t_ns) > 1 else None
-    gap = np.r_[True, np.diff(t_ns) > RUN_GAP_NS]
+    step = np.diff(t_ns)  # one difference array for the spacing and the gaps
+    spacing = float(np.median(step)) / 1e6 if len(t_ns) > 1 else None
+    gap = np.r_[True, step > RUN_GAP_NS]
+    del step
     return [(w, _max_swing(t_ns, p, gap, w), spacing) for w in windows_s]
 
 
@@ -173,7 +177,14 @@ def best_rows(t_ns: np.ndarray, source_rank: np.ndarray) -> np.ndarray:
 def _round_half_away(v: np.ndarray) -> np.ndarray:
     """C's round(): halves away from zero (np.round rounds them to even)."""
     r = np.trunc(v)
-    return r + np.sign(v) * (np.abs(v - r) >= 0.5)
+    d = v - r
+    np.abs(d, out=d)
+    away = d >= 0.5
+    del d
+    step = np.sign(v)  # in place below: the same values with two arrays of len(v) fewer alive
+    step *= away
+    r += step
+    return r
 
 
 def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, is_average: np.ndarray) -> dict[str, np.ndarray]:
@@ -191,8 +202,12 @@ def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, i
     term = np.zeros(len(t))
     if len(t) > 1:
         half = ((p[1:] + p[:-1]) / np.float32(2)).astype(np.float64)  # FLOAT + FLOAT, / 2: FLOAT in DuckDB
-        term[1:] = np.where(linked[1:], half * dt_s[1:], 0.0)
-    scaled = _round_half_away(term * 1e12).astype(np.int64)
+        half *= dt_s[1:]
+        term[1:] = np.where(linked[1:], half, 0.0)
+        del half
+    term *= 1e12
+    scaled = _round_half_away(term).astype(np.int64)
+    del term
     second = t // 1_000_000_000
     starts = np.flatnonzero(np.r_[True, second[1:] != second[:-1]]) if len(t) else np.zeros(0, np.int64)
     count = np.diff(np.r_[starts, len(t)])
@@ -237,9 +252,15 @@ def energy_curve(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray)
     t, p, idx = best_samples(t_ns, power_w, source_rank)
     dt = np.diff(t)
     linked = dt <= RUN_GAP_NS
-    segment = np.where(linked, (p[:-1] + p[1:]) / 2 * dt / 1e9, 0.0)
+    segment = p[:-1] + p[1:]  # (p + p') / 2 * dt / 1e9, in place: the same values, fewer arrays alive
+    segment /= 2
+    segment *= dt
+    del dt
+    segment /= 1e9
+    segment[~linked] = 0.0
     energy = np.zeros(len(t))
     np.cumsum(segment, out=energy[1:])
+    del segment
     return {
         "t_ns": t,
         "power_w": p,

@@ -77,11 +77,17 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
         return pa.RecordBatch.from_pylist([], schema=ENERGY_SCHEMA)
     day_end_s = (int(t[0]) // DAY_NS + 1) * 86_400
     second = t // SECOND_NS
-    # seconds whose start lies strictly inside a segment: at most the two after a linked sample
-    inner = [second[:-1][linked[:-1]] + k for k in (1, 2)]
-    nxt = t[1:][linked[:-1]]
+    new_second = second[1:] != second[:-1]
+    # seconds whose start lies strictly inside a segment: at most the two after a linked sample,
+    # and only a second's last sample has its next one beyond the second (t is sorted), so the
+    # candidates are one or two a second, not a copy of every sample (memory: ~5 M samples a GPU-day)
+    ends = np.flatnonzero(new_second)
+    ends = ends[linked[ends]]
+    nxt = t[ends + 1]
+    inner = [second[ends] + k for k in (1, 2)]
     crossed = np.concatenate([s[s * SECOND_NS < nxt] for s in inner])
-    seconds = np.union1d(second, crossed)
+    seconds = np.union1d(second[np.r_[True, new_second]], crossed)
+    del second, new_second, ends, nxt, inner, crossed
     seconds = seconds[seconds < day_end_s]
     start = seconds * SECOND_NS
     end = start + SECOND_NS

@@ -1,0 +1,53 @@
+"""The series kernels' memory: what one GPU-day (~5 M samples on capture 4's collector files) costs
+them beyond their inputs sets the series pass's peak RSS, so each is held to a bound in bytes per
+sample (tracemalloc counts numpy's arrays). The values are bit-equal to the wider forms they
+replaced (tests/test_power_kernels.py, tests/test_energy_seconds.py)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from pipeline import kernels
+from pipeline.series.energy import energy_seconds
+
+N = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def trace() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 50 Hz GPU trace of N samples with jittered timestamps, one source."""
+    rng = np.random.default_rng(0)
+    t = 1_764_720_000 * 10**9 + np.arange(N, dtype=np.int64) * 20_000_000 + rng.integers(0, 1000, N)
+    return t, (300 + 100 * rng.random(N)).astype(np.float32), np.zeros(N, np.uint8)
+
+
+def bytes_per_sample(f: Callable[[], object]) -> float:
+    """Peak of the memory ``f`` allocates (its result included), per sample."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        f()
+        return (tracemalloc.get_traced_memory()[1] - base) / N
+    finally:
+        tracemalloc.stop()
+
+
+def test_energy_seconds_holds_no_copy_of_every_sample_beyond_the_second_keys(trace):
+    t, p, rank = trace
+    curve = kernels.energy_curve(t, p, rank)
+    assert bytes_per_sample(lambda: energy_seconds(t, p, rank, "h", 0, curve=curve)) < 40  # was 61
+
+
+def test_seconds_1s_rounds_its_energy_terms_in_place(trace):
+    t, p, rank = trace
+    assert bytes_per_sample(lambda: kernels.seconds_1s(t, p, rank, np.zeros(N, bool))) < 64  # was 85
+
+
+def test_energy_curve_peaks_near_its_own_result(trace):
+    t, p, rank = trace  # the result alone: 49 B a sample (t, power, energy, next_t, next_w, first, linked)
+    assert bytes_per_sample(lambda: kernels.energy_curve(t, p, rank)) < 56  # was 66
