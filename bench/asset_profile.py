@@ -75,33 +75,37 @@ def _run(con, sql: str, profile: Path | None, tag: str, top: int) -> None:
 
 
 def profile_asset(resource, table: str, date, profile: Path | None, top: int) -> dict:
-    from pipeline.tables import statements
+    from pipeline.scope import Scope
+    from pipeline.tables import TableRun, statements
 
     spec = _table(table)
+    if spec.series:
+        raise SystemExit(f"{table} is a series table: time the engine's pass with bench/series_step.py")
+    scope = date if isinstance(date, Scope) else Scope(date=str(date))
     with resource.connection(date) as con:
         w0, c0 = time.perf_counter(), time.process_time()
-        on_grid = {"grid_step_ms": resource.grid_step_ms} if spec.grid_step else {}
-        for name, value in on_grid.items():  # as Table.compute: the grid's tables hold the step as a variable too
-            con.execute(f"SET VARIABLE {name} = ?", [value])
-        if spec.before is not None:  # the table's hook (a polars kernel), timed with the write
-            spec.before(con, **on_grid)
-        kernel_cpu = time.process_time() - c0
-        prepare, query = statements(spec.sql_name())
-        if spec.write is None:
+        if spec.grid_step:  # as Table.compute: a table whose SQL reads the grid step holds it as a variable
+            con.execute("SET VARIABLE grid_step_ms = ?", [resource.grid_step_ms])
+        kernel_cpu = 0.0
+        w1, c1 = w0, c0
+        if spec.rows is None:
+            prepare, query = statements(spec.sql_name())
             for i, statement in enumerate(prepare):
                 _run(con, statement, profile, f"{table}.{i}", top)
             if profile is not None:  # the same COPY as the write, profiled; the write below is then timed alone
                 _run(con, f"COPY ({query}) TO '{profile / (table + '.parquet')}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000)",
                      profile, f"{table}.query", top)
-        w1, c1 = time.perf_counter(), time.process_time()
-        if spec.write is not None:  # the table's own write hook (statements in chunks)
-            rows = spec.write(con, lambda sql: resource.write_and_publish(con, table, date, sql))
-        else:
+            w1, c1 = time.perf_counter(), time.process_time()
             rows = resource.write_and_publish(con, table, date, query)
+        else:  # a Python table: its function and the write of its rows, timed together
+            run = TableRun(scope=scope, rollup=False, grid_step_ms=resource.grid_step_ms)
+            rows = spec._write_rows(con, run, lambda sql: resource.write_and_publish(con, table, date, sql))
+            kernel_cpu = time.process_time() - c0
         w2, c2 = time.perf_counter(), time.process_time()
         quarantine = {"rejected_files": {}, "converted_files": {}} if spec.inputs is not None else {}  # cost, not findings
+        found = run.found if spec.rows is not None else {}
         for check in spec.checks():
-            check.run(con, **quarantine)
+            check.run(con, **quarantine, **found)
         w3, c3 = time.perf_counter(), time.process_time()
     write_wall, write_cpu = (w2 - w0, c2 - c0) if profile is None else (w2 - w1, c2 - c1)
     return {"asset": table, "rows": rows, "write_wall_s": write_wall, "write_cpu_s": write_cpu,
