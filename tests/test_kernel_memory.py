@@ -71,3 +71,16 @@ def test_curve_from_the_cache_builds_no_column_it_is_not_asked_for(trace):
     assert np.array_equal(c.next_gaps_ns(c.mine), (c.next_t_ns - c.t_ns)[c.mine & c.has_next])
     c.has_next[-1] = True  # a last row marked linked: its next instant is 0, as the eager column had it
     assert c.next_gaps_ns(c.mine)[-1] == -c.t_ns[-1]
+
+
+@pytest.mark.parametrize("trailing", [True, False])
+def test_power_only_detector_takes_sample_windows_at_run_bounds_only(trace, trailing):
+    """phase_segments' detector (power_detect.detect_gpu) on one GPU's samples: each sample's window
+    bounds are computed where a run starts or ends (or before a high sample), not as three
+    day-sized int64 arrays."""
+    from pipeline.phases import power_detect
+
+    t, p, _ = trace
+    w = p.astype(np.float64)
+    w[::20] = 650.0  # prefill-high samples, so the onset lead walks back from them
+    assert bytes_per_sample(lambda: power_detect.detect_gpu(0, t, w, 700.0, 60_000_000, trailing)) < 16  # was 28 / 36
