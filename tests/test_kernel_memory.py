@@ -69,6 +69,8 @@ def test_curve_from_the_cache_builds_no_column_it_is_not_asked_for(trace):
     assert np.array_equal(c.next_t_ns, np.where(linked, np.r_[k["t_ns"][1:], 0], 0))
     assert np.array_equal(c.next_w, np.where(linked, np.append(pw[1:], np.nan), np.nan), equal_nan=True)
     assert np.array_equal(c.next_gaps_ns(c.mine), (c.next_t_ns - c.t_ns)[c.mine & c.has_next])
+    fresh = curve._curve(k["t_ns"], p, k["energy_j"], linked, source_id, is_average, ["nvml"], None)
+    assert bytes_per_sample(lambda: fresh.next_gaps_ns(fresh.mine)) < 20  # the spacing, no next_t_ns built
     c.has_next[-1] = True  # a last row marked linked: its next instant is 0, as the eager column had it
     assert c.next_gaps_ns(c.mine)[-1] == -c.t_ns[-1]
 

@@ -98,8 +98,11 @@ class Curve:
 
     def next_gaps_ns(self, rows: np.ndarray) -> np.ndarray:
         """next_t_ns − t_ns at the ``rows`` (a mask) that have a next sample, without building next_t_ns."""
-        at = np.flatnonzero(rows & self.has_next)
-        return self.t_ns[np.minimum(at + 1, len(self.t_ns) - 1)] * (at + 1 < len(self.t_ns)) - self.t_ns[at]
+        at = rows & self.has_next
+        if not len(at):
+            return np.zeros(0, dtype=np.int64)
+        gaps = np.diff(self.t_ns)[at[:-1]]
+        return np.append(gaps, -self.t_ns[-1]) if at[-1] else gaps  # a last row marked linked: next_t_ns 0
 
     def __len__(self) -> int:
         return len(self.t_ns)
