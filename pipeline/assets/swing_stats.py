@@ -120,7 +120,8 @@ def gpu_swings(con: Connection) -> list[dict]:
     reports a 1 s average, as kernels.best_samples selects them), exact over sample times; p50/p99,
     ramp and window counts on its 100 ms slots with the carry rule (tests/test_power_swings.py holds
     them to the SQL oracle). Each GPU's curve from the run's cache, else each host's samples read
-    once (curve.host_curves), one GPU at a time (memory: a GPU-day's curve, a host's slots)."""
+    once (curve.host_curves), one GPU at a time (memory: a GPU-day's curve and its slots; its
+    instants and stored FLOAT power are all the swings read of the curve)."""
     provisioned = {e: w for e, w in con.execute("SELECT entity, provisioned_w FROM inventory_entities WHERE level = 'gpu'").fetchall()}
     first_slot = con.execute("SELECT day_first_slot()").fetchall()[0][0]
     gpus: dict[str, list[int]] = {}
