@@ -51,3 +51,38 @@ def test_seconds_1s_rounds_its_energy_terms_in_place(trace):
 def test_energy_curve_peaks_near_its_own_result(trace):
     t, p, rank = trace  # the result alone: 49 B a sample (t, power, energy, next_t, next_w, first, linked)
     assert bytes_per_sample(lambda: kernels.energy_curve(t, p, rank)) < 56  # was 66
+
+
+def test_curve_from_the_cache_builds_no_column_it_is_not_asked_for(trace):
+    """A curve taken from the run's cache (curve._curve) holds the cached columns as they are; the
+    power in double and the next sample's instant and power are built where read (swing_stats reads
+    neither: at 8 GPUs x 24 h they were ~120 MB a GPU beside the host's slots)."""
+    from pipeline.phases import curve
+
+    t, p, rank = trace
+    k = kernels.energy_curve(t, p, rank)
+    linked, source_id, is_average = k["linked"], np.zeros(N, np.uint8), np.zeros(N, bool)
+    assert bytes_per_sample(lambda: curve._curve(k["t_ns"], p, k["energy_j"], linked, source_id, is_average, ["nvml"], None)) < 2
+    c = curve._curve(k["t_ns"], p, k["energy_j"], linked, source_id, is_average, ["nvml"], None)
+    pw = p.astype(np.float64)  # read, each is the eager column it replaced
+    assert np.array_equal(c.power_w, pw)
+    assert np.array_equal(c.next_t_ns, np.where(linked, np.r_[k["t_ns"][1:], 0], 0))
+    assert np.array_equal(c.next_w, np.where(linked, np.append(pw[1:], np.nan), np.nan), equal_nan=True)
+    assert np.array_equal(c.next_gaps_ns(c.mine), (c.next_t_ns - c.t_ns)[c.mine & c.has_next])
+    fresh = curve._curve(k["t_ns"], p, k["energy_j"], linked, source_id, is_average, ["nvml"], None)
+    assert bytes_per_sample(lambda: fresh.next_gaps_ns(fresh.mine)) < 20  # the spacing, no next_t_ns built
+    c.has_next[-1] = True  # a last row marked linked: its next instant is 0, as the eager column had it
+    assert c.next_gaps_ns(c.mine)[-1] == -c.t_ns[-1]
+
+
+@pytest.mark.parametrize("trailing", [True, False])
+def test_power_only_detector_takes_sample_windows_at_run_bounds_only(trace, trailing):
+    """phase_segments' detector (power_detect.detect_gpu) on one GPU's samples: each sample's window
+    bounds are computed where a run starts or ends (or before a high sample), not as three
+    day-sized int64 arrays."""
+    from pipeline.phases import power_detect
+
+    t, p, _ = trace
+    w = p.astype(np.float64)
+    w[::20] = 650.0  # prefill-high samples, so the onset lead walks back from them
+    assert bytes_per_sample(lambda: power_detect.detect_gpu(0, t, w, 700.0, 60_000_000, trailing)) < 16  # was 28 / 36

@@ -443,7 +443,7 @@ def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None) -> dict:
     best, _, is_average = found[0]
     if len(found) > 1:  # one source: every row is its
         c.mine = c.source_id == c.source_names.index(best)
-    gaps = (c.next_t_ns - c.t_ns)[c.mine & c.has_next]
+    gaps = c.next_gaps_ns(c.mine)
     interval_ms = float(np.median(gaps)) / 1e6 if len(gaps) else None
     unresolved = None
     if not is_average and interval_ms is not None and interval_ms <= power_detect.PREFILL_RESOLVABLE_MS and tdp_w is not None:

@@ -19,7 +19,7 @@ import pyarrow as pa
 from collectors.settings import DEFAULT_GRID_STEP_MS
 from pipeline.grid import DAY_NS, Windows, carried_slots, grid_max_swing, grid_stats, grid_windows, summed_series, window_rows
 from pipeline.kernels import best_samples, in_file_order, second_connection, series_swings
-from pipeline.phases.curve import host_curves
+from pipeline.phases.curve import Curve, host_curves
 from pipeline.series_run import run_curves
 from pipeline.tables import Connection, Table, TableRun, table_assets
 
@@ -46,13 +46,24 @@ GRID_SCHEMA = pa.schema([
 _GPU_SLOTS = """
 SELECT gpu, slot_100ms(ts) AS slot, CASE WHEN is_average THEN NULL ELSE power_w END::DOUBLE AS p, power_avg_w::DOUBLE AS pa,
        source = 'dcgm' AS dcgm
-FROM power_100ms WHERE date = getvariable('partition_date') AND host = $host
+FROM power_100ms WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu
 """
 
 
 def _native(series: str, t_ns: np.ndarray, p: np.ndarray) -> dict[tuple[str, int], tuple[float, float | None]]:
     """A GPU series' max swing per window on its raw samples, exact over sample times (kernels.series_swings)."""
     return {(series, w): (mx, ms) for w, mx, ms in series_swings(t_ns, p.astype(np.float64), WINDOWS_S)}
+
+
+def _native_of(cv: Curve) -> dict[tuple[str, int], tuple[float, float | None]]:
+    """_native of both series of a GPU's curve: the instant series on its rows that are not 1 s
+    averages (the stored FLOAT power, widened once; no copy where every row is instantaneous), the
+    avg1s series on its 1 s-average trace."""
+    t, p = cv.t_ns, cv.power_w32
+    if cv.is_average.any():
+        keep = ~cv.is_average
+        t, p = t[keep], p[keep]
+    return _native("instant", t, p) | _native("avg1s", cv.avg_t_ns, cv.avg_w)
 
 
 def _coarse_step_s(slot: np.ndarray, dcgm: np.ndarray) -> float | None:
@@ -109,7 +120,8 @@ def gpu_swings(con: Connection) -> list[dict]:
     reports a 1 s average, as kernels.best_samples selects them), exact over sample times; p50/p99,
     ramp and window counts on its 100 ms slots with the carry rule (tests/test_power_swings.py holds
     them to the SQL oracle). Each GPU's curve from the run's cache, else each host's samples read
-    once (curve.host_curves), one GPU at a time (memory: a GPU-day's curve, a host's slots)."""
+    once (curve.host_curves), one GPU at a time (memory: a GPU-day's curve and its slots; its
+    instants and stored FLOAT power are all the swings read of the curve)."""
     provisioned = {e: w for e, w in con.execute("SELECT entity, provisioned_w FROM inventory_entities WHERE level = 'gpu'").fetchall()}
     first_slot = con.execute("SELECT day_first_slot()").fetchall()[0][0]
     gpus: dict[str, list[int]] = {}
@@ -119,28 +131,28 @@ def gpu_swings(con: Connection) -> list[dict]:
             gpus.setdefault(host, []).append(gpu)
     out: list[dict] = []
     for host, host_gpus in gpus.items():
-        with in_file_order(con):  # power_100ms' part is sorted by (host, gpu, ts)
-            slots = con.sql(_GPU_SLOTS, params={"host": host}).fetchnumpy()
-        slot_gpu = np.asarray(slots["gpu"])
         curves = host_curves(con, host, host_gpus, with_avg=True)  # the run's cache, else the host's samples read once
         got = next(curves, None)
         for gpu in host_gpus:
             if got is not None and got[0] == gpu:
                 cv, got = got[1], None
-                native = _native("instant", cv.t_ns[~cv.is_average], cv.power_w[~cv.is_average]) | _native("avg1s", cv.avg_t_ns, cv.avg_w)
+                native = _native_of(cv)
                 del cv  # one GPU's curve in memory
                 got = next(curves, None)
             else:
                 t, p, _ = best_samples(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.uint8))
                 native = _native("avg1s", t, p)
-            mine = np.flatnonzero(slot_gpu == gpu)
-            slot = np.asarray(slots["slot"])[mine]
+            with in_file_order(con):  # power_100ms' part is sorted by (host, gpu, ts); one GPU's slots at a time
+                slots = con.sql(_GPU_SLOTS, params={"host": host, "gpu": gpu}).fetchnumpy()
+            slot = np.asarray(slots["slot"])
+            mine = np.arange(len(slot))
             if len(slot) > 1 and not bool((slot[1:] > slot[:-1]).all()):
                 order = np.argsort(slot, kind="stable")
                 mine, slot = mine[order], slot[order]
             p_grid, pa_grid = (np.ma.filled(np.ma.asarray(slots[c])[mine].astype(np.float64), np.nan) for c in ("p", "pa"))
             rows = _gpu_rows(host, gpu, float(provisioned[f"{host}/{gpu}"]), slot, p_grid, pa_grid,
                              np.ma.filled(np.ma.asarray(slots["dcgm"])[mine], False).astype(bool), native, first_slot)
+            del slots, p_grid, pa_grid  # before the next GPU's
             out += [{**r, "provisioned_w": provisioned[r["entity"]]} for r in rows]
     return out
 

@@ -11,7 +11,6 @@ arithmetic is the macro's, operation for operation, so energies agree to roundin
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Final, Literal
 
 import numpy as np
@@ -24,27 +23,86 @@ from pipeline.series.samples import AVERAGE_RANK, GpuSamples
 from pipeline.series_run import run_curves
 
 
-@dataclass
 class Curve:
-    """A GPU's curve rows sorted by t_ns; ``has_next`` False where next_t_ns is NULL (a gap or the end)."""
+    """A GPU's curve rows sorted by t_ns; ``has_next`` False where next_t_ns is NULL (a gap or the end).
 
-    t_ns: np.ndarray
-    power_w: np.ndarray
-    energy_j: np.ndarray
-    next_t_ns: np.ndarray
-    next_w: np.ndarray
-    has_next: np.ndarray
-    mine: np.ndarray
-    """Rows of the source asked for by read_curve (all rows when none was)."""
-    source_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
-    """Each row's source, as an index into ``source_names``."""
-    source_names: list[str] = field(default_factory=list)
-    is_average: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    """Rows whose source is a 1 s average."""
-    avg_t_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    avg_w: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    """The GPU's 1 s-average trace (kernels.best_samples over its rows with a 1 s average), where
-    asked for (host_curves' ``with_avg``): swing_stats' avg1s series."""
+    Only the columns a reader uses are built: the power in double (``power_w``, from the stored
+    FLOAT ``power_w32``), the next sample's instant and power (``next_t_ns``, ``next_w``) and
+    ``mine`` are computed on first use and kept, so a reader of instants and power alone (the
+    swings) holds no day-sized copies it never reads."""
+
+    def __init__(self, t_ns: np.ndarray, power_w: np.ndarray | None = None, energy_j: np.ndarray | None = None,
+                 next_t_ns: np.ndarray | None = None, next_w: np.ndarray | None = None, has_next: np.ndarray | None = None,
+                 mine: np.ndarray | None = None, source_id: np.ndarray | None = None, source_names: list[str] | None = None,
+                 is_average: np.ndarray | None = None, avg_t_ns: np.ndarray | None = None, avg_w: np.ndarray | None = None,
+                 power_w32: np.ndarray | None = None) -> None:
+        assert power_w is not None or power_w32 is not None, "a curve needs its power"
+        assert energy_j is not None and has_next is not None
+        self.t_ns = t_ns
+        self.power_w32 = power_w32 if power_w32 is not None else np.asarray(power_w).astype(np.float32)
+        """The power as the table of samples stored it (FLOAT)."""
+        self._power_w = power_w
+        self.energy_j = energy_j
+        self._next_t_ns = next_t_ns
+        self._next_w = next_w
+        self.has_next = has_next
+        self._mine = mine
+        self.source_id = source_id if source_id is not None else np.zeros(0, np.uint8)
+        """Each row's source, as an index into ``source_names``."""
+        self.source_names = source_names if source_names is not None else []
+        self.is_average = is_average if is_average is not None else np.zeros(0, bool)
+        """Rows whose source is a 1 s average."""
+        self.avg_t_ns = avg_t_ns if avg_t_ns is not None else np.zeros(0, np.int64)
+        self.avg_w = avg_w if avg_w is not None else np.zeros(0)
+        """The GPU's 1 s-average trace (kernels.best_samples over its rows with a 1 s average), where
+        asked for (host_curves' ``with_avg``): swing_stats' avg1s series."""
+
+    @property
+    def power_w(self) -> np.ndarray:
+        """Each row's power (W) in double."""
+        if self._power_w is None:
+            self._power_w = self.power_w32.astype(np.float64)
+        return self._power_w
+
+    @property
+    def next_t_ns(self) -> np.ndarray:
+        """The next row's instant where has_next, else 0."""
+        if self._next_t_ns is None:
+            t = self.t_ns
+            out = np.zeros(len(t), dtype=np.int64)
+            out[:-1] = t[1:]
+            out[~self.has_next] = 0
+            self._next_t_ns = out
+        return self._next_t_ns
+
+    @property
+    def next_w(self) -> np.ndarray:
+        """The next row's power (W) where has_next, else NaN."""
+        if self._next_w is None:
+            out = np.full(len(self.t_ns), np.nan)
+            out[:-1] = self.power_w32[1:]
+            out[~self.has_next] = np.nan
+            self._next_w = out
+        return self._next_w
+
+    @property
+    def mine(self) -> np.ndarray:
+        """Rows of the source asked for by read_curve (all rows when none was)."""
+        if self._mine is None:
+            self._mine = np.ones(len(self.t_ns), dtype=bool)
+        return self._mine
+
+    @mine.setter
+    def mine(self, rows: np.ndarray) -> None:
+        self._mine = rows
+
+    def next_gaps_ns(self, rows: np.ndarray) -> np.ndarray:
+        """next_t_ns − t_ns at the ``rows`` (a mask) that have a next sample, without building next_t_ns."""
+        at = rows & self.has_next
+        if not len(at):
+            return np.zeros(0, dtype=np.int64)
+        gaps = np.diff(self.t_ns)[at[:-1]]
+        return np.append(gaps, -self.t_ns[-1]) if at[-1] else gaps  # a last row marked linked: next_t_ns 0
 
     def __len__(self) -> int:
         return len(self.t_ns)
@@ -89,16 +147,13 @@ def _curve(t: np.ndarray, p32: np.ndarray, energy: np.ndarray, linked: np.ndarra
            names: list[str], source: str | None) -> Curve:
     """A Curve from the curve's columns (``p32``: the power as the table of samples stored it, FLOAT),
     built from the samples (curve_of) or taken from the run's cache (pipeline/series/cache.py)."""
-    p = p32.astype(np.float64)
-    mine = np.ones(len(t), dtype=bool)
+    mine = None  # every row: built where read (Curve.mine)
     if source is not None:
         mine = source_id == (names.index(source) if source in names else 255)
     return Curve(
         t_ns=t,
-        power_w=p,
+        power_w32=p32,
         energy_j=energy,
-        next_t_ns=np.where(linked, np.r_[t[1:], 0], 0),
-        next_w=np.where(linked, np.append(p[1:], np.nan), np.nan),
         has_next=linked,
         mine=mine,
         source_id=source_id,

@@ -188,7 +188,31 @@ def detect(samples: pl.DataFrame, lead_ns: int = 0, trailing: bool = True, prefi
     )
 
 
-def _lead_into(ph: np.ndarray, high: np.ndarray, lo: np.ndarray, hi: np.ndarray, fresh: np.ndarray, lead_ns: int) -> None:
+class _Windows:
+    """Each sample's window (lo, hi] (ns), computed at the indices asked for: a trailing source's
+    (previous sample, sample], an instant source's (midpoint before, midpoint after], lo the sample
+    itself at a stretch's first sample, hi the sample itself at its last. Why at indices: only run
+    bounds and the samples before a high one are read, and three day-sized int64 arrays (previous
+    instant, lo, hi) were most of the detector's memory."""
+
+    def __init__(self, t: np.ndarray, fresh: np.ndarray, trailing: bool) -> None:
+        self.t, self.fresh, self.trailing = t, fresh, trailing
+
+    def lo(self, i: np.ndarray) -> np.ndarray:
+        t = self.t
+        prev = t[np.maximum(i - 1, 0)]
+        return np.where(self.fresh[i], t[i], prev if self.trailing else (prev + t[i]) // 2)
+
+    def hi(self, i: np.ndarray) -> np.ndarray:
+        t = self.t
+        if self.trailing:
+            return t[i]
+        nxt = np.minimum(i + 1, len(t) - 1)
+        last = (i == len(t) - 1) | self.fresh[nxt]  # a stretch's last sample: the next one starts another
+        return np.where(last, t[i], (t[i] + t[nxt]) // 2)
+
+
+def _lead_into(ph: np.ndarray, high: np.ndarray, windows: _Windows, fresh: np.ndarray, lead_ns: int) -> None:
     """Label prefill (2 in ``ph``) each sample whose window ends less than ``lead_ns`` before the
     window start of a later high sample (indices ``high``) of its stretch (no ``fresh`` sample
     after it up to that one). Windows are in time order, so that gap grows with the distance back:
@@ -196,10 +220,10 @@ def _lead_into(ph: np.ndarray, high: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     (a few steps: the lead spans a few samples), instead of a next-high index per sample (a later
     high sample qualifying means the nearest one does too: its window starts no later)."""
     j, d = high, 1
-    starts = lo[high]
+    starts = windows.lo(high)
     while len(j):
         i = j - d
-        keep = (i >= 0) & (starts - hi[np.maximum(i, 0)] < lead_ns)
+        keep = (i >= 0) & (starts - windows.hi(np.maximum(i, 0)) < lead_ns)
         keep[keep] &= ~fresh[i[keep] + 1]  # the stretch does not restart between i and its high sample
         j, starts, i = j[keep], starts[keep], i[keep]
         ph[i] = 2
@@ -220,24 +244,21 @@ def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lea
     t, w = np.asarray(t_ns, dtype=np.int64), np.asarray(power_w, dtype=np.float64)
     idle_w, decode_w, high_w = _levels_unsorted(w, tdp_w)
     prefill_w, idle_max_w = (decode_w + high_w) / 2, (idle_w + decode_w) / 2
-    gap = np.diff(t) > GAP_NS
-    fresh, last = np.r_[True, gap], np.r_[gap, True]  # a stretch's first sample / its last
-    prev_t = np.r_[t[0], t[:-1]]  # at a fresh sample unused: lo is the sample itself there
-    if trailing:  # the sample's window: (previous sample, sample]
-        lo, hi = prev_t, t
-    else:  # centred: (midpoint before, midpoint after]
-        lo, hi = (prev_t + t) // 2, np.where(last, t, (t + np.r_[t[1:], t[-1]]) // 2)
-    lo = np.where(fresh, t, lo)
+    fresh = np.empty(n, dtype=bool)  # a stretch's first sample: the GPU's first or the first after a gap
+    fresh[0] = True
+    np.greater(np.diff(t), GAP_NS, out=fresh[1:])
+    windows = _Windows(t, fresh, trailing)
     high = (w >= prefill_w) & prefill
     ph = (w >= idle_max_w).astype(np.int8)
     ph[high] = 2
     if lead_ns > 0:
-        _lead_into(ph, np.flatnonzero(high), lo, hi, fresh, lead_ns)
+        _lead_into(ph, np.flatnonzero(high), windows, fresh, lead_ns)
+    del high
     starts = np.flatnonzero(fresh | np.r_[True, ph[1:] != ph[:-1]])
     ends = np.r_[starts[1:], n] - 1
     p_lo = np.where(fresh[starts], w[starts], w[np.maximum(starts - 1, 0)])
     runs = pl.DataFrame({
-        "gk": np.full(len(starts), gk, dtype=np.int64), "ph": ph[starts], "lo": lo[starts], "hi": hi[ends],
+        "gk": np.full(len(starts), gk, dtype=np.int64), "ph": ph[starts], "lo": windows.lo(starts), "hi": windows.hi(ends),
         "peak_w": np.maximum(np.maximum.reduceat(w, starts), p_lo),
     }, schema=RUN_SCHEMA)
     # a run of one lone sample right after a gap has no length: nothing to label
