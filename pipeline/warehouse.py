@@ -90,24 +90,17 @@ def default_memory_mb() -> int:
     return max(256, min(cap_mb, int(ram_mb * share)))
 
 
-COMPUTE_MEMORY_MB = 512
-"""A compute connection's default bound, below :func:`default_memory_mb`: DuckDB fills what it is
-given (on 8 GPU-days, phase_segments' COPY and power_cap_whatif's temp tables took 1.1 and 0.9 GiB
-of 2 GiB) and the process holds ~0.4 GB between steps, so a SQL step's peak RSS is about this plus
-0.4 GB; larger intermediates spill (docs/benchmarks.md, "Peak memory of a whole run")."""
-
-
 def duckdb_config(memory: str | None = None, threads: int | None = None) -> dict:
     """Settings for compute connections: bounded memory that spills, all cores unless told.
 
     ``memory`` / ``threads``: the values the caller's entry point resolved (the resource's fields,
     from $WATTLINE_DUCKDB_MEMORY / $WATTLINE_DUCKDB_THREADS); None: memory_limit is
-    :data:`COMPUTE_MEMORY_MB` (or :func:`default_memory_mb` where RAM is smaller), threads DuckDB's own.
+    :func:`default_memory_mb` (a quarter of physical RAM capped at 2 GiB), threads DuckDB's own.
     DuckDB's own default (80 % of RAM) let one day of 64 GPUs reach 15 GB RSS; with the bound,
     larger intermediates (sorts, hash tables) spill to the temp directory and a day's run stays
     under 4 GB RSS whatever its size (bench/results/memory.json: peak RSS and CPU cost).
     """
-    memory = memory or f"{min(default_memory_mb(), COMPUTE_MEMORY_MB)}MB"
+    memory = memory or f"{default_memory_mb()}MB"
     config: dict = {"preserve_insertion_order": False, "memory_limit": memory}
     if threads:
         config["threads"] = threads
