@@ -124,30 +124,26 @@ class EventLogStorage(SqliteEventLogStorage):
         super().upgrade()
 
 
-class RunStorage(SqliteRunStorage):
+class _OneEngineFile:
+    """A storage of one SQLite file (Dagster's run or schedule storage, mixed in before it) whose
+    connections all come from one engine."""
+
+    def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
+        super().__init__(conn_string, inst_data)  # type: ignore[call-arg]
+        self._one = _OneEngine(conn_string)
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self._one.connect() as conn:
+            yield conn
+
+
+class RunStorage(_OneEngineFile, SqliteRunStorage):
     """Dagster's SQLite run storage with one engine for ``runs.db``."""
 
-    def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
-        super().__init__(conn_string, inst_data)
-        self._one = _OneEngine(conn_string)
 
-    @contextlib.contextmanager
-    def connect(self) -> Iterator[Connection]:
-        with self._one.connect() as conn:
-            yield conn
-
-
-class ScheduleStorage(SqliteScheduleStorage):
+class ScheduleStorage(_OneEngineFile, SqliteScheduleStorage):
     """Dagster's SQLite schedule storage with one engine for ``schedules.db``."""
-
-    def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
-        super().__init__(conn_string, inst_data)
-        self._one = _OneEngine(conn_string)
-
-    @contextlib.contextmanager
-    def connect(self) -> Iterator[Connection]:
-        with self._one.connect() as conn:
-            yield conn
 
 
 class SqliteStorage(DagsterSqliteStorage):
