@@ -59,6 +59,10 @@ def bench_doc(n: int, poison: dict[int, dict]) -> dict:
     return doc
 
 
+SPAN_NS = 700_000_000
+"""How long each span of span_dict lasts (end = start + SPAN_NS)."""
+
+
 def span_dict(i: int, *, start_ns: int | None = None, name: str = "llm_request", **attrs) -> dict:
     """One llm_request span in OTLP/JSON (ids as hex); ``attrs`` override the vLLM attributes
     (a value of :class:`Raw` is written as it is, as a double unless its key ends in _tokens)."""
@@ -72,7 +76,7 @@ def span_dict(i: int, *, start_ns: int | None = None, name: str = "llm_request",
         kind = "intValue" if k.endswith("_tokens") else "stringValue" if isinstance(v, str) else "doubleValue"
         kvs.append({"key": k, "value": {kind: v}})
     return {"traceId": f"{i + 1:032x}", "spanId": f"{i + 1:016x}", "name": name, "kind": 2,
-            "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 700_000_000), "attributes": kvs}
+            "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + SPAN_NS), "attributes": kvs}
 
 
 def export_doc(spans: list[dict], service: str = "vllm-a") -> dict:
