@@ -26,7 +26,7 @@ def data_dir(tmp_path):
 # One small `wattline demo` day per session, for the tests of what a user sees (tests/demo_day.py).
 # Days built once per session and read by every test that needs them; a test that writes copies
 # one first (tests/days.py, CONTRIBUTING.md "Tests that read a built day").
-from tests.days import capture_2_day, capture_4_day, demo_fleet_day, report_day, square_day, tiny_collector_day  # noqa: E402,F401
+from tests.days import capture_2_day, capture_4_day, demo_fleet_day, report_day, tiny_collector_day  # noqa: E402,F401
 from tests.demo_day import demo_day  # noqa: E402,F401
 from tests.s3_server import s3, s3_server  # noqa: E402,F401
 

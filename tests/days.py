@@ -1,7 +1,7 @@
 """Built days shared by the whole test session: each fleet shape goes through the daily job once
 and every test that reads it takes the same data dir, instead of building its own.
 
-A test that only reads a day takes the fixture (``square_day``, ``report_day``). A test that
+A test that only reads a day takes the fixture (``report_day``, ``demo_day``). A test that
 writes into a day (reruns it, damages a file, adds a table, serves it to the UI) works on its own
 copy: ``copy_of(day, tmp_path / "data")``. A shared day that changes while the session runs fails
 the session at its end (``BuiltDay.changed``), naming the files, so a test that forgot to copy is
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.runner import RunOutcome, run_day
-from tests.builders import DAY, write_square_fleet
+from tests.builders import DAY
 from tests.once_per_run import once_per_run
 
 DATE = DAY.isoformat()
@@ -96,15 +96,11 @@ def _unchanged(day: BuiltDay):
 
 
 @pytest.fixture(scope="session")
-def square_day(tmp_path_factory) -> BuiltDay:
-    """Ten minutes of the square-wave fleet (``tests.builders.write_square_fleet``), no requests."""
-    yield from _unchanged(once_per_run(tmp_path_factory, "square-day", lambda root: build(root, lambda d: write_square_fleet(d, seconds=600))))
-
-
-@pytest.fixture(scope="session")
 def report_day(tmp_path_factory) -> BuiltDay:
-    """The square-wave fleet's ten minutes plus one request every 5 s on ep-a
-    (``tests.report_fixtures.write_day``): what the report and UI tests read."""
+    """Ten minutes of the square-wave fleet (``tests.builders.write_square_fleet``) plus one request
+    every 5 s on ep-a (``tests.report_fixtures.write_day``): the power tests, the report and the UI
+    read it. Its power tables are those of the fleet alone (the requests change no power row); the
+    requests, which the flat inference power does not follow, make phase_timeline's clock_skew WARN."""
     from tests.report_fixtures import write_day
 
     yield from _unchanged(once_per_run(tmp_path_factory, "report-day", lambda root: build(root, write_day)))
@@ -185,5 +181,5 @@ def demo_fleet_day(tmp_path_factory) -> BuiltDay:
     yield from _unchanged(once_per_run(tmp_path_factory, "demo-fleet-day",
                                        lambda root: build(root, write_demo_fleet, TINY_DATE, DEMO_FLEET_TABLES)))
 
-__all__ = ["BuiltDay", "build", "builds_a_day", "capture_2_day", "capture_4_day", "copy_of", "demo_fleet_day", "once_per_run", "report_day", "square_day",
+__all__ = ["BuiltDay", "build", "builds_a_day", "capture_2_day", "capture_4_day", "copy_of", "demo_fleet_day", "once_per_run", "report_day",
            "takes_a_day_of_its_own", "tiny_collector_day"]
