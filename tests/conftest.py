@@ -50,8 +50,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 # `make test-fast` skips the `slow` tests; one that takes longer than this without the marker is
-# named at the end of the run, so the inner loop stays short as tests are added.
-SLOW_S = 20.0
+# named at the end of the run, so the inner loop stays short as tests are added (wall seconds: on a
+# busy 2-core machine a test of ~5 s of its own takes about this long).
+SLOW_S = 10.0
 _unmarked_slow: list[tuple[str, str, float]] = []
 # A shared day (tests/once_per_run.py) is built in the setup of the first test that takes it:
 # those seconds are the session's, not that test's, and are left out of its setup here.
