@@ -26,7 +26,7 @@ def data_dir(tmp_path):
 # One small `wattline demo` day per session, for the tests of what a user sees (tests/demo_day.py).
 # Days built once per session and read by every test that needs them; a test that writes copies
 # one first (tests/days.py, CONTRIBUTING.md "Tests that read a built day").
-from tests.days import capture_2_day, capture_4_day, report_day, square_day  # noqa: E402,F401
+from tests.days import capture_2_day, capture_4_day, demo_fleet_day, report_day, tiny_collector_day  # noqa: E402,F401
 from tests.demo_day import demo_day  # noqa: E402,F401
 from tests.s3_server import s3, s3_server  # noqa: E402,F401
 
@@ -50,8 +50,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 # `make test-fast` skips the `slow` tests; one that takes longer than this without the marker is
-# named at the end of the run, so the inner loop stays short as tests are added.
-SLOW_S = 20.0
+# named at the end of the run, so the inner loop stays short as tests are added (wall seconds: on a
+# busy 2-core machine a test of ~5 s of its own takes about this long).
+SLOW_S = 10.0
 _unmarked_slow: list[tuple[str, str, float]] = []
 # A shared day (tests/once_per_run.py) is built in the setup of the first test that takes it:
 # those seconds are the session's, not that test's, and are left out of its setup here.

@@ -1,7 +1,7 @@
 """Built days shared by the whole test session: each fleet shape goes through the daily job once
 and every test that reads it takes the same data dir, instead of building its own.
 
-A test that only reads a day takes the fixture (``square_day``, ``report_day``). A test that
+A test that only reads a day takes the fixture (``report_day``, ``demo_day``). A test that
 writes into a day (reruns it, damages a file, adds a table, serves it to the UI) works on its own
 copy: ``copy_of(day, tmp_path / "data")``. A shared day that changes while the session runs fails
 the session at its end (``BuiltDay.changed``), naming the files, so a test that forgot to copy is
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.runner import RunOutcome, run_day
-from tests.builders import DAY, write_square_fleet
+from tests.builders import DAY
 from tests.once_per_run import once_per_run
 
 DATE = DAY.isoformat()
@@ -96,15 +96,11 @@ def _unchanged(day: BuiltDay):
 
 
 @pytest.fixture(scope="session")
-def square_day(tmp_path_factory) -> BuiltDay:
-    """Ten minutes of the square-wave fleet (``tests.builders.write_square_fleet``), no requests."""
-    yield from _unchanged(once_per_run(tmp_path_factory, "square-day", lambda root: build(root, lambda d: write_square_fleet(d, seconds=600))))
-
-
-@pytest.fixture(scope="session")
 def report_day(tmp_path_factory) -> BuiltDay:
-    """The square-wave fleet's ten minutes plus one request every 5 s on ep-a
-    (``tests.report_fixtures.write_day``): what the report and UI tests read."""
+    """Ten minutes of the square-wave fleet (``tests.builders.write_square_fleet``) plus one request
+    every 5 s on ep-a (``tests.report_fixtures.write_day``): the power tests, the report and the UI
+    read it. Its power tables are those of the fleet alone (the requests change no power row); the
+    requests, which the flat inference power does not follow, make phase_timeline's clock_skew WARN."""
     from tests.report_fixtures import write_day
 
     yield from _unchanged(once_per_run(tmp_path_factory, "report-day", lambda root: build(root, write_day)))
@@ -139,5 +135,51 @@ def capture_2_day(tmp_path_factory) -> BuiltDay:
     yield from _unchanged(once_per_run(tmp_path_factory, "capture-2-day", lambda root: build(root, write_h200_capture, "2026-12-02", CAPTURE_2_TABLES)))
 
 
-__all__ = ["BuiltDay", "build", "builds_a_day", "capture_2_day", "capture_4_day", "copy_of", "once_per_run", "report_day", "square_day",
-           "takes_a_day_of_its_own"]
+TINY_DATE = "2026-11-30"
+TINY_COLLECTOR_HOURS = 0.1
+
+
+def write_tiny_collector(data_dir: Path) -> None:
+    """The simulated tiny fleet's first 6 minutes (seed 0) as ``wattline collect`` writes them."""
+    import datetime as dt
+
+    from collectors.simulate import simulate
+
+    simulate(data_dir, start=dt.date.fromisoformat(TINY_DATE), fleet="tiny", hours=TINY_COLLECTOR_HOURS, seed=0, shape="collector")
+
+
+@pytest.fixture(scope="session")
+@builds_a_day
+def tiny_collector_day(tmp_path_factory) -> BuiltDay:
+    """The simulated tiny fleet's first 6 minutes of 2026-11-30 in the collector's shape (the
+    driver's ~20 ms buffer and 100 ms field rows, ``write_tiny_collector``), every table built:
+    the phase and collector-shape tests read it."""
+    yield from _unchanged(once_per_run(tmp_path_factory, "tiny-collector-day", lambda root: build(root, write_tiny_collector, TINY_DATE)))
+
+
+
+# The simulated demo fleet's first 6 minutes (seed 0, one 10 Hz series per GPU): the power tables the
+# plausibility tests read and the phase tables the prefill-peak test reads.
+DEMO_FLEET_HOURS = 0.1
+DEMO_FLEET_TABLES = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary",
+                     "training_vs_inference", "coincidence", "training_energy", "energy_curve", "phase_intervals", "phase_segments"]
+
+
+def write_demo_fleet(data_dir: Path) -> None:
+    import datetime as dt
+
+    from collectors.simulate import simulate
+
+    simulate(data_dir, start=dt.date.fromisoformat(TINY_DATE), fleet="demo", hours=DEMO_FLEET_HOURS, seed=0)
+
+
+@pytest.fixture(scope="session")
+@builds_a_day
+def demo_fleet_day(tmp_path_factory) -> BuiltDay:
+    """The simulated demo fleet (2 training hosts, 4 inference hosts of 8 H200s) for the first 6
+    minutes of 2026-11-30, its US endpoints' peak (``write_demo_fleet``): ``DEMO_FLEET_TABLES`` only."""
+    yield from _unchanged(once_per_run(tmp_path_factory, "demo-fleet-day",
+                                       lambda root: build(root, write_demo_fleet, TINY_DATE, DEMO_FLEET_TABLES)))
+
+__all__ = ["BuiltDay", "build", "builds_a_day", "capture_2_day", "capture_4_day", "copy_of", "demo_fleet_day", "once_per_run", "report_day",
+           "takes_a_day_of_its_own", "tiny_collector_day"]

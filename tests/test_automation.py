@@ -94,10 +94,10 @@ def test_schedule_materializes_yesterdays_cluster_days(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def built_day(square_day):
+def built_day(report_day):
     """The shared square-wave day, built by `wattline run`'s code path (its own Dagster instance on
     disk). Only read here: a test that evaluates the sensor on it copies it first."""
-    return square_day.data_dir
+    return report_day.data_dir
 
 
 def _instance(data_dir):

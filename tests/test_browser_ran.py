@@ -88,7 +88,9 @@ def _xdist(n: str) -> list[str]:
     return ["-n", n]
 
 
-WORKERS = pytest.mark.parametrize("workers", ["0", "2"], ids=["without-xdist", "xdist-n2"])
+# A run under xdist starts three interpreters (controller and two workers): slow; the same check
+# without xdist stays in the inner loop.
+WORKERS = pytest.mark.parametrize("workers", ["0", pytest.param("2", marks=pytest.mark.slow)], ids=["without-xdist", "xdist-n2"])
 
 
 @WORKERS
@@ -106,6 +108,7 @@ def test_a_skipped_browser_test_fails_ci(suite, workers, where):
     assert "error: CI: 1 of 6 browser test(s) did not run (skipped or deselected)" in done.stdout, done.stdout
 
 
+@pytest.mark.slow  # two pytest sessions
 def test_outside_ci_skipped_browser_tests_pass(suite):
     """A developer may skip or deselect them."""
     for args, env in (([], {"SKIP_IN_BODY": "1"}), (["-m", "not browser"], {})):

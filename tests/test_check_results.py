@@ -62,6 +62,7 @@ def _run(defs, instance, cluster):
                                   asset_selection=keys)
 
 
+@pytest.mark.slow  # two cluster-day runs of the daily job
 def test_a_failed_error_check_is_its_partitions_blocks_downstream_and_shows_a_table(two_clusters_one_bad):
     data_dir = two_clusters_one_bad
     defs = build_definitions(str(data_dir))

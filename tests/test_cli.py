@@ -21,9 +21,9 @@ def test_data_dir_from_environment(tmp_path):
 
 
 @pytest.fixture
-def built_dir(square_day):
+def built_dir(report_day):
     """The session's ten minutes of the square-wave fleet (tests/days.py): `sql` only reads it."""
-    return square_day.data_dir
+    return report_day.data_dir
 
 
 def test_sql_answers_joins_in_every_format(built_dir, tmp_path):

@@ -51,6 +51,7 @@ def test_a_test_without_one_is_not(request):
     assert request.node.get_closest_marker("slow") is None
 
 
+@pytest.mark.slow  # a real pytest collection of three test files (imports the whole pipeline)
 def test_tests_reading_a_capture_day_are_slow_also_when_they_take_it_by_name():
     """The capture days are built through the daily job: the inner loop (`-m "not slow"`) keeps none
     of the tests that read them, those that choose the day by a parameter (getfixturevalue) included."""
@@ -92,6 +93,7 @@ def test_reads_the_day(day):
 """
 
 
+@pytest.mark.slow  # a real pytest run under xdist: a controller and two workers
 def test_under_xdist_a_shared_day_is_built_once_for_all_workers(tmp_path):
     """``once_per_run``: with ``-n 2 --dist each`` both workers take the session fixture; the first
     builds under the lock, the other waits and gets the same day, so ``-n 2`` pays for it once."""

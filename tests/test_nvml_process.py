@@ -59,6 +59,7 @@ def _assert_every_visible_file_reads(data_dir):
     return t
 
 
+@pytest.mark.slow  # three real collector processes, each killed after a flush
 def test_sigkill_loses_at_most_one_flush_interval_and_restart_has_no_duplicates(tmp_path):
     rng = random.Random(10)
     flush_s = 1.0

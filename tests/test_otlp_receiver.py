@@ -204,6 +204,7 @@ def _send(url: str, protocol: str, first: int, count: int) -> subprocess.Popen:
                             cwd=REPO, stdout=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # a real receiver process and sender, 4 s of sending, a kill and a restart
 def test_kill_9_loses_at_most_one_flush_interval_and_a_resend_adds_no_repeat(tmp_path):
     data = tmp_path / "data"
     endpoint_inventory(data, endpoint="vllm-a", gpus=1)

@@ -50,6 +50,7 @@ def _smoke_day(tmp_path, run: str, *tz: str):
     return imp.output, run_out, con
 
 
+@pytest.mark.slow  # runs the daily job (the phase tables) on a day of its own
 @pytest.mark.parametrize("run", ["run-1784415083", "run-1784415161"])
 def test_smoke_without_tz_is_null_and_an_error_with_the_offset(tmp_path, run):
     """Power read as UTC lands 7 h before the requests on the same UTC day: no 0 J anywhere, and an
@@ -87,6 +88,7 @@ def test_smoke_offset_estimate_is_within_one_sample_interval(run):
     assert est["correlation"] > 0.8
 
 
+@pytest.mark.slow  # runs the daily job (the phase tables) on a day of its own
 def test_smoke_with_tz_keeps_the_numbers(tmp_path):
     """With --tz -07:00 every request has power: the energies main computed, no ERROR."""
     run = "run-1784415083"

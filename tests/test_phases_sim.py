@@ -77,13 +77,11 @@ def test_power_only_cannot_resolve_the_simulated_prefills_at_10_hz(sim):
 
 
 @pytest.fixture(scope="module")
-@builds_a_day
-def sim_collector(tmp_path_factory):
-    d = tmp_path_factory.mktemp("simc") / "data"
-    simulate(d, start=DAY, fleet="tiny", hours=0.1, seed=0, shape="collector")
-    outcome = run_day(d, DATE, selection=["power_1s", "energy_curve", "phase_intervals", "phase_segments"])
-    assert outcome.success, outcome.error
-    return d, outcome
+def sim_collector(tiny_collector_day):
+    """The same 6 minutes in the collector's shape (the shared ``tiny_collector_day``), read only."""
+    assert {"power_1s", "energy_curve", "phase_intervals", "phase_segments"} <= tiny_collector_day.tables()
+    assert tiny_collector_day.date == DATE
+    return tiny_collector_day.data_dir, tiny_collector_day.outcome
 
 
 def test_power_only_segmentation_compares_and_warns_on_prefills_too_short_to_show(sim_collector):

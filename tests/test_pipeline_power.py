@@ -16,9 +16,9 @@ def _table(data_dir, name):
 
 
 @pytest.fixture
-def built(square_day):
+def built(report_day):
     """The session's ten minutes of the square-wave fleet (tests/days.py), read only."""
-    return square_day.data_dir, square_day.outcome
+    return report_day.data_dir, report_day.outcome
 
 
 def test_power_1s_known_answers(built):
@@ -60,8 +60,8 @@ def test_fleet_power_sums_and_provisioned(built):
 
 
 @pytest.mark.slow  # a second run of the day's power_1s and fleet_power_1s
-def test_rematerializing_gives_identical_tables(square_day, tmp_path):
-    data_dir = copy_of(square_day, tmp_path / "data")  # the second run writes
+def test_rematerializing_gives_identical_tables(report_day, tmp_path):
+    data_dir = copy_of(report_day, tmp_path / "data")  # the second run writes
     before = {n: _table(data_dir, n) for n in ("power_1s", "fleet_power_1s")}
     # Only the two tables compared: the rerun computes them alone, the first run with every other table.
     again = run_day(data_dir, DATE, selection=list(before))
@@ -72,9 +72,11 @@ def test_rematerializing_gives_identical_tables(square_day, tmp_path):
 
 def test_checks_pass_on_clean_partial_day(built):
     _, outcome = built
-    failed = {c.check: c.severity for c in outcome.failed_checks}
-    # Ten minutes of a day: coverage warns, nothing else fails.
-    assert failed == {"gpu_coverage": "WARN"}
+    failed = {(c.asset, c.check): c.severity for c in outcome.failed_checks}
+    # Ten minutes of a day: coverage warns. The day's requests (one every 5 s on ep-a) fall on
+    # infer-0's flat 200 W, which no prefill lifts: the phase tables warn that the request clock
+    # looks offset from the power. Nothing else fails.
+    assert failed == {("power_1s", "gpu_coverage"): "WARN", ("phase_timeline", "clock_skew"): "WARN"}
     assert outcome.ok
 
 

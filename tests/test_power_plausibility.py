@@ -5,11 +5,10 @@ part of the swing."""
 import duckdb
 import pytest
 
-from collectors.simulate import simulate
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY
-from tests.days import builds_a_day
+from tests.days import copy_of
 
 DATE = DAY.isoformat()
 ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats", "power_summary",
@@ -17,12 +16,10 @@ ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swi
 
 
 @pytest.fixture(scope="module")
-@builds_a_day
-def demo(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("demo") / "data"
-    simulate(data_dir, start=DAY, hours=0.1, fleet="demo", seed=0)
-    outcome = run_day(data_dir, DATE, selection=ASSETS)
-    assert outcome.success, outcome.error
+def demo(demo_fleet_day):
+    """The shared simulated demo fleet's 6 minutes (``tests.days.demo_fleet_day``), read only."""
+    data_dir, outcome = demo_fleet_day.data_dir, demo_fleet_day.outcome
+    assert set(ASSETS) <= demo_fleet_day.tables() and demo_fleet_day.date == DATE, outcome.materialized
     con = duckdb.connect()
     for t in ASSETS[4:]:
         con.execute(f"create view {t} as select * from read_parquet('{data_dir}/derived/{t}/date={DATE}/**/*.parquet')")
@@ -75,10 +72,10 @@ def test_no_error_checks(demo):
     assert not [c for c in outcome.failed_checks if c.severity == "ERROR"]
 
 
-@pytest.mark.slow  # runs the daily job on a day of its own
-def test_rematerializing_gives_identical_tables(demo):
+@pytest.mark.slow  # runs the daily job a second time
+def test_rematerializing_gives_identical_tables(demo_fleet_day, tmp_path):
     """A second run of the day rewrites every power-analytics table byte-for-byte equal in content."""
-    root = demo[2]
+    root = copy_of(demo_fleet_day, tmp_path / "data")  # the second run writes
     tables = ASSETS[2:]
     before = {t: read_day(root, t, DATE) for t in tables}
     again = run_day(root, DATE, selection=ASSETS)

@@ -11,14 +11,14 @@ ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swi
 
 
 @pytest.fixture(scope="module")
-def built(square_day):
-    """The shared square-wave day (``square_day``): train-0, 2 GPUs 100↔700 W (period 4 s);
+def built(report_day):
+    """The shared square-wave day (``report_day``): train-0, 2 GPUs 100↔700 W (period 4 s);
     infer-0, 2 GPUs at 200 W; 600 s at 10 Hz."""
-    outcome = square_day.outcome
-    assert set(ASSETS) <= square_day.tables(), outcome.materialized
+    outcome = report_day.outcome
+    assert set(ASSETS) <= report_day.tables(), outcome.materialized
     con = duckdb.connect()
     for t in ("power_summary", "training_vs_inference"):
-        con.register(t, read_day(square_day.data_dir, t, DATE))
+        con.register(t, read_day(report_day.data_dir, t, DATE))
     return con, outcome
 
 

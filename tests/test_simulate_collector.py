@@ -20,6 +20,7 @@ from collectors.nvml.compact import _hour_of, compact_power
 from collectors.nvml.rows import BUFFER, FIELD
 from collectors.simulate import simulate
 from collectors.simulate.shape_stats import collector_stats
+from tests.days import TINY_COLLECTOR_HOURS
 
 REAL = Path(__file__).parent / "data" / "h200_capture_4" / "collector_power.parquet"
 DAY = dt.date(2026, 12, 3)
@@ -98,13 +99,12 @@ def test_same_seed_same_bytes(tmp_path):
     assert files(tmp_path / "a") == files(tmp_path / "b")
 
 
-@pytest.mark.slow  # runs the daily job on a day of its own
-def test_wattline_run_computes_the_collector_shape(sim):
-    from pipeline.runner import run_day
-
-    outcome = run_day(sim, DAY.isoformat())
+def test_wattline_run_computes_the_collector_shape(tiny_collector_day):
+    """The shared day (``tests.days.tiny_collector_day``: 6 minutes of the tiny fleet in this shape,
+    every table built by the daily job)."""
+    sim, outcome, date = tiny_collector_day.data_dir, tiny_collector_day.outcome, tiny_collector_day.date
     assert outcome.success, outcome.error
-    # only warnings: 7 minutes of a day (gpu_coverage); the requests still running when those 7 minutes
+    # only warnings: 6 minutes of a day (gpu_coverage); the requests still running when those 6 minutes
     # (and their power) stop are partly covered (power_coverage); power-only prefill detection may
     # disagree with the request log on these calibrated, spiky traces as on the real capture
     # (power_segmentation_agreement)
@@ -114,8 +114,8 @@ def test_wattline_run_computes_the_collector_shape(sim):
     if "power_coverage" in failed:  # exactly the requests that end after the simulated window
         from pipeline import warehouse
 
-        window_end = dt.datetime.combine(DAY, dt.time(0), tzinfo=dt.UTC) + dt.timedelta(hours=0.12)
-        with warehouse.compute_connection(sim, DAY.isoformat()) as con:
+        window_end = dt.datetime.combine(dt.date.fromisoformat(date), dt.time(0), tzinfo=dt.UTC) + dt.timedelta(hours=TINY_COLLECTOR_HOURS)
+        with warehouse.compute_connection(sim, date) as con:
             partly = con.execute("SELECT min(r.end_ts), count(*) FROM request_energy AS e JOIN requests AS r USING (request_id) "
                                  "WHERE e.power_coverage < 1").fetchone()
             after = con.execute("SELECT count(*) FROM requests WHERE end_ts > ?", [window_end]).fetchone()[0]

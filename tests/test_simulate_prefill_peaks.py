@@ -147,12 +147,13 @@ def test_at_the_capture_s_100_ms_instants_prefills_peak_no_higher_than_decode(ca
 
 
 DEMO_HOURS = 0.05
-"""The first 3 minutes of the demo day at its US peak: ~7,400 request-labelled prefills."""
+"""The first 3 minutes of the demo day at its US peak: ~7,400 request-labelled prefills (the collector
+shape; the simple shape reads the 6 minutes of ``tests.days.demo_fleet_day``)."""
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # each shape a day of the demo fleet through the daily job
 @pytest.mark.parametrize("shape", ["collector", "simple"])
-def test_demo_prefill_segments_peak_above_decode(tmp_path, shape):
+def test_demo_prefill_segments_peak_above_decode(request, tmp_path, shape):
     """The demo's endpoints (chat: a 70B, code: a 34B, each on 4 H200s) compute prefills for 40-60 ms
     after the engine's ~60 ms of host-side work: request-labelled prefill segments peak above the decode segments
     between them, on the ~20 ms buffer (as capture 4's do) and on 100 ms instants, on both kinds of
@@ -161,12 +162,18 @@ def test_demo_prefill_segments_peak_above_decode(tmp_path, shape):
     from pipeline.phases.checks import segmentation_agreement
     from pipeline.runner import run_day
 
-    day = dt.date(2026, 11, 30)
-    d = tmp_path / "data"
-    simulate(d, start=day, fleet="demo", hours=DEMO_HOURS, seed=0, shape=shape)
-    out = run_day(d, day.isoformat(), selection=["power_1s", "energy_curve", "phase_intervals", "phase_segments"])
-    assert out.success, out.error
-    with warehouse.compute_connection(d, day.isoformat()) as con:
+    tables = ["power_1s", "energy_curve", "phase_intervals", "phase_segments"]
+    if shape == "simple":  # the same fleet, seed and start, shared with the plausibility tests; read only
+        shared = request.getfixturevalue("demo_fleet_day")
+        assert set(tables) <= shared.tables()
+        d, date = shared.data_dir, shared.date
+    else:
+        date = "2026-11-30"
+        d = tmp_path / "data"
+        simulate(d, start=dt.date.fromisoformat(date), fleet="demo", hours=DEMO_HOURS, seed=0, shape=shape)
+        out = run_day(d, date, selection=tables)
+        assert out.success, out.error
+    with warehouse.compute_connection(d, date) as con:
         peak = dict(con.execute("SELECT phase, median(peak_w) FROM phase_segments WHERE source = 'requests' GROUP BY phase").fetchall())
         by_kind = con.execute(
             "SELECT split_part(endpoint, '-', 1) AS kind, median(peak_w) FILTER (WHERE phase = 'prefill'),"

@@ -93,6 +93,7 @@ def test_make_test_runs_the_install_step_and_test_fast_does_not():
     assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")
 
 
+@pytest.mark.slow  # a real pytest session that collects tests/browser (imports the whole pipeline): ~10 s each
 @pytest.mark.parametrize("ci, code", [("true", 1), (None, 5)])
 def test_ci_fails_a_run_whose_browser_tests_did_not_run(ci, code):
     """With CI set, collected browser tests that were deselected (or skipped) fail the session;

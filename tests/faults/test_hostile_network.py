@@ -161,6 +161,7 @@ def test_a_range_over_31_days_needs_the_flag(server_factory, tmp_path):
 
 
 # -- import prometheus: what the server answers -------------------------------------------------------------
+@pytest.mark.slow  # a 10⁶-point JSON answer built, served and parsed
 def test_points_outside_the_asked_range_are_dropped_and_counted(server_factory, tmp_path):
     """A 60 s query answered with 10⁶ points at 1 s (11.6 days): the 61 asked for are imported, the
     rest counted in the summary (was: all imported, across 13 days)."""

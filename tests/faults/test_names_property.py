@@ -13,6 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
@@ -56,6 +57,7 @@ def only_inside(parent: Path, data: Path, before: set[str]) -> None:
     assert {p for p in new if p.split(os.sep)[0] != data.name} == set(), new
 
 
+@pytest.mark.slow  # 34 fleets, each simulated and queried through the CLI
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
 @given(host=any_name, cluster=any_name)
 @example(host="node-7.rack_2", cluster="c0")

@@ -34,10 +34,10 @@ def _derived(data_dir, table):
 
 
 @pytest.fixture(scope="module")
-def built(square_day, tmp_path_factory):
+def built(report_day, tmp_path_factory):
     """A copy of the session's square-wave day (its Dagster instance included): the runs under test write into it."""
-    assert square_day.outcome.ok
-    return copy_of(square_day, tmp_path_factory.mktemp("concurrency") / "data")
+    assert report_day.outcome.ok
+    return copy_of(report_day, tmp_path_factory.mktemp("concurrency") / "data")
 
 
 @pytest.mark.slow  # two real `wattline run` processes and a `wattline sql` loop: minutes on 2 cores

@@ -86,6 +86,7 @@ def test_huge_values_stay_under_the_memory_bound(data_dir, query, timeout_s):
     assert lines[0].startswith(("error: query stopped: over the memory bound of ", f"error: query exceeded {timeout_s} s")), err
 
 
+@pytest.mark.slow  # a real `wattline sql` process run past its timeout and killed (wall-clock bound)
 def test_timeout_stops_a_query_that_ignores_interrupt(data_dir):
     """list_sort of 20 M numbers checks no interrupt for a minute. Before: ran on past --timeout.
     Must: killed a grace period after its timeout, one line, exit 2."""

@@ -95,6 +95,7 @@ def _has_open(pid: int, name: str) -> bool:
     return False
 
 
+@pytest.mark.slow  # a real `wattline sql` process interrupted a second into its query
 def test_ctrl_c_during_a_query_is_one_line(data_dir):
     """Fault: SIGINT while a long query runs (what Ctrl-C sends). Today: a KeyboardInterrupt
     traceback. Must: the query stopped at once, one line `error: interrupted ...`, exit 130."""
