@@ -29,7 +29,7 @@ lint: $(STAMP)
 
 # One pytest worker per core, at most 4 (each holds a pipeline day's working set); a test file's
 # tests stay on one worker, so a day a module builds for itself is built once (CONTRIBUTING.md).
-XDIST := -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+XDIST := -n auto --maxprocesses 4 --dist loadfile
 
 test: $(STAMP)
 	.ci/system-deps $(TEST_PACKAGES)

@@ -35,11 +35,9 @@ from tests.s3_server import s3, s3_server  # noqa: E402,F401
 # `browser` test was skipped or deselected fails, so they can never pass silently, with or
 # without pytest-xdist's -n (tests/browser_ran.py).
 def pytest_configure(config):
-    from tests import xdist_order
     from tests.browser_ran import register
 
     register(config)
-    xdist_order.register(config)  # under xdist, the long files are handed out first
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` / `-k` deselect anything
