@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -103,6 +105,44 @@ def _workspace(tmp_path: Path, demo_day) -> Path:
     return tmp_path
 
 
+def _servers_keep_running(where: str, commands: list[str], root: Path, demo_day) -> int:
+    """Starts every command at once, each in a workspace of its own (a copy of the demo's data
+    dir: a server writes its Dagster instance there), and holds that each is still running
+    ``SERVER_SETTLE_S`` later; then stops them all (Ctrl-C to each one's process group)."""
+    from pipeline import warehouse
+
+    servers = []
+    try:
+        for k, command in enumerate(commands):
+            cwd = root / f"{k}"
+            cwd.mkdir(parents=True)
+            (cwd / ".venv").symlink_to(Path(sys.executable).parent.parent)
+            shutil.copytree(demo_day.data_dir, cwd / "data")
+            warehouse.publish(cwd / "data")  # the catalog, for its new place
+            log = root / f"server-{k}.log"
+            with open(log, "wb") as out:
+                servers.append((command, log, subprocess.Popen(
+                    ["bash", "-c", command], cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                    env=dict(os.environ, WATTLINE_AUTOMATION="off"))))
+        deadline = time.monotonic() + SERVER_SETTLE_S
+        while time.monotonic() < deadline:
+            for command, log, proc in servers:
+                if proc.poll() is not None:
+                    raise AssertionError(f"{where}: {command!r} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+    finally:
+        for _, _, proc in servers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)
+        for _, _, proc in servers:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return len(servers)
+
+
 @pytest.mark.slow
 def test_every_runnable_shell_command_in_the_docs_runs(tmp_path, demo_day):
     cwd = _workspace(tmp_path, demo_day)
@@ -112,25 +152,7 @@ def test_every_runnable_shell_command_in_the_docs_runs(tmp_path, demo_day):
             continue
         code = code.replace("/tmp/r ", f"{tmp_path}/r ")
         if marker:  # servers: each line must start and keep running; stopped here
-            for command in [c for c in code.splitlines() if c.strip()]:
-                log = tmp_path / f"server-{ran}.log"
-                with open(log, "wb") as out:
-                    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True, env=dict(os.environ, WATTLINE_AUTOMATION="off"))
-                try:
-                    proc.wait(SERVER_SETTLE_S)
-                    raise AssertionError(f"{doc}:{line}: {command!r} exited with {proc.returncode}: {log.read_text()[-2000:]}")
-                except subprocess.TimeoutExpired:
-                    pass  # still serving
-                finally:
-                    if proc.poll() is None:
-                        os.killpg(proc.pid, signal.SIGINT)
-                        try:
-                            proc.wait(30)
-                        except subprocess.TimeoutExpired:
-                            os.killpg(proc.pid, signal.SIGKILL)
-                            proc.wait()
-                ran += 1
+            ran += _servers_keep_running(f"{doc}:{line}", [c for c in code.splitlines() if c.strip()], tmp_path / f"servers-{ran}", demo_day)
             continue
         run = subprocess.run(["bash", "-e", "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, f"{doc}:{line}:\n{code}\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
