@@ -190,16 +190,17 @@ def stage_day_plan(root: DataRoot, work: Path, date: str) -> None:
     mirror_all(root, work, [inside_key("power", f"date={date}", f"host={h}") for h in unassigned_hosts(root, work, date)])
 
 
-def delete_stale_objects(data_dir: str | os.PathLike, date: str, clusters: list[str]) -> list[str]:
+def delete_stale_objects(data_dir: str | os.PathLike, date: str, clusters: list[str], tables: list[str] | None = None) -> list[str]:
     """On S3, delete the day's cluster parts of clusters not in ``clusters`` (for
     ``warehouse.remove_stale_parts``, which does the same in the work dir), so no fleet-day stages them again.
-    Returns the deleted keys; no-op locally."""
+    ``tables``: only these tables' parts (None: every table's). Returns the deleted keys; no-op locally."""
     root = open_root(data_dir)
     if root.is_local:
         return []
     keep = {f"cluster={c}" for c in clusters}
+    names = [t for t in sqlfiles.table_names() if tables is None or t in tables]
     with ThreadPoolExecutor(max_workers=MIRROR_THREADS) as pool:
-        listed = pool.map(lambda t: root.list(f"{DERIVED_DIR}/{t}/date={date}/cluster=*/*.parquet"), sqlfiles.table_names())
+        listed = pool.map(lambda t: root.list(f"{DERIVED_DIR}/{t}/date={date}/cluster=*/*.parquet"), names)
         stale = [k for keys in listed for k in keys if k.split("/")[3] not in keep]
     for key in stale:
         root.delete(key)

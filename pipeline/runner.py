@@ -150,8 +150,9 @@ def run_day(
     # each SQLite file's schema); a worker process opens its own.
     with run_lock(data_dir), DagsterInstance.get() as instance:
         warehouse.remove_stale_tmp(data_dir)
-        if not selection:  # a whole day: its parts are exactly its current cluster-days'
-            warehouse.remove_stale_parts(data_dir, date, clusters, url)
+        # A whole day: its parts are exactly its current cluster-days'. A selection: the tables it
+        # rebuilds lose their parts of clusters gone (a host now listed would count twice).
+        warehouse.remove_stale_parts(data_dir, date, clusters, url, tables=_cluster_tables(selection))
         register_clusters(instance, clusters)
         parts = [(url, date, c, selection, worker_settings(settings, workers)) for c in clusters]
         built: dict[Settings, Definitions] = {}  # the code location, built once for this process's runs
@@ -275,6 +276,12 @@ def asset_names() -> list[str]:
     defs = build_definitions(settings=Settings())  # names only: no setting changes them
     keys = {k for job in (CLUSTER_JOB, FLEET_JOB) for k in defs.resolve_job_def(job).asset_layer.selected_asset_keys}
     return sorted({k.path[-1] for k in keys} | {k.to_user_string() for k in keys if len(k.path) > 1})
+
+
+def _cluster_tables(selection: list[str] | None) -> list[str] | None:
+    """The tables whose cluster-day parts a run of ``selection`` rewrites (None: every table); a
+    full key (``fleet/swing_stats``) names a fleet-day asset, which has no cluster parts."""
+    return None if not selection else [name for name in selection if "/" not in name]
 
 
 def _select(job, selection: list[str] | None):

@@ -380,16 +380,20 @@ def cluster_inventory(inventory: Inventory, cluster: str) -> Inventory:
     raise WarehouseError(f"cluster {cluster!r} is not in the inventory")
 
 
-def remove_stale_parts(data_dir: Path, date: str, clusters: list[str], url: str | None = None) -> list[Path]:
+def remove_stale_parts(
+    data_dir: Path, date: str, clusters: list[str], url: str | None = None, tables: list[str] | None = None,
+) -> list[Path]:
     """Delete the day's parts of clusters that are not among ``clusters`` (a cluster gone from
     the inventory, or hosts once unassigned and now listed), so a re-run day holds exactly
-    its current cluster-days' rows; with an ``s3://`` ``url``, its objects too. Returns the local folders removed."""
+    its current cluster-days' rows; with an ``s3://`` ``url``, its objects too. ``tables``: only
+    these tables' parts (None: every table's). Returns the local folders removed."""
     keep = {f"cluster={c}" for c in clusters}
-    stale = [f for f in (data_dir / DERIVED_DIR).glob(f"*/date={date}/cluster=*") if f.is_dir() and f.name not in keep]
+    stale = [f for f in (data_dir / DERIVED_DIR).glob(f"*/date={date}/cluster=*")
+             if f.is_dir() and f.name not in keep and (tables is None or f.parent.parent.name in tables)]
     for folder in stale:
         shutil.rmtree(folder)
     if url is not None:
-        remote.delete_stale_objects(url, date, clusters)  # no-op for a local data dir
+        remote.delete_stale_objects(url, date, clusters, tables)  # no-op for a local data dir
     return stale
 
 
