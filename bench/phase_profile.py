@@ -1,7 +1,7 @@
 """Python profile (cProfile) of the Python-table steps: the phase and swing tables, with the run's
 curve cache in place as in a real run.
 
-    python -m bench.phase_profile DATA_DIR [--date D] [--assets a,b] [--top 25] [--no-cache] [--repeat 1]
+    python -m bench.phase_profile DATA_DIR [--date D] [--assets a,b] [--top 25] [--no-cache] [--repeat 1] [--cluster C] [--write]
 
 Upstream tables must already be materialized (``wattline run`` once). The curve cache is built
 first from the day's raw samples (what the engine pass leaves a run) and handed to the steps as
@@ -54,17 +54,18 @@ def use_cache(cache) -> None:
         module.run_curves = lambda: cache  # type: ignore[attr-defined]
 
 
-def rows_of(resource, table: str, date: str, rollup: bool = False) -> int:
+def rows_of(resource, table: str, date: str, rollup: bool = False, cluster: str | None = None) -> int:
     """The step's rows computed in this thread (a stream read to its end), not written."""
     from bench.asset_profile import _table
     from pipeline.scope import Scope
     from pipeline.tables import TableRun
 
     spec = _table(table)
-    with resource.connection(date) as con:
+    scope = Scope(date=date, cluster=cluster) if cluster else Scope(date=date)
+    with resource.connection(scope) as con:
         if spec.grid_step:
             con.execute("SET VARIABLE grid_step_ms = ?", [resource.grid_step_ms])
-        got = spec.rows(con, TableRun(scope=Scope(date=date), rollup=rollup, grid_step_ms=resource.grid_step_ms))
+        got = spec.rows(con, TableRun(scope=scope, rollup=rollup, grid_step_ms=resource.grid_step_ms))
         if isinstance(got, pa.RecordBatchReader):
             return sum(b.num_rows for b in got)
         return got.num_rows
@@ -76,6 +77,7 @@ def main() -> None:
     ap.add_argument("--date", default="2026-12-03")
     ap.add_argument("--assets", default="phase_intervals,phase_segments,phase_timeline,swing_stats,swing_projection")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--cluster", default=None, help="the cluster-day to run (the layout `wattline run` writes when the inventory has clusters)")
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="time each step this many times (CPU s of each), profile the last")
     ap.add_argument("--quiet", action="store_true", help="CPU seconds only, no profile")
@@ -96,7 +98,7 @@ def main() -> None:
             c0 = time.process_time()
             if prof:
                 prof.enable()
-            n = rows_of(resource, table, args.date)
+            n = rows_of(resource, table, args.date, cluster=args.cluster)
             if prof:
                 prof.disable()
             cpus.append(time.process_time() - c0)
@@ -106,8 +108,9 @@ def main() -> None:
             stats.print_stats(args.top)
         if args.write:
             from bench.asset_profile import profile_asset
+            from pipeline.scope import Scope
 
-            r = profile_asset(resource, table, args.date, None, 0)
+            r = profile_asset(resource, table, Scope(date=args.date, cluster=args.cluster) if args.cluster else args.date, None, 0)
             print(f"   written: write {r['write_cpu_s']:.2f} s CPU, checks {r['checks_cpu_s']:.2f} s CPU", flush=True)
 
 

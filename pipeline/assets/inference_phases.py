@@ -517,8 +517,13 @@ def segment_numbers(runs: pl.DataFrame, gpus: list[tuple]) -> np.ndarray:
     return out
 
 
-_PHASES = np.array(["idle", "decode", "prefill"], dtype=object)
-_SOURCES = np.array(["requests", "power"], dtype=object)
+_PHASES = pa.array(["idle", "decode", "prefill"], pa.string())
+_SOURCES = pa.array(["requests", "power"], pa.string())
+
+
+def _strings(values: pa.Array, codes: np.ndarray) -> pa.Array:
+    """``values[codes]`` as a plain string column (a gather in Arrow, no Python string per row)."""
+    return values.take(pa.array(codes, pa.int32()))
 
 
 def segment_table_batches(runs: pl.DataFrame, gpus: list[tuple], interval_ms: dict[int, float | None], days: int) -> Iterator[pa.RecordBatch]:
@@ -542,13 +547,13 @@ def segment_table_batches(runs: pl.DataFrame, gpus: list[tuple], interval_ms: di
         interval = interval_ms.get(int(gk))
         yield pa.record_batch({
             "date": pa.Array.from_buffers(pa.date32(), n, [None, pa.py_buffer(np.full(n, days, np.int32))]),
-            "endpoint": pa.array([endpoint] * n, pa.string()),
-            "host": pa.array([host] * n, pa.string()),
+            "endpoint": _strings(pa.array([endpoint], pa.string()), np.zeros(n, np.int32)),
+            "host": _strings(pa.array([host], pa.string()), np.zeros(n, np.int32)),
             "gpu": pa.array(np.full(n, gpu, np.uint8)),
             "start_ts": pa.array(r["lo"].to_numpy() // 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
             "end_ts": pa.array(r["hi"].to_numpy() // 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            "phase": pa.array(_PHASES[r["ph"].to_numpy()], pa.string()),
-            "source": pa.array(_SOURCES[r["src"].to_numpy()], pa.string()),
+            "phase": _strings(_PHASES, r["ph"].to_numpy()),
+            "source": _strings(_SOURCES, r["src"].to_numpy()),
             "mean_w": r["mean_w"].cast(pl.Float32).to_arrow(),
             "peak_w": r["peak_w"].cast(pl.Float32).to_arrow(),
             "energy_j": r["energy_j"].to_arrow(),
