@@ -426,8 +426,11 @@ def carried_slots(slot: np.ndarray, end_slot: int) -> tuple[np.ndarray, np.ndarr
     0.9 discrete quantile of the row spacing in its minute, less one, at least one); only slots in
     gappy minutes before ``end_slot`` are kept. ``slot``: the GPU's slots of the day, sorted, unique."""
     none = np.zeros(0, np.int64)
+    if not len(slot):
+        return none, none
     minute = slot // SLOTS_PER_MINUTE
-    minutes, counts = np.unique(minute, return_counts=True)
+    first = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1]])  # slot is sorted: each minute's rows are a run
+    minutes, counts = minute[first], np.diff(np.r_[first, len(minute)])
     gappy = minutes[counts < SLOTS_PER_MINUTE]
     if not len(gappy):
         return none, none

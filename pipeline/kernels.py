@@ -75,10 +75,14 @@ def _max_swing(t_ns: np.ndarray, p: np.ndarray, gap: np.ndarray, window_s: int) 
     w_ns = window_s * 1_000_000_000
     # where a block starts: the first sample at or after each block edge kW (a sorted search per
     # edge, not a block number per sample: a GPU-day's int64 array, and a division per sample, for
-    # each window), and where a run starts
+    # each window), and where a run starts (a mark per sample, one byte)
     first_block, last_block = int(t_ns[0]) // w_ns, int(t_ns[-1]) // w_ns
     edges = np.searchsorted(t_ns, np.arange(first_block + 1, last_block + 1, dtype=np.int64) * w_ns, side="left")
-    starts = np.union1d(np.r_[0, edges], np.flatnonzero(gap))
+    cut = gap.copy()
+    cut[0] = True
+    cut[edges] = True
+    starts = np.flatnonzero(cut)
+    del cut
     block = t_ns[starts] // w_ns  # each piece's block
     hi, lo = np.maximum.reduceat(p, starts), np.minimum.reduceat(p, starts)
     best = float((hi - lo).max())
