@@ -217,13 +217,21 @@ class Windows:
     windows_incomplete: int
 
 
+def _quantiles(ranges: np.ndarray) -> tuple[float | None, float | None]:
+    """The 0.5 and 0.99 quantiles (linear) of the ranges, from one partition (the same values as
+    one np.quantile each), None for none."""
+    if not len(ranges):
+        return None, None
+    p50, p99 = np.quantile(ranges, [0.5, 0.99])
+    return float(p50), float(p99)
+
+
 def window_rows(windows: list[Windows], provisioned_w: float) -> list[dict]:
     """grid_stats' dicts of a series' :class:`Windows`, for an entity of ``provisioned_w``."""
     return [{
         "window_s": w.window_s,
         "max_swing_w": w.max_swing_w,
-        "p50_swing_w": float(np.quantile(w.ranges, 0.5)) if len(w.ranges) else None,
-        "p99_swing_w": float(np.quantile(w.ranges, 0.99)) if len(w.ranges) else None,
+        **dict(zip(("p50_swing_w", "p99_swing_w"), _quantiles(w.ranges), strict=True)),
         "max_ramp_w_per_s": w.max_ramp_w_per_s,
         "windows_over_10pct": int((w.ranges > 0.10 * provisioned_w).sum()),
         "windows_over_25pct": int((w.ranges > 0.25 * provisioned_w).sum()),
@@ -243,9 +251,19 @@ def grid_windows(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: It
     if carried is None and ahead is not None:
         carried = np.zeros(len(values), np.int64)
     aged = carried is not None and (bool((carried[ok] > 0).any()) or (ahead is not None and bool((ahead[ok] > 0).any())))
+    windows_s = list(windows_s)
+    aligned = None if slide else AlignedBlocks(values, ok, carried if aged else None, ahead if aged else None,
+                                               [w * 1000 // step_ms for w in windows_s])
     out = []
     for w in windows_s:
         n = w * 1000 // step_ms
+        if aligned is not None:  # the aligned windows only (window_extremes at starts 0, n, 2n, ...), every length from one pass
+            hi, lo, count = aligned.extremes(n)
+            complete = count == n
+            ranges = np.where(hi >= lo, hi - lo, 0.0)[complete]
+            out.append(Windows(window_s=w, max_swing_w=None, ranges=ranges, max_ramp_w_per_s=ramp,
+                               windows_complete=int(complete.sum()), windows_incomplete=int(((count > 0) & ~complete).sum())))
+            continue
         if aged and slide:
             assert carried is not None
             hi, lo, full = window_extremes(values, ok, carried, n, ahead)
@@ -254,14 +272,8 @@ def grid_windows(values: np.ndarray, ok: np.ndarray, step_ms: int, windows_s: It
             complete = full[::n]
             ranges = swing[::n][complete]
             blocks = ok.reshape(-1, n)
-        elif aged:  # the aligned windows only (window_extremes at starts 0, n, 2n, ...)
-            assert carried is not None
-            sliding = None
-            hi, lo, complete = aligned_extremes(values, ok, carried, n, ahead)
-            ranges = np.where(hi >= lo, hi - lo, 0.0)[complete]
-            blocks = ok.reshape(-1, n)
         else:
-            sliding = sliding_max_swing(values, ok, n) if slide else None
+            sliding = sliding_max_swing(values, ok, n)
             blocks = ok.reshape(-1, n)
             complete = np.asarray(blocks.all(axis=1))
             used = values.reshape(-1, n)[complete]
@@ -329,6 +341,47 @@ def aligned_extremes(values: np.ndarray, ok: np.ndarray, carried: np.ndarray, n:
     return np.where(use, v, -np.inf).max(axis=1), np.where(use, v, np.inf).min(axis=1), np.asarray(okb.all(axis=1))
 
 
+class AlignedBlocks:
+    """:func:`aligned_extremes` of a series for several window lengths (multiples of one unit, the
+    lengths' common divisor), from one pass over the day's bins: per unit block the extremes of
+    the ok bins that lean on nothing (no ``carried``, no ``ahead``: every window holding them uses
+    them) and the count of ok bins; a window's are its blocks' extremes and counts, widened by
+    the few bins that lean (used where their offset in the window allows it, as aligned_extremes
+    says). The same values: max and min do not depend on the order they are taken in. Why: a GPU's
+    grid columns took a pass over the day per window length (four), with a reduction over short
+    rows each (~0.14 s a GPU-day at 100 ms)."""
+
+    def __init__(self, values: np.ndarray, ok: np.ndarray, carried: np.ndarray | None, ahead: np.ndarray | None,
+                 lengths: Iterable[int]) -> None:
+        self.unit = unit = int(np.gcd.reduce(np.asarray(list(lengths), np.int64)))
+        plain = ok.copy()
+        if carried is not None:
+            plain &= carried == 0
+        if ahead is not None:
+            plain &= ahead == 0
+        self.hi = np.where(plain, values, -np.inf).reshape(-1, unit).max(axis=1)
+        self.lo = np.where(plain, values, np.inf).reshape(-1, unit).min(axis=1)
+        self.count = ok.reshape(-1, unit).sum(axis=1, dtype=np.int64)
+        self.leaning = np.flatnonzero(ok & ~plain)
+        self.value = values[self.leaning]
+        self.carried = carried[self.leaning] if carried is not None else np.zeros(len(self.leaning), np.int64)
+        self.ahead = ahead[self.leaning] if ahead is not None else np.zeros(len(self.leaning), np.int64)
+
+    def extremes(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The aligned windows of ``n`` bins (a multiple of the unit): the max and min of the values
+        each uses (−inf/+inf when none) and its count of ok bins (n: complete)."""
+        k = n // self.unit
+        hi = self.hi.reshape(-1, k).max(axis=1)
+        lo = self.lo.reshape(-1, k).min(axis=1)
+        count = self.count.reshape(-1, k).sum(axis=1)
+        d = self.leaning % n
+        use = (self.carried <= d) & (self.ahead <= n - 1 - d)
+        at = self.leaning[use] // n
+        np.maximum.at(hi, at, self.value[use])
+        np.minimum.at(lo, at, self.value[use])
+        return hi, lo, count
+
+
 def sliding_max_swing(values: np.ndarray, ok: np.ndarray, n: int) -> float | None:
     """The largest max − min over every window of ``n`` consecutive bins that are all ``ok`` (None
     when there is none); ``len(values)`` a multiple of ``n``.
@@ -373,8 +426,11 @@ def carried_slots(slot: np.ndarray, end_slot: int) -> tuple[np.ndarray, np.ndarr
     0.9 discrete quantile of the row spacing in its minute, less one, at least one); only slots in
     gappy minutes before ``end_slot`` are kept. ``slot``: the GPU's slots of the day, sorted, unique."""
     none = np.zeros(0, np.int64)
+    if not len(slot):
+        return none, none
     minute = slot // SLOTS_PER_MINUTE
-    minutes, counts = np.unique(minute, return_counts=True)
+    first = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1]])  # slot is sorted: each minute's rows are a run
+    minutes, counts = minute[first], np.diff(np.r_[first, len(minute)])
     gappy = minutes[counts < SLOTS_PER_MINUTE]
     if not len(gappy):
         return none, none

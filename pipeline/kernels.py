@@ -73,14 +73,22 @@ def _max_swing(t_ns: np.ndarray, p: np.ndarray, gap: np.ndarray, window_s: int) 
     Only what is left is slid sample by sample (measured, 8 GPU-days of capture 4 at W = 60 s:
     16.8 M samples left by the pairs, 1.3 M by the fine blocks)."""
     w_ns = window_s * 1_000_000_000
-    block = t_ns // w_ns
-    starts = np.flatnonzero(gap | np.r_[True, block[1:] != block[:-1]])
+    # where a block starts: the first sample at or after each block edge kW (a sorted search per
+    # edge, not a block number per sample: a GPU-day's int64 array, and a division per sample, for
+    # each window), and where a run starts (a mark per sample, one byte)
+    first_block, last_block = int(t_ns[0]) // w_ns, int(t_ns[-1]) // w_ns
+    edges = np.searchsorted(t_ns, np.arange(first_block + 1, last_block + 1, dtype=np.int64) * w_ns, side="left")
+    cut = gap.copy()
+    cut[0] = True
+    cut[edges] = True
+    starts = np.flatnonzero(cut)
+    del cut
+    block = t_ns[starts] // w_ns  # each piece's block
     hi, lo = np.maximum.reduceat(p, starts), np.minimum.reduceat(p, starts)
     best = float((hi - lo).max())
-    follows = ~gap[starts[1:]] & (block[starts[1:]] == block[starts[:-1]] + 1)  # same run, the next block
+    follows = ~gap[starts[1:]] & (block[1:] == block[:-1] + 1)  # same run, the next block
     pair = np.maximum(hi[1:], hi[:-1]) - np.minimum(lo[1:], lo[:-1])
     later = np.flatnonzero(follows & (pair > best)) + 1
-    del block  # one GPU-day's block numbers: not alive while the fine spans run
     if not len(later):
         return best
     mark = np.zeros(len(starts), bool)

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from pipeline import kernels
-from pipeline.grid import aligned_extremes, grid_stats, sliding_max_swing, window_extremes
+from pipeline.grid import AlignedBlocks, aligned_extremes, grid_stats, sliding_max_swing, window_extremes
 from pipeline.kernels import RUN_GAP_NS, max_swings
 
 S = 1_000_000_000
@@ -88,3 +88,23 @@ def test_aligned_windows_as_the_sliding_ones(seed):
     slid = grid_stats(values, ok, step_ms, [2], 700.0, slide=True, carried=carried, ahead=ahead)
     aligned = grid_stats(values, ok, step_ms, [2], 700.0, slide=False, carried=carried, ahead=ahead)
     assert [{**r, "max_swing_w": None} for r in slid] == aligned
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_aligned_blocks_of_several_lengths_as_aligned_extremes(seed):
+    """AlignedBlocks (one pass at the lengths' common divisor, the leaning bins added after) gives
+    every length the extremes and complete windows aligned_extremes gives it alone, on series
+    with carried and leaning values, holes and none of either."""
+    rng = np.random.default_rng(seed)
+    lengths = [10, 20, 100, 600] if seed % 2 else [4, 6, 12]
+    bins = 1200 * int(rng.integers(1, 4))
+    values = np.round(np.cumsum(rng.standard_normal(bins)) * 50, 0 if seed % 3 == 0 else 3)
+    ok = rng.random(bins) > rng.choice([0.0, 0.01, 0.3])
+    carried = np.where(rng.random(bins) < 0.05, rng.integers(0, 12, bins), 0).astype(np.int64) if seed % 4 else None
+    ahead = np.where(rng.random(bins) < 0.05, rng.integers(0, 12, bins), 0).astype(np.int64) if seed % 3 else None
+    blocks = AlignedBlocks(values, ok, carried, ahead, lengths)
+    for n in lengths:
+        hi, lo, count = blocks.extremes(n)
+        want_hi, want_lo, want_full = aligned_extremes(values, ok, carried if carried is not None else np.zeros(bins, np.int64), n, ahead)
+        assert np.array_equal(hi, want_hi) and np.array_equal(lo, want_lo), n
+        assert np.array_equal(count == n, want_full) and np.array_equal(count, ok.reshape(-1, n).sum(axis=1)), n

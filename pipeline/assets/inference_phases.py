@@ -366,55 +366,6 @@ GROUP BY endpoint, phase, run
 ORDER BY lo
 """
 
-SEGMENT_NUMBERS_SQL = """
--- endpoint_segment of each of one endpoint's runs (_segments: i, gk, src 0 requests / 1 power, ph, lo,
--- hi in ns, ...; _phase_gpus: its GPUs by gk): the endpoint-level run a GPU's row belongs to, numbered
--- from 1 per endpoint, source and phase, in (start, host, gpu) order: a row starts a new run where it
--- starts (µs, as stored) at or after every earlier row's end. Rows of the endpoint's GPUs whose runs
--- overlap are one run (a tensor-parallel prefill is on every GPU of its replica at once), so
--- count(DISTINCT endpoint_segment) counts one prefill once whatever the endpoint's GPU count, while
--- the per-GPU rows keep their energy. Only the columns the numbering needs go through the windows.
-SELECT i, sum(starts_run::INTEGER) OVER (
-    PARTITION BY src, ph ORDER BY start_us, host, gpu ROWS UNBOUNDED PRECEDING
-)::INTEGER AS endpoint_segment
-FROM (
-    SELECT s.i, s.src, s.ph, s.lo // 1000 AS start_us, g.host, g.gpu,
-           coalesce(s.lo // 1000 >= max(s.hi // 1000) OVER (
-               PARTITION BY s.src, s.ph ORDER BY s.lo // 1000, g.host, g.gpu
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_run
-    FROM _segments AS s JOIN _phase_gpus AS g USING (gk)
-)
-"""
-
-SEGMENT_ROWS_SQL = """
--- phase_segments' rows of one endpoint GPU ($gk) from its runs (_segments), its endpoint's GPUs
--- (_phase_gpus), its sample interval (_power_gpus) and its runs' endpoint_segment (_segment_numbers,
--- SEGMENT_NUMBERS_SQL over the endpoint's runs), requests' runs then power's, each in time order.
-SELECT
-    getvariable('partition_date') AS date,
-    g.endpoint,
-    g.host,
-    g.gpu,
-    make_timestamptz(s.lo // 1000) AS start_ts,
-    make_timestamptz(s.hi // 1000) AS end_ts,
-    CASE s.ph WHEN 0 THEN 'idle' WHEN 1 THEN 'decode' ELSE 'prefill' END AS phase,
-    CASE s.src WHEN 0 THEN 'requests' ELSE 'power' END AS source,
-    s.mean_w::FLOAT AS mean_w,
-    s.peak_w::FLOAT AS peak_w,
-    s.energy_j,
-    s.prompt_tokens,
-    s.output_tokens,
-    coalesce(s.peak_w > g.tdp_w, false) AS above_tdp,
-    pg.sample_interval_ms,
-    n.endpoint_segment
-FROM _segments AS s
-JOIN _phase_gpus AS g USING (gk)
-LEFT JOIN _power_gpus AS pg USING (gk)
-JOIN _segment_numbers AS n USING (i)
-WHERE s.gk = $gk
-ORDER BY s.src, s.lo
-"""
-
 SEGMENTS_TABLE_SCHEMA = pa.schema([
     ("date", pa.date32()), ("endpoint", pa.string()), ("host", pa.string()), ("gpu", pa.uint8()),
     ("start_ts", pa.timestamp("us", tz="UTC")), ("end_ts", pa.timestamp("us", tz="UTC")), ("phase", pa.string()),
@@ -433,10 +384,12 @@ SEGMENTS_SCHEMA = {
 }
 
 
-def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None) -> dict:
+def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None, levels: dict | None = None) -> dict:
     """The GPU's power source of the day (the one with most samples in its curve ``c``), whether it is a
     1 s average and the median spacing of its samples (ms); why its workload cannot be segmented
-    from power alone (power_detect.unresolved; None where it can). Marks the source's rows (``c.mine``)."""
+    from power alone (power_detect.unresolved; None where it can). Marks the source's rows (``c.mine``).
+    ``levels``: where given, the power levels found on the way (power_detect.gpu_levels) are left
+    there ("levels", "whole"), for the detector on the same samples."""
     found = curve.curve_sources(c)
     if not found:
         return {}
@@ -447,7 +400,10 @@ def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None) -> dict:
     interval_ms = float(np.median(gaps)) / 1e6 if len(gaps) else None
     unresolved = None
     if not is_average and interval_ms is not None and interval_ms <= power_detect.PREFILL_RESOLVABLE_MS and tdp_w is not None:
-        unresolved = power_detect.unresolved(c.t_ns, c.power_w, float(tdp_w), int(interval_ms * 1e6))
+        lv, whole = power_detect.gpu_levels(c.power_w, float(tdp_w))
+        if levels is not None:
+            levels.update(levels=lv, whole=whole)
+        unresolved = power_detect.unresolved(c.t_ns, c.power_w, float(tdp_w), int(interval_ms * 1e6), levels=lv)
     return {"gk": gk, "source": best, "is_average": bool(is_average), "sample_interval_ms": interval_ms, "unresolved": unresolved}
 
 
@@ -497,14 +453,14 @@ def _gpu_runs(row: tuple, c: curve.Curve, request_runs: pl.DataFrame) -> tuple[d
     and peaks by sorted searches on the curve, and the power-only detector
     (pipeline/phases/power_detect.py) on its samples while held, where its source resolves them."""
     gk, _, _, _, tdp_w, from_ns, to_ns = row
-    st = source_stats(c, gk, tdp_w)
+    found: dict = {}
+    st = source_stats(c, gk, tdp_w, found)
     frames = []
     r = request_runs
     if len(r):
         lo, hi = r["lo"].to_numpy(), r["hi"].to_numpy()
-        e = c.energy_at(np.concatenate([lo, hi]))
+        e, p = c.energy_power_at(np.concatenate([lo, hi]))
         energy = e[len(lo):] - e[: len(lo)]
-        p = c.power_at(np.concatenate([lo, hi]))
         peak = np.fmax(np.fmax(c.peak_in(lo, hi), p[: len(lo)]), p[len(lo):])
         frames.append(pl.DataFrame({
             "gk": np.full(len(lo), gk), "src": 0, "ph": r["ph"].to_numpy(), "lo": lo, "hi": hi, "energy_j": energy,
@@ -516,8 +472,10 @@ def _gpu_runs(row: tuple, c: curve.Curve, request_runs: pl.DataFrame) -> tuple[d
         if not st["is_average"] and ms is not None and ms <= power_detect.PREFILL_RESOLVABLE_MS:
             # the GPU's samples while the endpoint held it: a slice, the curve is in time order
             a, b = np.searchsorted(c.t_ns, [from_ns, to_ns], side="left")
+            # held all day with every sample finite: the levels source_stats found are the detector's
+            levels = found.get("levels") if found.get("whole") and a == 0 and b == len(c) else None
             runs = power_detect.detect_gpu(gk, c.t_ns[a:b], c.power_w[a:b], float(tdp_w), power_detect.ONSET_LEAD_NS.get(st["source"], 0),
-                                           st["source"] in power_detect.TRAILING_SOURCES, prefill=st["unresolved"] is None)
+                                           st["source"] in power_detect.TRAILING_SOURCES, prefill=st["unresolved"] is None, levels=levels)
             lo, hi = runs["lo"].to_numpy(), runs["hi"].to_numpy()
             e = c.energy_at(np.concatenate([lo, hi]))
             energy = e[len(lo):] - e[: len(lo)]
@@ -528,14 +486,94 @@ def _gpu_runs(row: tuple, c: curve.Curve, request_runs: pl.DataFrame) -> tuple[d
     return st, (pl.concat(frames) if frames else None)
 
 
-def _segment_batches(cur, gpus: list[tuple], found: dict, cache: CurveCache | None) -> Iterator[pa.RecordBatch]:
+def segment_numbers(runs: pl.DataFrame, gpus: list[tuple]) -> np.ndarray:
+    """endpoint_segment of each of one endpoint's runs (``runs``: SEGMENTS_SCHEMA; ``gpus``: the
+    endpoint's GPUS_SQL rows), in the runs' order: numbered from 1 per source and phase in (start,
+    host, gpu) order, a run starting a new one where it starts (µs, as stored) at or after every
+    earlier run's end (µs). Rows of the endpoint's GPUs whose runs overlap are one run (a
+    tensor-parallel prefill is on every GPU of its replica at once), so count(DISTINCT
+    endpoint_segment) counts one prefill once whatever the endpoint's GPU count. A sort and a
+    running max per source and phase (the windows of tests/oracles/phase_segments_rows.sql)."""
+    n = runs.height
+    out = np.zeros(n, np.int32)
+    if not n:
+        return out
+    gks = np.array([r[0] for r in gpus], np.int64)
+    host_rank = {h: i for i, h in enumerate(sorted({r[2] for r in gpus}))}  # code-point order: DuckDB's for VARCHAR
+    at = np.searchsorted(gks, runs["gk"].to_numpy())
+    host = np.array([host_rank[r[2]] for r in gpus], np.int64)[at]
+    gpu = np.array([r[3] for r in gpus], np.int64)[at]
+    src, ph = runs["src"].to_numpy(), runs["ph"].to_numpy()
+    start_us, end_us = runs["lo"].to_numpy() // 1000, runs["hi"].to_numpy() // 1000
+    order = np.lexsort((gpu, host, start_us, ph, src))
+    src, ph, start_us, end_us = src[order], ph[order], start_us[order], end_us[order]
+    first = np.flatnonzero(np.r_[True, (src[1:] != src[:-1]) | (ph[1:] != ph[:-1])])
+    seg = np.empty(n, np.int32)
+    for a, b in zip(first, np.r_[first[1:], n], strict=True):  # one source and phase
+        reach = np.maximum.accumulate(end_us[a:b])  # every run's end up to each
+        starts = np.r_[True, start_us[a + 1:b] >= reach[:-1]]
+        seg[a:b] = np.cumsum(starts)
+    out[order] = seg
+    return out
+
+
+_PHASES = pa.array(["idle", "decode", "prefill"], pa.string())
+_SOURCES = pa.array(["requests", "power"], pa.string())
+
+
+def _strings(values: pa.Array, codes: np.ndarray) -> pa.Array:
+    """``values[codes]`` as a plain string column (a gather in Arrow, no Python string per row)."""
+    return values.take(pa.array(codes, pa.int32()))
+
+
+def segment_table_batches(runs: pl.DataFrame, gpus: list[tuple], interval_ms: dict[int, float | None], days: int) -> Iterator[pa.RecordBatch]:
+    """phase_segments' rows of one endpoint's ``runs`` (SEGMENTS_SCHEMA), GPU by GPU in gk order,
+    each GPU's requests' runs then power's, in time order; ``gpus``: the endpoint's GPUS_SQL rows,
+    ``interval_ms``: each GPU's sample interval (source_stats; absent: NULL), ``days``: the date."""
+    numbers = segment_numbers(runs, gpus)
+    of = {r[0]: r for r in gpus}
+    gk_all = runs["gk"].to_numpy()
+    src_all, lo_all = runs["src"].to_numpy(), runs["lo"].to_numpy()
+    for gk in np.unique(gk_all):  # GPU by GPU: each one's rows sorted alone
+        mine = np.flatnonzero(gk_all == gk)
+        rows = mine[np.lexsort((lo_all[mine], src_all[mine]))]  # by source, then start (a GPU's runs of one source are disjoint)
+        r = runs[rows]
+        _, endpoint, host, gpu, tdp_w = of[int(gk)][:5]
+        n = len(rows)
+        peak = r["peak_w"].to_numpy()  # NaN where NULL
+        peak_null = r["peak_w"].is_null().to_numpy()
+        # DuckDB orders NaN above every number: a NaN peak is above the TDP
+        above = ~peak_null & ((peak > tdp_w) | np.isnan(peak)) if tdp_w is not None else np.zeros(n, bool)
+        interval = interval_ms.get(int(gk))
+        yield pa.record_batch({
+            "date": pa.Array.from_buffers(pa.date32(), n, [None, pa.py_buffer(np.full(n, days, np.int32))]),
+            "endpoint": _strings(pa.array([endpoint], pa.string()), np.zeros(n, np.int32)),
+            "host": _strings(pa.array([host], pa.string()), np.zeros(n, np.int32)),
+            "gpu": pa.array(np.full(n, gpu, np.uint8)),
+            "start_ts": pa.array(r["lo"].to_numpy() // 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "end_ts": pa.array(r["hi"].to_numpy() // 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "phase": _strings(_PHASES, r["ph"].to_numpy()),
+            "source": _strings(_SOURCES, r["src"].to_numpy()),
+            "mean_w": r["mean_w"].cast(pl.Float32).to_arrow(),
+            "peak_w": r["peak_w"].cast(pl.Float32).to_arrow(),
+            "energy_j": r["energy_j"].to_arrow(),
+            "prompt_tokens": r["prompt_tokens"].to_arrow(),
+            "output_tokens": r["output_tokens"].to_arrow(),
+            "above_tdp": pa.array(above),
+            "sample_interval_ms": pa.array(np.full(n, interval if interval is not None else 0.0), mask=np.full(n, interval is None)),
+            "endpoint_segment": pa.array(numbers[rows], pa.int32()),
+        }, schema=SEGMENTS_TABLE_SCHEMA)
+
+
+def _segment_batches(cur, gpus: list[tuple], found: dict, cache: CurveCache | None, days: int) -> Iterator[pa.RecordBatch]:
     """phase_segments' rows endpoint by endpoint (``gpus``: GPUS_SQL's rows, gk order), on ``cur``
     (a second connection: the step's own runs the part's COPY meanwhile): each of the endpoint's GPUs'
     curves built once (curve.curves: the run's cache, else one read of the host's samples for the
-    endpoint's GPUs), its runs computed on it (_gpu_runs), then SEGMENT_NUMBERS_SQL over the
-    endpoint's runs alone (the windows see only the columns they need) and SEGMENT_ROWS_SQL GPU by
-    GPU. Memory: one GPU's curve and one endpoint's runs. Leaves the per-GPU power facts in
-    ``found["power_gpus"]`` (_power_gpus_frame) for the check and headline."""
+    endpoint's GPUs), its runs computed on it (_gpu_runs), then numbered and shaped into the table's
+    rows GPU by GPU (segment_table_batches: a sort and a running max in numpy; the SQL windows they
+    replaced are tests/oracles/phase_segments_rows.sql). Memory: one GPU's curve and one endpoint's runs.
+    Leaves the per-GPU power facts in ``found["power_gpus"]`` (_power_gpus_frame) for the check and
+    headline."""
     stats: list[dict] = []
     try:
         by_endpoint: dict[str, list[tuple]] = {}
@@ -558,16 +596,9 @@ def _segment_batches(cur, gpus: list[tuple], found: dict, cache: CurveCache | No
             stats += ep_stats
             if not frames:
                 continue
-            runs = pl.concat(frames).with_row_index("i").with_columns(pl.col("i").cast(pl.Int64))
+            runs = pl.concat(frames)
             del frames
-            chunk = pl.DataFrame([r[:5] for r in rows], orient="row", schema={
-                "gk": pl.Int64, "endpoint": pl.String, "host": pl.String, "gpu": pl.UInt8, "tdp_w": pl.Float64})
-            intervals = pl.DataFrame(ep_stats, schema=POWER_GPUS_SCHEMA).select("gk", "sample_interval_ms")
-            with registered(cur, "_segments", runs), registered(cur, "_phase_gpus", chunk), registered(cur, "_power_gpus", intervals):
-                with arrow_registered(cur, "_segment_numbers", cur.sql(SEGMENT_NUMBERS_SQL).to_arrow_table()):
-                    for gk in sorted(runs["gk"].unique().to_list()):  # GPU by GPU: each one's rows sorted alone
-                        for batch in cur.sql(SEGMENT_ROWS_SQL, params={"gk": gk}).to_arrow_reader(BATCH_ROWS):
-                            yield batch.cast(SEGMENTS_TABLE_SCHEMA)
+            yield from segment_table_batches(runs, rows, {st["gk"]: st["sample_interval_ms"] for st in ep_stats}, days)
             del runs
         found["power_gpus"] = _power_gpus_frame(gpus, stats)
     finally:
@@ -579,7 +610,8 @@ def segment_rows(con, run: TableRun) -> pa.RecordBatchReader:
     cur = kernels.second_connection(con)
     gpus = cur.execute(GPUS_SQL).fetchall()
     # the run's curves looked up here: the stream is read in DuckDB's threads, outside the run's context
-    return pa.RecordBatchReader.from_batches(SEGMENTS_TABLE_SCHEMA, _segment_batches(cur, gpus, run.found, run_curves()))
+    days = int(np.datetime64(str(run.scope.date), "D").astype(np.int64))
+    return pa.RecordBatchReader.from_batches(SEGMENTS_TABLE_SCHEMA, _segment_batches(cur, gpus, run.found, run_curves(), days))
 
 
 CONTINUOUS_BATCHING_MS = 45.0

@@ -35,7 +35,9 @@ WHERE (role = 'inference' AND endpoint IS NOT NULL) OR (role = 'training' AND jo
 """
 
 _SERIES = """
-SELECT m.member, (epoch_ms(p.ts) // 100)::BIGINT AS slot, sum(p.power_w)::DOUBLE AS power_w, count(*) AS gpus
+-- each member by its position in $members (0-based): an integer column, not a string per row
+SELECT list_position($members, m.member) - 1 AS member, (epoch_ms(p.ts) // 100)::BIGINT AS slot, sum(p.power_w)::DOUBLE AS power_w,
+       count(*) AS gpus
 FROM power_100ms AS p JOIN _projection_members AS m USING (host, gpu)
 WHERE p.date = getvariable('partition_date') AND m.kind = $kind AND m.entity = $entity AND m.member IN (SELECT unnest($members))
 GROUP BY ALL
@@ -72,9 +74,8 @@ def _rows(con: Connection, day: str) -> list[dict]:
         slot0 = int(cols["slot"].min())
         length = int(cols["slot"].max()) - slot0 + 1
         series = np.full((len(names), length), np.nan, dtype=np.float32)
-        index = {m: i for i, m in enumerate(names)}
-        row = np.array([index[m] for m in cols["member"]])
-        want = np.array([members[i][1] for i in row])
+        row = np.asarray(cols["member"], np.int64)
+        want = np.array([g for _, g, _ in members], np.int64)[row]
         complete = cols["gpus"] == want  # slots where every reporting GPU of the member has a value
         series[row[complete], cols["slot"][complete] - slot0] = cols["power_w"][complete]
         series = sp.observed_span(series)

@@ -39,23 +39,29 @@ def estimate_offset_ms(power_w: np.ndarray, prefill: np.ndarray, max_lag: int = 
     return -best * 100.0, corr[best], corr[0]
 
 
+SKEW_GPUS_SQL = """
+-- each logged endpoint's first GPU (host, gpu order) in phase_timeline
+SELECT endpoint, arg_min(host, (host, gpu)) AS host, arg_min(gpu, (host, gpu)) AS gpu FROM phase_timeline
+WHERE date = getvariable('partition_date') AND phase IS NOT NULL GROUP BY ALL ORDER BY 1
+"""
+SKEW_SLOTS_SQL = """
+SELECT power_w::DOUBLE AS power_w, phase = 'prefill' AS prefill FROM phase_timeline
+WHERE date = getvariable('partition_date') AND endpoint = $endpoint AND host = $host AND gpu = $gpu ORDER BY ts
+"""
+
+
 def clock_skew(con) -> AssetCheckResult:
-    rows = con.execute(
-        """
-        WITH first_gpu AS (SELECT endpoint, min((host, gpu)) AS hg FROM phase_timeline
-                           WHERE date = getvariable('partition_date') AND phase IS NOT NULL GROUP BY ALL)
-        SELECT t.endpoint, list(t.power_w ORDER BY t.ts), list(t.phase = 'prefill' ORDER BY t.ts)
-        FROM phase_timeline t JOIN first_gpu f ON t.endpoint = f.endpoint AND (t.host, t.gpu) = f.hg
-        WHERE t.date = getvariable('partition_date')
-        GROUP BY ALL ORDER BY 1
-        """
-    ).fetchall()
+    """WARN where an endpoint's request timestamps look offset from its power: per logged endpoint,
+    on its first GPU's 100 ms slots, the lag that best lines the request-based prefill label up with
+    power (estimate_offset_ms). Each GPU's slots come as arrays (a NULL power as NaN, a NULL label
+    as not prefill), not as lists of Python values."""
     found = {}
-    for endpoint, power, prefill in rows:
-        prefill = np.array(prefill, dtype=bool)
+    for endpoint, host, gpu in con.execute(SKEW_GPUS_SQL).fetchall():
+        got = con.execute(SKEW_SLOTS_SQL, {"endpoint": endpoint, "host": host, "gpu": gpu}).fetchnumpy()
+        prefill = np.ma.filled(np.ma.asarray(got["prefill"]), False).astype(bool)
         if prefill.sum() < 5 or len(prefill) < 4 * SKEW_MAX_LAG_SLOTS:
             continue
-        offset, c_best, c_zero = estimate_offset_ms(np.array(power, dtype=float), prefill)
+        offset, c_best, c_zero = estimate_offset_ms(np.ma.filled(np.ma.asarray(got["power_w"]).astype(float), np.nan), prefill)
         found[endpoint] = {"offset_ms": offset, "corr": round(c_best, 3), "corr_at_0": round(c_zero, 3)}
     skewed = {e: v for e, v in found.items() if abs(v["offset_ms"]) >= SKEW_WARN_MS}
     return AssetCheckResult(

@@ -120,6 +120,13 @@ class Curve:
             return np.full(len(t), np.nan)
         return curve_at(self.t_ns, self.power_w, self.energy_j, self.has_next, t)[1]
 
+    def energy_power_at(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`energy_at` and :meth:`power_at` of the same instants, from one sorted search."""
+        if not len(self):
+            return np.zeros(len(t)), np.full(len(t), np.nan)
+        energy, power, _ = curve_at(self.t_ns, self.power_w, self.energy_j, self.has_next, t)
+        return energy, power
+
     def peak_in(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """The highest sample power with lo <= t_ns < hi for each [lo, hi) (NaN where none)."""
         a = np.searchsorted(self.t_ns, lo, side="left")

@@ -231,18 +231,20 @@ def _lead_into(ph: np.ndarray, high: np.ndarray, windows: _Windows, fresh: np.nd
 
 
 def detect_gpu(gk: int, t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, lead_ns: int = 0, trailing: bool = True,
-               prefill: bool = True) -> pl.DataFrame:
+               prefill: bool = True, levels: tuple[float, float, float] | None = None) -> pl.DataFrame:
     """:func:`detect` for one GPU's samples (t_ns sorted and distinct, power_w without NULLs) in
     numpy: the same runs (tests/test_phases_power_native.py holds the two equal), without building
     a frame of the samples. Why: the asset runs the detector one GPU at a time, and the polars
     expressions cost ~1.3 s CPU at 8 GPUs x 6 h of the 50 Hz buffer (threads included), this ~0.3 s.
-    A NaN power (polars orders NaN above every number) goes to :func:`detect`."""
+    A NaN power (polars orders NaN above every number) goes to :func:`detect`. ``levels``: the
+    GPU's (idle_w, decode_w, high_w) of exactly these samples when the caller has them already
+    (:func:`gpu_levels`; the partitions that find them are most of the detector's time)."""
     n = len(t_ns)
     if n == 0 or np.isnan(power_w).any():
         return detect(pl.DataFrame({"gk": np.full(n, gk, dtype=np.int64), "t_ns": t_ns, "power_w": power_w, "tdp_w": np.full(n, tdp_w)},
                                    schema={"gk": pl.Int64, "t_ns": pl.Int64, "power_w": pl.Float64, "tdp_w": pl.Float64}), lead_ns, trailing, prefill)
     t, w = np.asarray(t_ns, dtype=np.int64), np.asarray(power_w, dtype=np.float64)
-    idle_w, decode_w, high_w = _levels_unsorted(w, tdp_w)
+    idle_w, decode_w, high_w = levels if levels is not None else _levels_unsorted(w, tdp_w)
     prefill_w, idle_max_w = (decode_w + high_w) / 2, (idle_w + decode_w) / 2
     fresh = np.empty(n, dtype=bool)  # a stretch's first sample: the GPU's first or the first after a gap
     fresh[0] = True
@@ -273,17 +275,31 @@ h200-capture-4: 713 W = 1.02 TDP); a workload whose prefills never load the GPU 
 decoder whose prefill passes take a few ms of GPU time: 3–6 W over 127 W) is refused, not guessed."""
 
 
-def unresolved(t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, interval_ns: int) -> str | None:
-    """Why this GPU's prefills cannot be told from decode by its power alone (then no power-only
-    prefill segments are emitted for it; its decode and idle runs still are), or None where they
-    can: no prefill plateau stands out of decode by ``PLATEAU_MIN_TDP`` of the TDP."""
+def gpu_levels(power_w: np.ndarray, tdp_w: float) -> tuple[tuple[float, float, float] | None, bool]:
+    """(idle_w, decode_w, high_w) of a GPU's finite samples (None where it has none), and whether
+    every sample is finite: then they are :func:`detect_gpu`'s levels of the same samples too, so
+    one computation serves :func:`unresolved` and the detector."""
     w = np.asarray(power_w, dtype=np.float64)
     finite = np.isfinite(w)
-    if not finite.all():
+    whole = bool(finite.all())
+    if not whole:
         w = w[finite]
-    if len(w) == 0 or not tdp_w or tdp_w <= 0:
+    return (_levels_unsorted(w, tdp_w) if len(w) else None), whole
+
+
+def unresolved(t_ns: np.ndarray, power_w: np.ndarray, tdp_w: float, interval_ns: int,
+               levels: tuple[float, float, float] | None = None) -> str | None:
+    """Why this GPU's prefills cannot be told from decode by its power alone (then no power-only
+    prefill segments are emitted for it; its decode and idle runs still are), or None where they
+    can: no prefill plateau stands out of decode by ``PLATEAU_MIN_TDP`` of the TDP. ``levels``:
+    :func:`gpu_levels` of ``power_w`` when the caller has them already."""
+    if not tdp_w or tdp_w <= 0:
         return None
-    idle_w, decode_w, high_w = _levels_unsorted(w, tdp_w)
+    if levels is None:
+        levels = gpu_levels(power_w, tdp_w)[0]
+        if levels is None:
+            return None
+    idle_w, decode_w, high_w = levels
     lift = high_w - max(idle_w, decode_w)
     if lift < PLATEAU_MIN_TDP * tdp_w:
         return (f"no prefill plateau: the high level ({high_w:.0f} W) is {lift:.0f} W over decode ({max(idle_w, decode_w):.0f} W), "
