@@ -227,6 +227,7 @@ def write_parts(
                         flush(t.name)
             if cache is not None:
                 cache.put(samples)
+            del samples  # its rows, curve and best rows gone before the next GPU's are read
         for t in tables:
             flush(t.name)
             writers[t.name].add_key_value_metadata({PASS_KEY: pass_id})
