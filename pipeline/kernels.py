@@ -156,11 +156,33 @@ def _sorted_by_time(t_ns: np.ndarray) -> np.ndarray:
     return idx
 
 
+def time_runs(t: np.ndarray, width_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first row and the row count of each run of ``t`` (sorted, not empty) in one bucket
+    ``t // width_ns``. Where the buckets the span holds are few beside the rows (minutes, seconds
+    of a day's samples), their bounds are looked up in ``t`` (no division or comparison of every
+    row); else the rows' buckets are compared."""
+    n = len(t)
+    lo, hi = int(t[0]) // width_ns, int(t[-1]) // width_ns
+    if (hi - lo) * 8 < n:
+        bounds = np.empty(hi - lo + 2, np.int64)
+        bounds[0], bounds[-1] = 0, n
+        bounds[1:-1] = np.searchsorted(t, np.arange(lo + 1, hi + 1, dtype=np.int64) * width_ns)
+        count = np.diff(bounds)
+        some = count > 0
+        return bounds[:-1][some], count[some]
+    bucket = t // width_ns
+    change = bucket[1:] != bucket[:-1]
+    del bucket
+    starts = np.empty(int(np.count_nonzero(change)) + 1, np.int64)
+    starts[0] = 0
+    np.add(np.flatnonzero(change), 1, out=starts[1:])
+    return starts, np.diff(starts, append=n)
+
+
 def _per_minute_min(t: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Each row's minimum of ``values`` over its minute (``t`` sorted)."""
-    minute = t // 60_000_000_000
-    starts = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1]])
-    return np.repeat(np.minimum.reduceat(values, starts), np.diff(np.r_[starts, len(t)]))
+    starts, count = time_runs(t, 60_000_000_000)
+    return np.repeat(np.minimum.reduceat(values, starts), count)
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,7 +257,10 @@ def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, i
         best = best_rows_of(t_ns, source_rank)
     idx, t = best.idx, best.t_ns
     p = power_w[idx].astype(np.float32, copy=False)
-    dt_s = np.r_[np.nan, np.diff(t) / 1e9]
+    dt_s = np.empty(len(t))
+    if len(t):
+        dt_s[0] = np.nan
+        np.divide(np.diff(t), 1e9, out=dt_s[1:])
     linked = dt_s <= RUN_GAP_NS / 1e9
     term = np.zeros(len(t))
     if len(t) > 1:
@@ -246,12 +271,10 @@ def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, i
     term *= 1e12
     scaled = _round_half_away(term).astype(np.int64)
     del term
-    second = t // 1_000_000_000
-    starts = np.flatnonzero(np.r_[True, second[1:] != second[:-1]]) if len(t) else np.zeros(0, np.int64)
-    count = np.diff(np.r_[starts, len(t)])
+    starts, count = time_runs(t, 1_000_000_000) if len(t) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     red = (lambda f, a: f.reduceat(a, starts)) if len(t) else (lambda f, a: a[:0])
     return {
-        "second": second[starts],
+        "second": t[starts] // 1_000_000_000,
         "mean_w": red(np.add, p.astype(np.float64)) / np.maximum(count, 1),
         "min_w": red(np.minimum, p),
         "max_w": red(np.maximum, p),
@@ -276,8 +299,9 @@ def best_samples(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray,
         best = best_rows_of(t_ns, source_rank)
     idx, t = best.idx, best.t_ns
     p = power_w[idx].astype(np.float64)
-    starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]]) if len(t) else np.zeros(0, dtype=np.int64)
-    if len(starts) < len(t):
+    repeats = t[1:] == t[:-1]
+    if repeats.any():  # samples sharing a timestamp: one sample, their mean
+        starts = np.flatnonzero(np.r_[True, ~repeats])
         p = np.add.reduceat(p, starts) / np.diff(np.r_[starts, len(t)])
         t, idx = t[starts], idx[starts]
     return t, p, idx

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipeline.kernels import energy_curve
+from pipeline.kernels import energy_curve, time_runs
 
 SECOND_NS = 1_000_000_000
 DAY_NS = 86_400 * SECOND_NS
@@ -76,18 +76,17 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
     if not len(t):
         return pa.RecordBatch.from_pylist([], schema=ENERGY_SCHEMA)
     day_end_s = (int(t[0]) // DAY_NS + 1) * 86_400
-    second = t // SECOND_NS
-    new_second = second[1:] != second[:-1]
+    firsts, _ = time_runs(t, SECOND_NS)  # each second's first sample
     # seconds whose start lies strictly inside a segment: at most the two after a linked sample,
     # and only a second's last sample has its next one beyond the second (t is sorted), so the
     # candidates are one or two a second, not a copy of every sample (memory: ~5 M samples a GPU-day)
-    ends = np.flatnonzero(new_second)
+    ends = firsts[1:] - 1
     ends = ends[linked[ends]]
     nxt = t[ends + 1]
-    inner = [second[ends] + k for k in (1, 2)]
+    inner = [t[ends] // SECOND_NS + k for k in (1, 2)]
     crossed = np.concatenate([s[s * SECOND_NS < nxt] for s in inner])
-    seconds = np.union1d(second[np.r_[True, new_second]], crossed)
-    del second, new_second, ends, nxt, inner, crossed
+    seconds = np.union1d(t[firsts] // SECOND_NS, crossed)
+    del firsts, ends, nxt, inner, crossed
     seconds = seconds[seconds < day_end_s]
     start = seconds * SECOND_NS
     end = start + SECOND_NS
@@ -99,7 +98,8 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
     count = after - first
     some = count > 0
     last = np.maximum(after - 1, 0)
-    rank = source_rank[c["first"]]
+    at = np.minimum(first, len(t) - 1)
+    rank = source_rank[c["first"][at]]
     n = len(seconds)
     return pa.record_batch({
         "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
@@ -109,10 +109,10 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
         "end_energy_j": e1,
         "power_w": pa.array(p0, mask=~has0),
         "end_power_w": pa.array(p1, mask=~has1),
-        "first_t_ns": pa.array(t[np.minimum(first, len(t) - 1)], mask=~some),
+        "first_t_ns": pa.array(t[at], mask=~some),
         "last_t_ns": pa.array(t[last], mask=~some),
         "samples": count.astype(np.int32),
-        "source_rank": pa.array(rank[np.minimum(first, len(t) - 1)].astype(np.uint8), mask=~some),
+        "source_rank": pa.array(rank.astype(np.uint8), mask=~some),
     }, schema=ENERGY_SCHEMA)
 
 
