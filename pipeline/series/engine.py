@@ -44,13 +44,12 @@ booleans are bits, unpacked to bytes at each hand-over)."""
 
 
 def day_sources(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
-    """Each host of the partition day with the power sources it reports, sorted."""
-    hosts: dict[str, list[str]] = {}
-    for host, source in con.execute(
-        "SELECT DISTINCT host, source::VARCHAR FROM power WHERE date = getvariable('partition_date') ORDER BY 1, 2"
-    ).fetchall():
-        hosts.setdefault(host, []).append(source)
-    return hosts
+    """Each host of the partition day with the power sources it reports, sorted. The hosts first,
+    then each host's sources (host_sources): a DISTINCT over the host column alone, then over
+    one host's source column, costs less than one over both (8 GPUs x 24 h of capture 4: 0.19
+    s CPU against 0.40)."""
+    hosts = con.execute("SELECT DISTINCT host FROM power WHERE date = getvariable('partition_date') ORDER BY 1").fetchall()
+    return {host: host_sources(con, host) for (host,) in hosts}
 
 
 class _GpuChunks:
