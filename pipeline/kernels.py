@@ -264,10 +264,12 @@ def seconds_1s(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, i
     linked = dt_s <= RUN_GAP_NS / 1e9
     term = np.zeros(len(t))
     if len(t) > 1:
-        half = ((p[1:] + p[:-1]) / np.float32(2)).astype(np.float64)  # FLOAT + FLOAT, / 2: FLOAT in DuckDB
-        half *= dt_s[1:]
-        term[1:] = np.where(linked[1:], half, 0.0)
+        half = p[1:] + p[:-1]  # FLOAT + FLOAT, / 2: FLOAT in DuckDB
+        half /= np.float32(2)
+        term[1:] = half  # to double, in place: no temporaries of every sample beyond this one
         del half
+        term[1:] *= dt_s[1:]
+        term[1:][~linked[1:]] = 0.0
     term *= 1e12
     scaled = _round_half_away(term).astype(np.int64)
     del term
