@@ -231,15 +231,19 @@ def best_rows(t_ns: np.ndarray, source_rank: np.ndarray) -> np.ndarray:
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
-    """C's round(): halves away from zero (np.round rounds them to even)."""
-    r = np.trunc(v)
+    """C's round(): halves away from zero (np.round rounds them to even). ``np.rint`` (to even)
+    is the same except at an exact half whose even neighbour lies towards zero: only those few
+    are moved (v − rint(v) is exact, so a half is found exactly), not every value through trunc,
+    sign and a product (measured: 69 → ~35 ms a GPU-day of 5 M terms)."""
+    r = np.rint(v)
     d = v - r
     np.abs(d, out=d)
-    away = d >= 0.5
+    ties = np.flatnonzero(d == 0.5)
     del d
-    step = np.sign(v)  # in place below: the same values with two arrays of len(v) fewer alive
-    step *= away
-    r += step
+    if len(ties):
+        vt = v[ties]
+        towards_zero = np.abs(r[ties]) < np.abs(vt)
+        r[ties[towards_zero]] += np.sign(vt[towards_zero])
     return r
 
 

@@ -199,3 +199,16 @@ def test_time_runs_are_the_runs_of_equal_buckets(width_ns, spacing_ns):
     assert got[0].tolist() == starts.tolist()
     assert got[1].tolist() == np.diff(np.r_[starts, len(t)]).tolist()
     assert kernels.time_runs(t[:1], width_ns)[1].tolist() == [1]
+
+
+def test_round_half_away_is_exact_decimal_rounding():
+    """seconds_1s' energy terms round halves away from zero (the oracle's round()): equal to
+    Decimal's ROUND_HALF_UP of each double's exact value, at ties, next to them and far out."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    rng = np.random.default_rng(8)
+    halves = np.arange(-300, 300) + 0.5
+    v = np.concatenate([halves, np.nextafter(halves, 0), np.nextafter(halves, np.inf), rng.normal(0, 1e6, 3000),
+                        rng.integers(-10**12, 10**12, 3000) * 0.5, [0.0, -0.0, 0.49999999999999994, 2.0**52 + 1, 4503599627370495.5]])
+    want = [int(Decimal(float(x)).quantize(Decimal(1), rounding=ROUND_HALF_UP)) for x in v]
+    assert kernels._round_half_away(v).astype(np.int64).tolist() == want
