@@ -45,13 +45,16 @@ last_t_ns, samples of the GPU's best-source samples inside it (samples sharing a
 source_rank the rank of those samples' source (view power_day's source_rank macro)."""
 
 
-def curve_at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def curve_at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x: np.ndarray,
+             i: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """E(x) and P(x) at instants ``x`` (ns) on a GPU's curve at every sample (t sorted, p, e, linked:
     kernels.energy_curve), with whether P is defined: the sample at or before x, the trapezoid
     towards the next one when linked; E 0 before the first sample, P NaN where undefined. The one
     implementation: energy_curve's second boundaries (with the unrounded power) and the phases'
-    lookups (pipeline/phases/curve.Curve, with the power rounded to FLOAT) both use it."""
-    i = np.searchsorted(t, x, side="right") - 1
+    lookups (pipeline/phases/curve.Curve, with the power rounded to FLOAT) both use it. ``i``: the
+    index of the last sample at or before each x (−1 for none), when the caller has it."""
+    if i is None:
+        i = np.searchsorted(t, x, side="right") - 1
     j = np.maximum(i, 0)
     at_sample = (i >= 0) & (t[j] == x)
     inside = (i >= 0) & linked[j] & (x > t[j])
@@ -66,6 +69,13 @@ def curve_at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x:
     return energy, power, inside | at_sample
 
 
+def _at_or_before(t: np.ndarray, left: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``searchsorted(t, x, "right") - 1`` from ``left = searchsorted(t, x, "left")``, ``t`` unique."""
+    on = left < len(t)
+    on[on] = t[left[on]] == x[on]
+    return left - 1 + on
+
+
 def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, host: str = "", gpu: int = 0,
                    curve: dict[str, np.ndarray] | None = None) -> pa.RecordBatch:
     """One GPU's ``energy_curve`` rows from its raw samples of one UTC day (any order; the source
@@ -77,6 +87,8 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
         return pa.RecordBatch.from_pylist([], schema=ENERGY_SCHEMA)
     day_end_s = (int(t[0]) // DAY_NS + 1) * 86_400
     firsts, _ = time_runs(t, SECOND_NS)  # each second's first sample
+    owned = t[firsts] // SECOND_NS  # the seconds holding a sample
+    bounds = np.append(firsts, len(t))
     # seconds whose start lies strictly inside a segment: at most the two after a linked sample,
     # and only a second's last sample has its next one beyond the second (t is sorted), so the
     # candidates are one or two a second, not a copy of every sample (memory: ~5 M samples a GPU-day)
@@ -85,16 +97,20 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
     nxt = t[ends + 1]
     inner = [t[ends] // SECOND_NS + k for k in (1, 2)]
     crossed = np.concatenate([s[s * SECOND_NS < nxt] for s in inner])
-    seconds = np.union1d(t[firsts] // SECOND_NS, crossed)
+    seconds = np.union1d(owned, crossed)
     del firsts, ends, nxt, inner, crossed
     seconds = seconds[seconds < day_end_s]
     start = seconds * SECOND_NS
     end = start + SECOND_NS
-    e0, p0, has0 = curve_at(t, p, e, linked, start)
-    e1, p1, has1 = curve_at(t, p, e, linked, end)
+    # each second's first sample and the next second's, looked up among the seconds holding one
+    # (not in every sample); the sample at or before an instant: the one before, or the first if
+    # it lies on the instant (the curve's times are unique)
+    first = bounds[np.searchsorted(owned, seconds)]
+    after = bounds[np.searchsorted(owned, seconds + 1)]
+    del owned, bounds
+    e0, p0, has0 = curve_at(t, p, e, linked, start, _at_or_before(t, first, start))
+    e1, p1, has1 = curve_at(t, p, e, linked, end, _at_or_before(t, after, end))
     has1 &= seconds + 1 < day_end_s  # the curve restarts at midnight: nothing crosses it
-    first = np.searchsorted(t, start, side="left")
-    after = np.searchsorted(t, end, side="left")
     count = after - first
     some = count > 0
     last = np.maximum(after - 1, 0)
