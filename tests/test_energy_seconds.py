@@ -201,7 +201,7 @@ def capture():
     k = energy_curve(t, p, rank)
     lk = k["linked"]
     pw = k["power_w"].astype(np.float32).astype(np.float64)
-    old = curve.Curve(t_ns=k["t_ns"], power_w=pw, energy_j=k["energy_j"], next_t_ns=np.where(lk, k["next_t_ns"], 0),
+    old = curve.Curve(t_ns=k["t_ns"], power_w=pw, energy_j=k["energy_j"], next_t_ns=np.where(lk, np.append(k["t_ns"][1:], 0), 0),
                       next_w=np.where(lk, np.append(pw[1:], np.nan), np.nan), has_next=lk, mine=np.ones(len(pw), bool))
     return raw, day, (t, p, rank), old
 

@@ -49,8 +49,8 @@ def test_seconds_1s_rounds_its_energy_terms_in_place(trace):
 
 
 def test_energy_curve_peaks_near_its_own_result(trace):
-    t, p, rank = trace  # the result alone: 49 B a sample (t, power, energy, next_t, next_w, first, linked)
-    assert bytes_per_sample(lambda: kernels.energy_curve(t, p, rank)) < 56  # was 66
+    t, p, rank = trace  # the result alone: 33 B a sample (t, power, energy, first, linked); no next_t, next_w
+    assert bytes_per_sample(lambda: kernels.energy_curve(t, p, rank)) < 44  # was 66, then 56
 
 
 def test_curve_from_the_cache_builds_no_column_it_is_not_asked_for(trace):

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from collectors.parquet_sink import write_dataset
+from pipeline import kernels
 from pipeline.runner import run_day
 from pipeline.series.engine import host_by_gpu
 from pipeline.warehouse import compute_connection
@@ -182,3 +183,32 @@ def test_host_rows_split_by_gpu_in_order(layout):
     assert sorted(got) == [0, 1, 2, 3]
     for g, i in got.items():
         assert i.tolist() == np.flatnonzero(gpu == g).tolist()
+
+
+@pytest.mark.parametrize("width_ns", [60_000_000_000, 1_000_000_000, 100_000_000])
+@pytest.mark.parametrize("spacing_ns", [20_000_000, 3_000_000_000])
+def test_time_runs_are_the_runs_of_equal_buckets(width_ns, spacing_ns):
+    """kernels.time_runs (bucket bounds looked up where the buckets are few, rows compared where
+    they are many): each bucket's first row and count, as dividing every row gives them, times
+    before the epoch included."""
+    rng = np.random.default_rng(5)
+    t = np.sort(-7 * 10**9 + np.cumsum(rng.integers(0, 2 * spacing_ns, 20_000)))
+    bucket = t // width_ns
+    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+    got = kernels.time_runs(t, width_ns)
+    assert got[0].tolist() == starts.tolist()
+    assert got[1].tolist() == np.diff(np.r_[starts, len(t)]).tolist()
+    assert kernels.time_runs(t[:1], width_ns)[1].tolist() == [1]
+
+
+def test_round_half_away_is_exact_decimal_rounding():
+    """seconds_1s' energy terms round halves away from zero (the oracle's round()): equal to
+    Decimal's ROUND_HALF_UP of each double's exact value, at ties, next to them and far out."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    rng = np.random.default_rng(8)
+    halves = np.arange(-300, 300) + 0.5
+    v = np.concatenate([halves, np.nextafter(halves, 0), np.nextafter(halves, np.inf), rng.normal(0, 1e6, 3000),
+                        rng.integers(-10**12, 10**12, 3000) * 0.5, [0.0, -0.0, 0.49999999999999994, 2.0**52 + 1, 4503599627370495.5]])
+    want = [int(Decimal(float(x)).quantize(Decimal(1), rounding=ROUND_HALF_UP)) for x in v]
+    assert kernels._round_half_away(v).astype(np.int64).tolist() == want

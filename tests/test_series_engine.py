@@ -107,6 +107,36 @@ def test_one_read_of_each_host_for_every_table(day, tmp_path, monkeypatch):
     assert sorted(reads) == ["train-0", "train-1"]
 
 
+def test_one_time_sort_and_source_choice_per_gpu_for_every_table(day, tmp_path, monkeypatch):
+    """The three tables share one GPU's best-source rows in time order (kernels.best_rows_of): each
+    GPU's samples are sorted once in the pass, not once per table; the rows are those of each
+    kernel on its own."""
+    sorts = []
+    real = kernels._sorted_by_time
+
+    def counted(t_ns):
+        sorts.append(len(t_ns))
+        return real(t_ns)
+
+    monkeypatch.setattr(kernels, "_sorted_by_time", counted)
+    with compute_connection(day, DATE) as con:
+        _parts(con, tmp_path)
+        samples = list(engine.day_samples(con))
+    assert len(sorts) == len(samples) == 3  # train-0's GPUs 0 and 1 (unsorted, DCGM for a minute), train-1's GPU 0
+    for s in samples:
+        alone = kernels.grid_100ms(s.t_ns, s.power_w, s.power_avg_w, s.has_avg, s.source_rank, s.is_average)
+        shared = kernels.grid_100ms(s.t_ns, s.power_w, s.power_avg_w, s.has_avg, s.source_rank, s.is_average, s.best)
+        for k in alone:
+            np.testing.assert_array_equal(alone[k], shared[k], err_msg=k)
+        alone = kernels.seconds_1s(s.t_ns, s.power_w, s.source_rank, s.is_average)
+        shared = kernels.seconds_1s(s.t_ns, s.power_w, s.source_rank, s.is_average, s.best)
+        for k in alone:
+            np.testing.assert_array_equal(alone[k], shared[k], err_msg=k)
+        alone = kernels.energy_curve(s.t_ns, s.power_w, s.source_rank)
+        for k in alone:
+            np.testing.assert_array_equal(alone[k], s.curve[k], err_msg=k)
+
+
 def _pass_ids(d) -> dict[str, set[bytes]]:
     return {t.name: {pq.ParquetFile(p).metadata.metadata[engine.PASS_KEY.encode()]
                      for p in (d / "derived" / t.name).rglob("part-0.parquet")} for t in SERIES_TABLES}

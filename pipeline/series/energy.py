@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipeline.kernels import energy_curve
+from pipeline.kernels import energy_curve, time_runs
 
 SECOND_NS = 1_000_000_000
 DAY_NS = 86_400 * SECOND_NS
@@ -45,13 +45,16 @@ last_t_ns, samples of the GPU's best-source samples inside it (samples sharing a
 source_rank the rank of those samples' source (view power_day's source_rank macro)."""
 
 
-def curve_at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def curve_at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x: np.ndarray,
+             i: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """E(x) and P(x) at instants ``x`` (ns) on a GPU's curve at every sample (t sorted, p, e, linked:
     kernels.energy_curve), with whether P is defined: the sample at or before x, the trapezoid
     towards the next one when linked; E 0 before the first sample, P NaN where undefined. The one
     implementation: energy_curve's second boundaries (with the unrounded power) and the phases'
-    lookups (pipeline/phases/curve.Curve, with the power rounded to FLOAT) both use it."""
-    i = np.searchsorted(t, x, side="right") - 1
+    lookups (pipeline/phases/curve.Curve, with the power rounded to FLOAT) both use it. ``i``: the
+    index of the last sample at or before each x (−1 for none), when the caller has it."""
+    if i is None:
+        i = np.searchsorted(t, x, side="right") - 1
     j = np.maximum(i, 0)
     at_sample = (i >= 0) & (t[j] == x)
     inside = (i >= 0) & linked[j] & (x > t[j])
@@ -66,6 +69,13 @@ def curve_at(t: np.ndarray, p: np.ndarray, e: np.ndarray, linked: np.ndarray, x:
     return energy, power, inside | at_sample
 
 
+def _at_or_before(t: np.ndarray, left: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``searchsorted(t, x, "right") - 1`` from ``left = searchsorted(t, x, "left")``, ``t`` unique."""
+    on = left < len(t)
+    on[on] = t[left[on]] == x[on]
+    return left - 1 + on
+
+
 def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, host: str = "", gpu: int = 0,
                    curve: dict[str, np.ndarray] | None = None) -> pa.RecordBatch:
     """One GPU's ``energy_curve`` rows from its raw samples of one UTC day (any order; the source
@@ -76,30 +86,36 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
     if not len(t):
         return pa.RecordBatch.from_pylist([], schema=ENERGY_SCHEMA)
     day_end_s = (int(t[0]) // DAY_NS + 1) * 86_400
-    second = t // SECOND_NS
-    new_second = second[1:] != second[:-1]
+    firsts, _ = time_runs(t, SECOND_NS)  # each second's first sample
+    owned = t[firsts] // SECOND_NS  # the seconds holding a sample
+    bounds = np.append(firsts, len(t))
     # seconds whose start lies strictly inside a segment: at most the two after a linked sample,
     # and only a second's last sample has its next one beyond the second (t is sorted), so the
     # candidates are one or two a second, not a copy of every sample (memory: ~5 M samples a GPU-day)
-    ends = np.flatnonzero(new_second)
+    ends = firsts[1:] - 1
     ends = ends[linked[ends]]
     nxt = t[ends + 1]
-    inner = [second[ends] + k for k in (1, 2)]
+    inner = [t[ends] // SECOND_NS + k for k in (1, 2)]
     crossed = np.concatenate([s[s * SECOND_NS < nxt] for s in inner])
-    seconds = np.union1d(second[np.r_[True, new_second]], crossed)
-    del second, new_second, ends, nxt, inner, crossed
+    seconds = np.union1d(owned, crossed)
+    del firsts, ends, nxt, inner, crossed
     seconds = seconds[seconds < day_end_s]
     start = seconds * SECOND_NS
     end = start + SECOND_NS
-    e0, p0, has0 = curve_at(t, p, e, linked, start)
-    e1, p1, has1 = curve_at(t, p, e, linked, end)
+    # each second's first sample and the next second's, looked up among the seconds holding one
+    # (not in every sample); the sample at or before an instant: the one before, or the first if
+    # it lies on the instant (the curve's times are unique)
+    first = bounds[np.searchsorted(owned, seconds)]
+    after = bounds[np.searchsorted(owned, seconds + 1)]
+    del owned, bounds
+    e0, p0, has0 = curve_at(t, p, e, linked, start, _at_or_before(t, first, start))
+    e1, p1, has1 = curve_at(t, p, e, linked, end, _at_or_before(t, after, end))
     has1 &= seconds + 1 < day_end_s  # the curve restarts at midnight: nothing crosses it
-    first = np.searchsorted(t, start, side="left")
-    after = np.searchsorted(t, end, side="left")
     count = after - first
     some = count > 0
     last = np.maximum(after - 1, 0)
-    rank = source_rank[c["first"]]
+    at = np.minimum(first, len(t) - 1)
+    rank = source_rank[c["first"][at]]
     n = len(seconds)
     return pa.record_batch({
         "host": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([host])),
@@ -109,10 +125,10 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
         "end_energy_j": e1,
         "power_w": pa.array(p0, mask=~has0),
         "end_power_w": pa.array(p1, mask=~has1),
-        "first_t_ns": pa.array(t[np.minimum(first, len(t) - 1)], mask=~some),
+        "first_t_ns": pa.array(t[at], mask=~some),
         "last_t_ns": pa.array(t[last], mask=~some),
         "samples": count.astype(np.int32),
-        "source_rank": pa.array(rank[np.minimum(first, len(t) - 1)].astype(np.uint8), mask=~some),
+        "source_rank": pa.array(rank.astype(np.uint8), mask=~some),
     }, schema=ENERGY_SCHEMA)
 
 

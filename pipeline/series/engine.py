@@ -35,37 +35,38 @@ PASS_KEY = "wattline.series_pass"
 pass come from one read of the same samples)."""
 
 _SAMPLES = """
-SELECT gpu, t_ns, power_w, coalesce(power_avg_w, 0) AS power_avg_w, power_avg_w IS NOT NULL AS has_avg, is_average,
-       (list_position($sources, source) - 1)::UTINYINT AS source_id
+SELECT gpu, t_ns, power_w, coalesce(power_avg_w, 0) AS power_avg_w, (power_avg_w IS NOT NULL)::UTINYINT AS has_avg,
+       is_average::UTINYINT AS is_average, (list_position($sources, source) - 1)::UTINYINT AS source_id
 FROM power_day_samples WHERE host = $host
 """
+"""The flags (has_avg, is_average) come as 0 / 1 bytes, viewed as numpy bools: no conversion (Arrow's
+booleans are bits, unpacked to bytes at each hand-over)."""
 
 
 def day_sources(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
-    """Each host of the partition day with the power sources it reports, sorted."""
-    hosts: dict[str, list[str]] = {}
-    for host, source in con.execute(
-        "SELECT DISTINCT host, source::VARCHAR FROM power WHERE date = getvariable('partition_date') ORDER BY 1, 2"
-    ).fetchall():
-        hosts.setdefault(host, []).append(source)
-    return hosts
+    """Each host of the partition day with the power sources it reports, sorted. The hosts first,
+    then each host's sources (host_sources): a DISTINCT over the host column alone, then over
+    one host's source column, costs less than one over both (8 GPUs x 24 h of capture 4: 0.19
+    s CPU against 0.40)."""
+    hosts = con.execute("SELECT DISTINCT host FROM power WHERE date = getvariable('partition_date') ORDER BY 1").fetchall()
+    return {host: host_sources(con, host) for (host,) in hosts}
 
 
 class _GpuChunks:
-    """Each GPU's chunks of one host's rows, in read order: held in memory, or, with a spill
+    """Each GPU's chunks of one host's rows, in read order, as Arrow record batches (slices of the
+    read's batches: no conversion until a GPU is handed out): held in memory, or, with a spill
     folder, appended to one Arrow IPC file per GPU there, so memory holds one chunk while the
     host is read and one GPU's rows after (not the host's)."""
 
     def __init__(self, spill_dir: Path | None) -> None:
         self.spill_dir = spill_dir
-        self.held: dict[int, list[dict[str, np.ndarray]]] = {}
+        self.held: dict[int, list[pa.RecordBatch]] = {}
         self.files: dict[int, tuple[Path, pa.ipc.RecordBatchStreamWriter]] = {}
 
-    def add(self, gpu: int, cols: dict[str, np.ndarray]) -> None:
+    def add(self, gpu: int, batch: pa.RecordBatch) -> None:
         if self.spill_dir is None:
-            self.held.setdefault(gpu, []).append(cols)
+            self.held.setdefault(gpu, []).append(batch)
             return
-        batch = pa.record_batch(cols)
         if gpu not in self.files:
             path = self.spill_dir / f"gpu-{gpu}.arrows"
             self.files[gpu] = (path, pa.ipc.new_stream(path, batch.schema))
@@ -73,9 +74,9 @@ class _GpuChunks:
 
     def gpus(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         for g in sorted(self.held):
-            chunks = self.held.pop(g)
-            yield g, {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-            del chunks
+            table = pa.Table.from_batches(self.held.pop(g))
+            yield g, _arrays(table)
+            del table
         for _, writer in self.files.values():
             writer.close()
         for g in sorted(self.files):
@@ -83,8 +84,13 @@ class _GpuChunks:
             with pa.ipc.open_stream(path) as reader:
                 table = reader.read_all()
             path.unlink()
-            yield g, {name: table.column(name).to_numpy() for name in table.column_names}
+            yield g, _arrays(table)
             del table
+
+
+def _arrays(table: pa.Table) -> dict[str, np.ndarray]:
+    """One GPU's columns as numpy arrays (one copy where its chunks are joined)."""
+    return {name: table.column(name).combine_chunks().to_numpy(zero_copy_only=False) for name in table.column_names}
 
 
 def host_by_gpu(
@@ -104,19 +110,19 @@ def _read_by_gpu(con: duckdb.DuckDBPyConnection, sql: str, params: dict, spill_d
     return, so ``con`` is free for other statements while the GPUs are handed out)."""
     parts = _GpuChunks(spill_dir)
     for batch in con.sql(sql, params=params).to_arrow_reader(BATCH_ROWS):
-        cols = {name: batch.column(i).to_numpy(zero_copy_only=False) for i, name in enumerate(batch.schema.names)}
-        gpu = cols["gpu"]
+        at = batch.schema.get_field_index("gpu")
+        gpu = batch.column(at).to_numpy(zero_copy_only=False)
+        rest = batch.drop_columns(["gpu"])
         bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
         if len(bounds) <= 64:  # runs of one GPU: slices
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-                parts.add(int(gpu[lo]), {k: v[lo:hi] for k, v in cols.items() if k != "gpu"})
+                parts.add(int(gpu[lo]), rest.slice(lo, hi - lo))
             continue
         order = np.argsort(gpu, kind="stable")
         gpu = gpu[order]
         bounds = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1], True])
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            rows = order[lo:hi]
-            parts.add(int(gpu[lo]), {k: v[rows] for k, v in cols.items() if k != "gpu"})
+            parts.add(int(gpu[lo]), rest.take(pa.array(order[lo:hi])))
     return parts
 
 
@@ -164,10 +170,10 @@ def host_samples(
         finally:  # the caller's setting back: its later statements' order (and float sums) as before
             con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
         for g, x in parts.gpus():
-            is_average = x["is_average"]
+            is_average = x["is_average"].view(np.bool_)
             yield GpuSamples(
                 host=host, gpu=g, sources=tuple(names), t_ns=x["t_ns"], power_w=x["power_w"],
-                power_avg_w=x["power_avg_w"], has_avg=x["has_avg"], is_average=is_average,
+                power_avg_w=x["power_avg_w"], has_avg=x["has_avg"].view(np.bool_), is_average=is_average,
                 source_id=x["source_id"], source_rank=np.where(is_average, np.uint8(AVERAGE_RANK), ranks[x["source_id"]]),
             )
             del x, is_average  # before the next GPU's rows are read: one GPU's samples alive
@@ -227,6 +233,7 @@ def write_parts(
                         flush(t.name)
             if cache is not None:
                 cache.put(samples)
+            del samples  # its rows, curve and best rows gone before the next GPU's are read
         for t in tables:
             flush(t.name)
             writers[t.name].add_key_value_metadata({PASS_KEY: pass_id})

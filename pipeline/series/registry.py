@@ -37,7 +37,7 @@ POWER_1S_SCHEMA = pa.schema([
 
 def power_1s_rows(s: GpuSamples) -> pa.RecordBatch:
     """Per second: mean, min, max power, trapezoid energy, samples, gap flag (kernels.seconds_1s)."""
-    c = kernels.seconds_1s(s.t_ns, s.power_w, s.source_rank, s.is_average)
+    c = kernels.seconds_1s(s.t_ns, s.power_w, s.source_rank, s.is_average, s.best)
     n = len(c["second"])
     return pa.record_batch({
         "host": _host(s, n),
@@ -64,7 +64,7 @@ POWER_100MS_SCHEMA = pa.schema([
 
 def power_100ms_rows(s: GpuSamples) -> pa.RecordBatch:
     """Per 100 ms slot: mean best-source power, samples, 1 s average (kernels.grid_100ms)."""
-    c = kernels.grid_100ms(s.t_ns, s.power_w, s.power_avg_w, s.has_avg, s.source_rank, s.is_average)
+    c = kernels.grid_100ms(s.t_ns, s.power_w, s.power_avg_w, s.has_avg, s.source_rank, s.is_average, s.best)
     n = len(c["slot"])
     return pa.record_batch({
         "host": _host(s, n),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels import energy_curve
+from pipeline.kernels import BestRows, best_rows_of, energy_curve
 
 
 class SampleSource(enum.Enum):
@@ -69,7 +69,13 @@ class GpuSamples:
         return len(self.t_ns)
 
     @functools.cached_property
+    def best(self) -> BestRows:
+        """The GPU's best-source rows in time order, with the 1 s-average fallback rows
+        (kernels.best_rows_of), found once for every table and reader of these samples."""
+        return best_rows_of(self.t_ns.astype(np.int64, copy=False), self.source_rank, self.has_avg)
+
+    @functools.cached_property
     def curve(self) -> dict[str, np.ndarray]:
         """The GPU's energy curve at every best-source sample (kernels.energy_curve), built once for
         every table and reader of these samples."""
-        return energy_curve(self.t_ns.astype(np.int64), self.power_w, self.source_rank)
+        return energy_curve(self.t_ns, self.power_w, self.source_rank, self.best)
