@@ -250,43 +250,52 @@ ep_busy AS (  -- the endpoint's requests in flight integrated over time (request
            sum((n_prefill + n_decode) * (end_ns - start_ns)::HUGEINT) OVER (PARTITION BY endpoint ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS cum_n
     FROM phase_intervals WHERE date = getvariable('partition_date')
 ),
-req AS (  -- mean batch = requests in flight averaged over the request's life (inside the endpoint's span);
-          -- replica_batch: on its own replica (the events of _replica_busy: exact, from the request log)
-    SELECT e.*, r.a_ns,
+req_batch AS (  -- per logged request: mean batch = requests in flight averaged over its life (inside the
+                -- endpoint's span); replica_batch: on its own replica (the events of _replica_busy: exact, from
+                -- the request log); the limit reported in force at its prefill start. Only these columns go
+                -- through the ASOF joins (each sorts what it carries), request_energy's join them after
+    SELECT r.request_id, r.endpoint, r.a_ns,
            ((coalesce(hi.cum_n, 0) - coalesce(lo.cum_n, 0)) / nullif(hi.end_ns - coalesce(lo.end_ns, s.lo), 0))::DOUBLE AS mean_batch,
-           ((rb.cum_n - ra.cum_n) / nullif(r.b_ns - r.a_ns, 0))::DOUBLE AS replica_batch
-    FROM request_energy AS e
-    JOIN (SELECT request_id, endpoint, replica, epoch_ns(prefill_start_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
-          FROM request_phases) AS r USING (request_id, endpoint)
+           ((rb.cum_n - ra.cum_n) / nullif(r.b_ns - r.a_ns, 0))::DOUBLE AS replica_batch,
+           l.limit_w AS reported_limit_w
+    FROM (SELECT request_id, endpoint, replica, epoch_ns(prefill_start_ts) AS a_ns, epoch_ns(end_ts) AS b_ns
+          FROM request_phases) AS r
     LEFT JOIN _replica_busy AS ra ON ra.endpoint = r.endpoint AND ra.replica = r.replica AND ra.t = r.a_ns
     LEFT JOIN _replica_busy AS rb ON rb.endpoint = r.endpoint AND rb.replica = r.replica AND rb.t = r.b_ns
     LEFT JOIN (SELECT endpoint, min(start_ns) AS lo FROM phase_intervals WHERE date = getvariable('partition_date') GROUP BY ALL) AS s
-        USING (endpoint)
+        ON s.endpoint = r.endpoint
     ASOF LEFT JOIN ep_busy AS hi ON hi.endpoint = r.endpoint AND r.b_ns >= hi.end_ns
     ASOF LEFT JOIN ep_busy AS lo ON lo.endpoint = r.endpoint AND r.a_ns >= lo.end_ns
+    ASOF LEFT JOIN _limits AS l ON l.endpoint = r.endpoint AND r.a_ns >= l.from_ns
+),
+req_limited AS (  -- the request's figures, its batch and the limit in force at its prefill start
+    SELECT e.*, b.a_ns, b.mean_batch, b.replica_batch,
+           ep.replicas, coalesce(rl.exact, FALSE) AS replica_exact, ep.gpu_model AS ep_gpu_model, ep.model AS ep_model, ep.gpus_per_replica AS ep_gpus_per_replica,
+           coalesce(b.reported_limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
+           CASE WHEN coalesce(b.reported_limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
+                WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source
+    FROM request_energy AS e
+    JOIN req_batch AS b USING (request_id, endpoint)
+    JOIN _ep AS ep USING (endpoint)
+    LEFT JOIN _rl AS rl USING (endpoint)
     WHERE e.date = getvariable('partition_date')
 ),
-req_limited AS (  -- the limit in force at the request's prefill start
-    SELECT q.*, ep.replicas, coalesce(rl.exact, FALSE) AS replica_exact, ep.gpu_model AS ep_gpu_model, ep.model AS ep_model, ep.gpus_per_replica AS ep_gpus_per_replica,
-           coalesce(l.limit_w, ep.first_limit_w, ep.inventory_limit_w, ep.tdp_w) AS limit_w,
-           CASE WHEN coalesce(l.limit_w, ep.first_limit_w) IS NOT NULL THEN 'power'
-                WHEN ep.inventory_limit_w IS NOT NULL THEN 'inventory' ELSE 'tdp' END AS limit_source
-    FROM req AS q JOIN _ep AS ep USING (endpoint)
-    LEFT JOIN _rl AS rl USING (endpoint)
-    ASOF LEFT JOIN _limits AS l ON l.endpoint = q.endpoint AND q.a_ns >= l.from_ns
-),
-req_buckets AS (
-    SELECT q.*, b.kind, b.bucket
-    FROM req_limited AS q
-    CROSS JOIN LATERAL (VALUES ('all', 'all'), ('batch_size', batch_bucket(greatest(round(CASE WHEN q.replica_exact THEN q.replica_batch
-                                                                                          ELSE q.mean_batch / q.replicas END), 1))),
-                               ('prompt_len', prompt_len_bucket(q.prompt_tokens)),
-                               ('output_len', output_len_bucket(q.output_tokens)),
-                               ('max_tokens', max_tokens_bucket(q.max_tokens)),
-                               ('hour', lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')), ('gpu_model', q.ep_gpu_model),
-                               ('model', coalesce(q.ep_model, 'unknown')),
-                               ('gpus_per_replica', coalesce(q.ep_gpus_per_replica::VARCHAR, 'unknown')),
-                               ('power_limit', round(q.limit_w)::INTEGER || ' W')) AS b(kind, bucket)
+req_buckets AS (  -- each request once per bucket kind: a list unnested row by row (a lateral VALUES
+                  -- would join every request back to its buckets, the step's largest intermediate)
+    SELECT * EXCLUDE (b), b.kind, b.bucket
+    FROM (SELECT q.*,
+                 unnest([{'kind': 'all', 'bucket': 'all'},
+                         {'kind': 'batch_size', 'bucket': batch_bucket(greatest(round(CASE WHEN q.replica_exact THEN q.replica_batch
+                                                                                  ELSE q.mean_batch / q.replicas END), 1))},
+                         {'kind': 'prompt_len', 'bucket': prompt_len_bucket(q.prompt_tokens)},
+                         {'kind': 'output_len', 'bucket': output_len_bucket(q.output_tokens)},
+                         {'kind': 'max_tokens', 'bucket': max_tokens_bucket(q.max_tokens)},
+                         {'kind': 'hour', 'bucket': lpad(hour(q.arrival_ts)::VARCHAR, 2, '0')},
+                         {'kind': 'gpu_model', 'bucket': q.ep_gpu_model},
+                         {'kind': 'model', 'bucket': coalesce(q.ep_model, 'unknown')},
+                         {'kind': 'gpus_per_replica', 'bucket': coalesce(q.ep_gpus_per_replica::VARCHAR, 'unknown')},
+                         {'kind': 'power_limit', 'bucket': round(q.limit_w)::INTEGER || ' W'}]) AS b
+          FROM req_limited AS q)
 ),
 request_metrics AS (
     SELECT endpoint, kind, bucket, count(*) AS requests,

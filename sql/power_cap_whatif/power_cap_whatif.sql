@@ -106,46 +106,56 @@ UNION ALL
 SELECT s.host, s.gpu, s.sec, w.phase, w.weight
 FROM _cap_s AS s JOIN step_w AS w ON w.job = s.job AND w.host = s.host AND w.sec = s.sec;
 
--- every GPU-second once per (level, entity, phase) it counts in, with its weight
-CREATE OR REPLACE TEMP TABLE _cap_weighted AS
-WITH labelled AS (
-    SELECT s.*, l.phase, l.weight FROM _cap_s AS s JOIN _cap_labels AS l USING (host, gpu, sec)
-    UNION ALL  -- the rest of each second of an endpoint's or job's GPU
-    SELECT s.*, CASE WHEN s.endpoint IS NOT NULL THEN 'unlabelled' ELSE 'rest' END,
-           1.0 - coalesce(sum(l.weight), 0)
-    FROM _cap_s AS s LEFT JOIN _cap_labels AS l USING (host, gpu, sec)
-    WHERE s.endpoint IS NOT NULL OR s.job IS NOT NULL
-    GROUP BY ALL
-    HAVING 1.0 - coalesce(sum(l.weight), 0) > 1e-9
-    UNION ALL
-    SELECT s.*, 'all', 1.0 FROM _cap_s AS s
-)
-SELECT 'endpoint' AS level, endpoint AS entity, * EXCLUDE (endpoint, job, cluster) FROM labelled WHERE endpoint IS NOT NULL
-UNION ALL
-SELECT 'job', job, * EXCLUDE (endpoint, job, cluster) FROM labelled WHERE job IS NOT NULL
-UNION ALL
-SELECT 'host', host, * EXCLUDE (endpoint, job, cluster) FROM labelled WHERE phase = 'all'
-UNION ALL
-SELECT 'cluster', cluster, * EXCLUDE (endpoint, job, cluster) FROM labelled WHERE phase = 'all';
+-- median() of the values a histogram (value -> count) counts, each times factor: the middle one or
+-- the mean of the two middle ones, the same DOUBLE as median() over the values themselves, from a
+-- few distinct limits per row instead of every GPU-second's
+CREATE OR REPLACE TEMP MACRO _cap_nth(h, p) AS  -- h's p-th value (from 0) in ascending order
+    list_filter(list_sort(map_entries(h)),
+                lambda e, i: list_sum(list_transform(list_sort(map_entries(h))[1:i], lambda x: x.value)) > p)[1].key;
 
+CREATE OR REPLACE TEMP MACRO _cap_median(h, factor) AS
+    (factor * _cap_nth(h, (list_sum(map_values(h)) - 1) // 2) + factor * _cap_nth(h, list_sum(map_values(h)) // 2)) / 2;
+
+-- every GPU-second once per (level, entity, phase) it counts in, with its weight, streamed into the
+-- aggregate per cap (not kept: a few rows per GPU-second, the largest intermediate of the step)
 CREATE OR REPLACE TEMP TABLE _cap_rows AS
-WITH per_second AS (
+WITH labelled AS (  -- per GPU-second: the weight its labels cover
+    SELECT host, gpu, sec, sum(weight) AS weight FROM _cap_labels GROUP BY ALL
+),
+weighted AS (
+    SELECT lv.level, lv.entity, l.phase, l.weight, s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
+    FROM _cap_s AS s JOIN _cap_labels AS l USING (host, gpu, sec)
+    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job)) AS lv(level, entity)
+    WHERE lv.entity IS NOT NULL
+    UNION ALL  -- the rest of each second of an endpoint's or job's GPU
+    SELECT lv.level, lv.entity, CASE WHEN s.endpoint IS NOT NULL THEN 'unlabelled' ELSE 'rest' END,
+           1.0 - coalesce(l.weight, 0), s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
+    FROM _cap_s AS s LEFT JOIN labelled AS l USING (host, gpu, sec)
+    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job)) AS lv(level, entity)
+    WHERE lv.entity IS NOT NULL AND 1.0 - coalesce(l.weight, 0) > 1e-9
+    UNION ALL
+    SELECT lv.level, lv.entity, 'all', 1.0, s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
+    FROM _cap_s AS s
+    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job), ('host', s.host), ('cluster', s.cluster)) AS lv(level, entity)
+    WHERE lv.entity IS NOT NULL OR lv.level IN ('host', 'cluster')
+),
+per_second AS (
     SELECT x.level, x.entity, x.phase, x.host, x.gpu, x.gpu_model, x.limit_w, x.limit_source, f.cap_factor, x.weight, x.e, x.w,
            f.cap_factor * x.limit_w AS cap_w,
            x.w > f.cap_factor * x.limit_w AS above,
            f.cap_factor < 1 AND x.w > f.cap_factor * x.limit_w AS stretched,
            x.w / (f.cap_factor * x.limit_w) AS ratio,
            a.alpha, a.alpha_low, a.alpha_high, a.alpha_source
-    FROM _cap_weighted AS x
+    FROM weighted AS x
     CROSS JOIN _cap_factors AS f
     JOIN _cap_alpha AS a USING (gpu_model)
 )
 SELECT level, entity, phase, cap_factor,
        CASE WHEN count(DISTINCT gpu_model) = 1 THEN any_value(gpu_model) ELSE 'mixed' END AS gpu_model,
        count(DISTINCT (host, gpu))::INTEGER AS gpus,
-       median(limit_w) AS enforced_limit_w,
+       _cap_median(histogram(limit_w), 1.0) AS enforced_limit_w,
        string_agg(DISTINCT limit_source, '; ' ORDER BY limit_source) AS limit_source,
-       median(cap_w) AS cap_w,
+       _cap_median(histogram(limit_w), cap_factor) AS cap_w,
        xsum(weight) AS gpu_seconds,
        xsum(weight * e) AS energy_j,
        xsum(weight * above::INT) / nullif(xsum(weight), 0) AS time_above_share,
@@ -167,11 +177,11 @@ GROUP BY level, entity, phase, cap_factor;
 -- the provisioned side: summed capped power of hosts and clusters, 2 s means over full seconds
 CREATE OR REPLACE TEMP TABLE _cap_power AS
 WITH summed AS (
-    SELECT x.level, x.entity, f.cap_factor, x.sec,
+    SELECT lv.level, lv.entity, f.cap_factor, x.sec,
            sum(CASE WHEN f.cap_factor < 1 THEN least(x.w, f.cap_factor * x.limit_w) ELSE x.w END) AS w,
            count(*) AS gpus
-    FROM _cap_weighted AS x CROSS JOIN _cap_factors AS f
-    WHERE x.level IN ('host', 'cluster')
+    FROM _cap_s AS x CROSS JOIN LATERAL (VALUES ('host', x.host), ('cluster', x.cluster)) AS lv(level, entity)
+    CROSS JOIN _cap_factors AS f
     GROUP BY ALL
 ),
 full_seconds AS (
