@@ -247,6 +247,7 @@ def _run_part(
         asset_selection=selected,
     )
     curve_cache.drop(result.run_id)  # the run's curves served its steps; keep no run's files past its end
+    warehouse.close_shared()  # the compute connection its steps shared
     part["success"], part["run_id"] = result.success, result.run_id
     for event in result.all_events:
         if event.is_step_success and event.step_key:
