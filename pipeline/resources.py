@@ -184,5 +184,5 @@ class WarehouseResource(ConfigurableResource):
         (only a table's first part or a change of what else it holds needs a new one)."""
         part = scope.part_dir(self.path, table) / "part-0.parquet"
         remote.publish_part(self.root, self.path, part)
-        warehouse.refresh_catalog(self.path, table, part)
+        warehouse.publish_part_to_catalog(self.path, table, part)
 
