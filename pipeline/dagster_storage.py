@@ -16,12 +16,20 @@ stock ``storage: sqlite:`` reads what this writes. dagster.yaml names this class
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from dagster._core.storage import sql
+from dagster._core.storage.event_log.sqlite import sqlite_event_log
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
+from dagster._core.storage.runs.sqlite import sqlite_run_storage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite import sqlite_schedule_storage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._core.storage.sqlite_storage import (
@@ -34,6 +42,30 @@ from dagster._serdes import ConfigurableClassData
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
+
+
+@functools.cache
+def _head_revision(script_location: str | None) -> str | None:
+    """The newest schema revision among the migration scripts at ``script_location`` (Dagster's,
+    installed with it: they do not change while a process runs)."""
+    config = Config()
+    config.set_main_option("script_location", script_location or "")
+    return ScriptDirectory.from_config(config).as_revision_number("head")  # type: ignore[return-value]
+
+
+def check_alembic_revision(alembic_config: Config, conn: Connection) -> tuple[str | None, str | None]:
+    """Dagster's ``check_alembic_revision`` (the database's schema revision and the newest the
+    scripts know) with the newest read once per process: Dagster parsed its ~100 migration
+    scripts each time a storage or a run's event-log file was opened, ~11 times a ``wattline run``
+    (~0.4 s CPU a run, ~1.7 s under cProfile)."""
+    with sql._alembic_lock:
+        db_revision = MigrationContext.configure(conn).get_current_revision()
+    return db_revision, _head_revision(alembic_config.get_main_option("script_location"))
+
+
+for _module in (sqlite_event_log, sqlite_run_storage, sqlite_schedule_storage):
+    _module.check_alembic_revision = check_alembic_revision  # type: ignore[attr-defined]
+
 
 KEPT_ENGINES = 64
 """Engines kept per event log (the index and the most recent runs' files); an engine without a

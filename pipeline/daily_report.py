@@ -18,6 +18,7 @@ import pipeline.assets
 from pipeline import readonly
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
+from pipeline.warehouse import refresh_deferred
 from reports.daily import build_report, default_out_dir
 
 RAW_GROUP = "raw"
@@ -51,6 +52,7 @@ def daily_report(context: AssetExecutionContext, warehouse: WarehouseResource) -
     Sections whose table does not exist yet say "not available yet"."""
     date = context.partition_key
     readonly.set_limits(warehouse.duckdb_memory or None, warehouse.duckdb_threads or None)  # the run's bound for the report's reads
+    refresh_deferred()  # the catalog it reads holds the tables this run wrote
     report = build_report(warehouse.path, date, default_out_dir(), instance=context.instance)
     partial = {s.key: s.missing for s in report.sections if s.missing}
     errors = {s.key: s.error for s in report.sections if s.error}

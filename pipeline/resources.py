@@ -131,11 +131,12 @@ class WarehouseResource(ConfigurableResource):
 
     @contextlib.contextmanager
     def connection(
-        self, date: str | Scope | None = None, raw_files: dict[str, list[Path]] | None = None
+        self, date: str | Scope | None = None, raw_files: dict[str, list[Path]] | None = None, *, share: str | None = None,
     ) -> Iterator[duckdb.DuckDBPyConnection]:
         """A compute connection; with a ``date`` (or a cluster-day / fleet-day :class:`Scope`),
         each raw dataset's view holds only that day's usable files (unless ``raw_files`` names
-        them), so no asset reads an unchecked file."""
+        them), so no asset reads an unchecked file. ``share``: a run's id, whose steps of one
+        scope share the views and macros (``warehouse.shared_compute_connection``)."""
         scope = date if isinstance(date, Scope) else None
         day = date.date if isinstance(date, Scope) else date
         remote.stage(self.root, self.path, scope or day, self.job_events_lookback_days)  # S3: the working copy (no-op locally)
@@ -143,9 +144,15 @@ class WarehouseResource(ConfigurableResource):
         if day is not None:
             for name, files in self.scoped_files(day, scope).items():
                 overrides.setdefault(name, files)
+        memory, threads, lookback = self.duckdb_memory or None, self.duckdb_threads or None, self.job_events_lookback_days
+        if share is not None and scope is not None:
+            with warehouse.shared_compute_connection(
+                share, self.path, scope.date, overrides, scope, memory=memory, threads=threads, lookback_days=lookback,
+            ) as con:
+                yield con
+            return
         with warehouse.compute_connection(
-            self.path, day, raw_overrides=overrides, scope=scope, memory=self.duckdb_memory or None, threads=self.duckdb_threads or None,
-            lookback_days=self.job_events_lookback_days,
+            self.path, day, raw_overrides=overrides, scope=scope, memory=memory, threads=threads, lookback_days=lookback,
         ) as con:
             yield con
 
@@ -177,5 +184,5 @@ class WarehouseResource(ConfigurableResource):
         (only a table's first part or a change of what else it holds needs a new one)."""
         part = scope.part_dir(self.path, table) / "part-0.parquet"
         remote.publish_part(self.root, self.path, part)
-        warehouse.refresh_catalog(self.path, table, part)
+        warehouse.publish_part_to_catalog(self.path, table, part)
 

@@ -238,16 +238,18 @@ def _run_part(
             "step_peak_rss_mb": {}}
     if selection and not selected:
         return part
-    result = job.execute_in_process(
-        partition_key=cluster_day_key(date, cluster) if cluster else date,
-        instance=instance,
-        raise_on_error=False,
-        # Dagster's console logger prints stack traces for failed steps: the CLI reports
-        # failures and quarantined files itself in one line each; the UI keeps the details.
-        run_config={"loggers": {"console": {"config": {"log_level": settings.log_level}}}},
-        asset_selection=selected,
-    )
+    with warehouse.catalog_refresh_deferred():  # the catalog brought up to date once for the run's parts
+        result = job.execute_in_process(
+            partition_key=cluster_day_key(date, cluster) if cluster else date,
+            instance=instance,
+            raise_on_error=False,
+            # Dagster's console logger prints stack traces for failed steps: the CLI reports
+            # failures and quarantined files itself in one line each; the UI keeps the details.
+            run_config={"loggers": {"console": {"config": {"log_level": settings.log_level}}}},
+            asset_selection=selected,
+        )
     curve_cache.drop(result.run_id)  # the run's curves served its steps; keep no run's files past its end
+    warehouse.close_shared()  # the compute connection its steps shared
     part["success"], part["run_id"] = result.success, result.run_id
     for event in result.all_events:
         if event.is_step_success and event.step_key:

@@ -288,7 +288,7 @@ class Table:
         scope = Scope.of(context)
         process_memory.return_freed_memory()
         process_memory.reset_peak()
-        with warehouse.connection(scope) as con:
+        with warehouse.connection(scope, share=context.run.run_id) as con:
             variables = dict(self.variables(config, warehouse) if self.variables and config is not None else {})
             if self.grid_step:
                 variables["grid_step_ms"] = warehouse.grid_step_ms

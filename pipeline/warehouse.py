@@ -26,10 +26,13 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -271,7 +274,7 @@ def _job_event_runs(con: duckdb.DuckDBPyConnection, data_dir: Path, lookback_day
                 continue
     con.register("_job_events_before", pa.concat_tables(tables) if tables else JOB_EVENTS.empty_table())
     try:
-        con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _job_events_before "
+        con.execute("CREATE OR REPLACE TABLE job_events_earlier AS SELECT * FROM _job_events_before "
                     f"WHERE epoch_ns(end_ts) > {midnight}")
         events = f"(SELECT {', '.join(_EVENT_COLUMNS)} FROM job_events UNION ALL SELECT {', '.join(_EVENT_COLUMNS)} FROM _job_events_before)"
         return [r for r in con.execute(_JOB_EVENT_RUNS.format(events=events)).fetchall() if r[3] > midnight]
@@ -286,7 +289,7 @@ def _create_gpu_assignments(
     """Table `gpu_assignments` (host, gpu, kind, name, from_ts, to_ts, from_ns, to_ns, source): which
     endpoint or job holds each GPU when (collectors/assignments.py), from the inventory, the
     assignments dataset and the job_events this connection sees (for a day: its own and the
-    earlier days' runs into it; temp table ``job_events_earlier``, empty without an inventory). A computation (partition_date set) stops on a conflict between
+    earlier days' runs into it; table ``job_events_earlier``, empty without an inventory). A computation (partition_date set) stops on a conflict between
     sources; the catalog keeps the first, so it still opens. ``inventory`` is the scope's (a
     cluster's hosts); assignments are read from the whole ``full_inventory`` and kept for those
     hosts, so an endpoint another cluster declares can still hold this one's GPUs. ``stored``: the
@@ -295,7 +298,7 @@ def _create_gpu_assignments(
     computing = con.execute("SELECT getvariable('partition_date') IS NOT NULL").fetchall()[0][0]
     if computing:
         con.register("_no_events", JOB_EVENTS.empty_table())
-        con.execute("CREATE OR REPLACE TEMP TABLE job_events_earlier AS SELECT * FROM _no_events")  # replaced by _job_event_runs
+        con.execute("CREATE OR REPLACE TABLE job_events_earlier AS SELECT * FROM _no_events")  # replaced by _job_event_runs
         con.unregister("_no_events")
     else:  # a reader's catalog: the same events from job_events (every day), once a day is set
         con.execute(_JOB_EVENTS_EARLIER_VIEW.format(columns=", ".join(JOB_EVENTS.names), lookback_days=int(lookback_days)))
@@ -497,27 +500,132 @@ def compute_connection(
     """An in-memory DuckDB with every dataset as a view and ``partition_date`` set; ``memory``
     and ``threads`` bound it (None: the defaults, see :func:`duckdb_config`); ``lookback_days``
     as :func:`create_views` takes it."""
+    con = _open_compute_connection(data_dir, date, raw_overrides, scope, memory, threads, lookback_days)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _open_compute_connection(
+    data_dir: Path, date: str | None, raw_overrides: dict[str, list[Path]] | None, scope: Scope | None,
+    memory: str | None, threads: int | None, lookback_days: int,
+) -> duckdb.DuckDBPyConnection:
+    """:func:`compute_connection`'s connection, set up (the caller closes it)."""
     config = duckdb_config(memory, threads)
     spill = data_dir / ".duckdb_tmp"
     spill.mkdir(parents=True, exist_ok=True)
     config["temp_directory"] = str(spill)
     con = duckdb.connect(":memory:", config=config)
     try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET enable_progress_bar = false")  # worker processes share one terminal
-        # A name the catalog lacks is an error, not a Python variable of the calling frame found by
-        # a replacement scan (a check's FROM power_1s, its table not built, bound the Dagster asset
-        # of that name); Python data is registered by name (con.register).
-        con.execute("SET python_enable_replacements = false")
+        _execute_all(con, _SESSION_SETTINGS)
         if date is not None:
             if not _DATE.match(date):
                 raise ValueError(f"bad partition date {date!r}")
             con.execute(f"SET VARIABLE partition_date = DATE '{date}'")
         con.execute(f"SET VARIABLE data_dir = {literal(str(data_dir))}")
         create_views(con, data_dir, raw_overrides=raw_overrides, scope=scope, lookback_days=lookback_days)
-        yield con
-    finally:
+    except BaseException:
         con.close()
+        raise
+    return con
+
+
+_SESSION_SETTINGS = ("SET TimeZone = 'UTC'", "SET enable_progress_bar = false", "SET python_enable_replacements = false")
+"""A compute connection's own settings (DuckDB keeps them per connection; its variables too).
+``enable_progress_bar = false``: worker processes share one terminal. ``python_enable_replacements
+= false``: a name the catalog lacks is an error, not a Python variable of the calling frame found by
+a replacement scan (a check's FROM power_1s, its table not built, bound the Dagster asset of that
+name); Python data is registered by name (con.register)."""
+
+
+@dataclass
+class _SharedCatalog:
+    """A compute connection kept for the next step of the same run and scope (see
+    :func:`shared_compute_connection`)."""
+
+    key: tuple
+    con: duckdb.DuckDBPyConnection
+    variables: list[tuple[str, Any, str]]
+    busy: bool = False
+
+
+_SHARED: list[_SharedCatalog] = []  # at most one: the last run and scope's
+_SHARED_LOCK = threading.Lock()
+
+
+def close_shared() -> None:
+    """Close the compute connection kept for a run's next step (the run is over)."""
+    with _SHARED_LOCK:
+        while _SHARED:
+            _SHARED.pop().con.close()
+
+
+def _variables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, Any, str]]:
+    """``con``'s variables as (name, Python value, DuckDB type): a list of paths stays a list
+    (its text form would split a path with a comma)."""
+    kinds = con.execute("SELECT name, type FROM duckdb_variables() ORDER BY name").fetchall()
+    for name, _ in kinds:
+        _check_ident(name)
+    values = con.execute(f"SELECT {', '.join(f'getvariable({literal(n)})' for n, _ in kinds)}").fetchone() if kinds else ()
+    return [(name, value, kind) for (name, kind), value in zip(kinds, values or (), strict=True)]
+
+
+@contextlib.contextmanager
+def shared_compute_connection(
+    share: str,
+    data_dir: Path,
+    date: str,
+    raw_overrides: dict[str, list[Path]],
+    scope: Scope,
+    *,
+    memory: str | None = None,
+    threads: int | None = None,
+    lookback_days: int = DEFAULT_JOB_EVENTS_LOOKBACK_DAYS,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """:func:`compute_connection` for one step of run ``share``: the views, macros, inventory and
+    assignment tables are built once for the run's steps of the same scope and raw files (one
+    in-memory database, ~0.1 s CPU a step on a tiny day, most of a small step's cost), and each
+    step gets a connection of its own on that database (``cursor``): its temp tables, registered
+    relations, variables and settings are its own and go with it, as with a fresh connection. A
+    step that writes a part points the shared view at it (:func:`write_partition`), as the next
+    step's fresh connection would see it. A step that fails takes the database with it. One
+    database is kept, the last run and scope's: :func:`close_shared` closes it at a run's end."""
+    key = (share, str(data_dir), date, scope, memory, threads, lookback_days,
+           tuple(sorted((name, tuple(map(str, files))) for name, files in raw_overrides.items())))
+    with _SHARED_LOCK:
+        held = next((s for s in _SHARED if s.key == key and not s.busy), None)
+        if held is None:
+            while _SHARED and not _SHARED[0].busy:
+                _SHARED.pop().con.close()
+        else:
+            held.busy = True
+    if held is None:
+        base = _open_compute_connection(data_dir, date, raw_overrides, scope, memory, threads, lookback_days)
+        variables = _variables(base)
+        held = _SharedCatalog(key, base, variables, busy=True)
+        with _SHARED_LOCK:
+            if not _SHARED:
+                _SHARED.append(held)
+    cur = held.con.cursor()
+    ok = False
+    try:
+        _execute_all(cur, _SESSION_SETTINGS)
+        for name, value, kind in held.variables:
+            if kind == '"NULL"':
+                cur.execute(f"SET VARIABLE {name} = NULL")
+            else:
+                cur.execute(f"SET VARIABLE {name} = CAST(? AS {kind})", [value])
+        yield cur
+        ok = True
+    finally:
+        cur.close()
+        with _SHARED_LOCK:
+            held.busy = False
+            if not ok or held not in _SHARED:
+                if held in _SHARED:
+                    _SHARED.remove(held)
+                held.con.close()
 
 
 PARQUET_COPY_OPTIONS = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000, PARQUET_VERSION V2"
@@ -782,7 +890,46 @@ def publish(data_dir: Path) -> Path:
     return warehouse_path(data_dir)
 
 
-def refresh_catalog(data_dir: Path, table: str | None = None, part: Path | None = None) -> str:
+_DEFERRED: list[dict[Path, dict[str, Path]]] = []
+"""While a run holds :func:`catalog_refresh_deferred`: the parts written since, by data dir and table."""
+
+
+@contextlib.contextmanager
+def catalog_refresh_deferred() -> Iterator[None]:
+    """Within, :func:`publish_part_to_catalog` notes each part instead of refreshing the catalog,
+    and the catalog is brought up to date once for all of them on the way out (also when the run
+    failed): a fresh day's run added each table's first part to a copy of the catalog, one copy
+    per table (~40 ms each, ~1 s of a tiny day's run). For one run's steps in this process: a
+    step that reads the catalog (the report) calls :func:`refresh_deferred` first."""
+    _DEFERRED.append({})
+    try:
+        yield
+    finally:
+        refresh_deferred()
+        _DEFERRED.pop()
+
+
+def refresh_deferred() -> None:
+    """Bring the catalogs up to date with the parts noted since :func:`catalog_refresh_deferred`
+    (nothing outside one)."""
+    if not _DEFERRED:
+        return
+    noted = _DEFERRED[-1]
+    while noted:
+        data_dir, parts = noted.popitem()
+        refresh_catalog(data_dir, parts=parts)
+
+
+def publish_part_to_catalog(data_dir: Path, table: str, part: Path) -> str:
+    """:func:`refresh_catalog` after ``part`` of ``table`` was written, or, inside
+    :func:`catalog_refresh_deferred`, noted for its end (``"deferred"``)."""
+    if _DEFERRED:
+        _DEFERRED[-1].setdefault(data_dir, {})[table] = part
+        return "deferred"
+    return refresh_catalog(data_dir, table, part)
+
+
+def refresh_catalog(data_dir: Path, table: str | None = None, part: Path | None = None, *, parts: dict[str, Path] | None = None) -> str:
     """Bring ``warehouse.duckdb`` up to date after ``part`` of ``table`` was written (or, with no
     part, after a run), doing only what changed: nothing when the catalog already holds every
     derived table present with the part's columns (a derived view reads all its parts, so a new
@@ -790,7 +937,8 @@ def refresh_catalog(data_dir: Path, table: str | None = None, part: Path | None 
     tables (or a table's new columns) appeared; a whole rebuild when anything else it holds
     changed (:func:`_catalog_inputs`), a table is gone, or the catalog in place is not the one
     last recorded. The copy or rebuild is renamed into place under the publish lock, so a reader
-    sees the old catalog or the new one. Returns ``"kept"``, ``"added"`` or ``"rebuilt"``."""
+    sees the old catalog or the new one. ``parts``: several tables' written parts at once, by
+    table. Returns ``"kept"``, ``"added"`` or ``"rebuilt"``."""
     target = warehouse_path(data_dir)
     with _publish_lock(data_dir):
         state = _read_state(data_dir)
@@ -805,9 +953,12 @@ def refresh_catalog(data_dir: Path, table: str | None = None, part: Path | None 
             _rebuild(data_dir)
             return "rebuilt"
         missing = [t for t in present if t not in known]
-        if table is not None and table in known and part is not None and part.is_file():
-            if pq.read_schema(part).names != known[table]:
-                missing.append(table)
+        written = dict(parts or {})
+        if table is not None and part is not None:
+            written[table] = part
+        for name, path in written.items():
+            if name in known and path.is_file() and pq.read_schema(path).names != known[name]:
+                missing.append(name)
         if not missing:
             return "kept"
 

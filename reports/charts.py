@@ -15,6 +15,13 @@ ROLE_COLORS = alt.Scale(domain=["training", "inference"], range=["#d95f02", "#1b
 PHASE_COLORS = alt.Scale(domain=["prefill", "decode", "idle"], range=["#fdae6b", "#c6dbef", "#f0f0f0"])
 
 
+def inline(rows) -> alt.Data:
+    """A chart's rows as inline data, held as a tuple: altair deep-copies every list and dict of a
+    chart each time it is layered, combined or given properties (each row of a layered chart,
+    several times), but keeps a tuple by reference. The page embeds the same values."""
+    return alt.Data(values=tuple(rows))
+
+
 def _time_x(field: str = "t", title: str = "time (UTC)", fmt: str = "%H:%M") -> alt.X:
     return alt.X(f"{field}:T", scale=alt.Scale(type="utc"), axis=alt.Axis(format=fmt, title=title, labelOverlap=True))
 
@@ -65,7 +72,7 @@ def role_pct_bars(rows: list[dict]) -> alt.Chart:
     """rows: role, stat (the day's mean, then the peak named with its resolution), pct (of provisioned)."""
     stats = list(dict.fromkeys(r["stat"] for r in rows))
     return (
-        alt.Chart(alt.Data(values=rows), title="Mean and peak power by role, % of provisioned")
+        alt.Chart(inline(rows), title="Mean and peak power by role, % of provisioned")
         .mark_bar()
         .encode(
             y=alt.Y("role:N", title=None),
@@ -80,7 +87,7 @@ def role_pct_bars(rows: list[dict]) -> alt.Chart:
 
 def swing_projection(rows: list[dict], published: list[dict]) -> alt.LayerChart:
     """rows: kind, entity, gpus, pct, low, high, method; published: kind, gpus, pct (the published figure)."""
-    base = alt.Chart(alt.Data(values=rows))
+    base = alt.Chart(inline(rows))
     x = alt.X("gpus:Q", scale=alt.Scale(type="log", base=2), title="GPUs summed (log scale)")
     color = alt.Color("series:N", title="kind / entity")
     band = base.mark_area(opacity=0.2).encode(x=x, y=alt.Y("low:Q", title="max 2 s swing, 100 ms grid (% of provisioned)"), y2=alt.Y2("high:Q"), color=color)
@@ -89,7 +96,7 @@ def swing_projection(rows: list[dict], published: list[dict]) -> alt.LayerChart:
         tooltip=[alt.Tooltip("series:N"), alt.Tooltip("method:N"), alt.Tooltip("gpus:Q"), alt.Tooltip("pct:Q", format=".1f"),
                  alt.Tooltip("low:Q", format=".1f"), alt.Tooltip("high:Q", format=".1f")],
     )
-    pub = alt.Chart(alt.Data(values=published)).mark_point(shape="diamond", size=90, filled=True, color="black").encode(
+    pub = alt.Chart(inline(published)).mark_point(shape="diamond", size=90, filled=True, color="black").encode(
         x=alt.X("gpus:Q"), y=alt.Y("pct:Q"), tooltip=[alt.Tooltip("kind:N"), alt.Tooltip("gpus:Q"), alt.Tooltip("pct:Q", title="published max 2 s swing (%)")])
     return (band + line + pub).properties(
         width=WIDTH, height=260,
@@ -101,7 +108,7 @@ def swing_projection(rows: list[dict], published: list[dict]) -> alt.LayerChart:
 
 def headroom_bars(rows: list[dict]) -> alt.LayerChart:
     """rows: entity, stat ('p99 2 s' | 'max 2 s'), pct (of provisioned)."""
-    base = alt.Chart(alt.Data(values=rows), title="Observed 2 s power per cluster, % of provisioned (100% = provisioned)")
+    base = alt.Chart(inline(rows), title="Observed 2 s power per cluster, % of provisioned (100% = provisioned)")
     bars = base.mark_bar().encode(
         y=alt.Y("entity:N", title="cluster"),
         yOffset=alt.YOffset("stat:N"),
@@ -109,7 +116,7 @@ def headroom_bars(rows: list[dict]) -> alt.LayerChart:
         color=alt.Color("stat:N", title=None, scale=alt.Scale(range=["#bcbddc", "#756bb1"])),
         tooltip=[alt.Tooltip("entity:N"), alt.Tooltip("stat:N"), alt.Tooltip("pct:Q", format=".1f")],
     )
-    rule = alt.Chart(alt.Data(values=[{"x": 100}])).mark_rule(color="#a50f15", strokeDash=[4, 3]).encode(x=alt.X("x:Q"))
+    rule = alt.Chart(inline([{"x": 100}])).mark_rule(color="#a50f15", strokeDash=[4, 3]).encode(x=alt.X("x:Q"))
     return alt.layer(bars, rule).properties(width=WIDTH, height=40 + 36 * len({r["entity"] for r in rows}))
 
 
@@ -119,7 +126,7 @@ def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucke
     bucket = f"{bucket_s // 60} min" if bucket_s % 60 == 0 else f"{bucket_s} s"
     title = f"Fleet power by role ({bucket} means, stacked) with the fleet's 2 s max envelope"
     stack = (
-        alt.Chart(alt.Data(values=area))
+        alt.Chart(inline(area))
         .mark_area(opacity=0.8)
         .encode(
             x=_time_x(),
@@ -131,7 +138,7 @@ def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucke
         )
     )
     env = (
-        alt.Chart(alt.Data(values=envelope))
+        alt.Chart(inline(envelope))
         .mark_line(color="#333333", strokeWidth=1)
         .encode(
             x=_time_x(),
@@ -139,8 +146,8 @@ def fleet_power(area: list[dict], envelope: list[dict], rules: list[dict], bucke
             tooltip=[alt.Tooltip("t:T", format="%H:%M", formatType="utc"), alt.Tooltip("w:Q", format=",.1f", title=f"2 s max in the {bucket} ({unit})")],
         )
     )
-    rule = alt.Chart(alt.Data(values=rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y=alt.Y("w:Q"), tooltip=[alt.Tooltip("label:N")])
-    text = alt.Chart(alt.Data(values=rules)).mark_text(align="left", dx=4, dy=-6, color="#a50f15", fontSize=10).encode(
+    rule = alt.Chart(inline(rules)).mark_rule(strokeDash=[6, 4], color="#a50f15").encode(y=alt.Y("w:Q"), tooltip=[alt.Tooltip("label:N")])
+    text = alt.Chart(inline(rules)).mark_text(align="left", dx=4, dy=-6, color="#a50f15", fontSize=10).encode(
         y=alt.Y("w:Q"), x=alt.XValue(0), text=alt.Text("label:N"))
     return alt.layer(stack, env, rule, text, title=title).properties(width=WIDTH, height=HEIGHT + 40)
 
@@ -159,10 +166,10 @@ def swing_ecdf(curves: list[dict], marks: list[dict]) -> alt.LayerChart | alt.Fa
             tooltip=[alt.Tooltip("role:N"), alt.Tooltip("window:N"), alt.Tooltip("q:Q", format=".2f"), alt.Tooltip("pct:Q", format=".2f")],
         )
     )
-    layers = [line.properties(data=alt.Data(values=curves))]
+    layers = [line.properties(data=inline(curves))]
     if marks:
         layers.append(
-            alt.Chart(alt.Data(values=marks))
+            alt.Chart(inline(marks))
             .mark_point(filled=True, size=50, shape="diamond")
             .encode(
                 x=alt.X("pct:Q"),
@@ -174,10 +181,10 @@ def swing_ecdf(curves: list[dict], marks: list[dict]) -> alt.LayerChart | alt.Fa
     # One panel per window, each with only its own rows (a facet of a multi-source layer is not allowed).
     panels = []
     for w in windows:
-        panel_layers = [line.properties(data=alt.Data(values=[c for c in curves if c["window"] == w]))]
+        panel_layers = [line.properties(data=inline([c for c in curves if c["window"] == w]))]
         own_marks = [m for m in marks if m["window"] == w]
         if own_marks:
-            panel_layers.append(layers[1].properties(data=alt.Data(values=own_marks)))
+            panel_layers.append(layers[1].properties(data=inline(own_marks)))
         panels.append(alt.layer(*panel_layers, title=f"{w} windows").properties(width=(WIDTH - 60) // max(1, len(windows)), height=HEIGHT - 40))
     return alt.hconcat(*panels, title="Power swing distribution per role and window (lines: 1 s series; ◆: p50/p99/max of the instantaneous trace)")
 
@@ -187,7 +194,7 @@ def endpoint_window(power: list[dict], segments: list[dict], endpoint: str, reso
     layers = []
     if segments:
         layers.append(
-            alt.Chart(alt.Data(values=segments))
+            alt.Chart(inline(segments))
             .mark_rect(opacity=0.6)
             .encode(
                 x=_time_x("start", fmt="%H:%M:%S"),
@@ -201,7 +208,7 @@ def endpoint_window(power: list[dict], segments: list[dict], endpoint: str, reso
             )
         )
     layers.append(
-        alt.Chart(alt.Data(values=power))
+        alt.Chart(inline(power))
         .mark_line(color="#08306b", strokeWidth=1)
         .encode(
             x=_time_x(fmt="%H:%M:%S"),
@@ -215,7 +222,7 @@ def endpoint_window(power: list[dict], segments: list[dict], endpoint: str, reso
 def phase_shares(rows: list[dict]) -> alt.Chart:
     """rows: endpoint, share_of ('time' | 'energy'), share (0..1)."""
     return (
-        alt.Chart(alt.Data(values=rows), title="Prefill share of time and of energy per endpoint")
+        alt.Chart(inline(rows), title="Prefill share of time and of energy per endpoint")
         .mark_bar()
         .encode(
             y=alt.Y("endpoint:N", title=None),
@@ -232,7 +239,7 @@ def j_per_token(rows: list[dict]) -> alt.Chart:
     """rows: endpoint, bucket, order, token ('prompt' | 'output'), j."""
     order = [b for _, b in sorted({(r["order"], r["bucket"]) for r in rows})]
     return (
-        alt.Chart(alt.Data(values=rows))
+        alt.Chart(inline(rows))
         .mark_line(point=True)
         .encode(
             x=alt.X("bucket:O", sort=order, title="batch size (concurrent requests)"),
@@ -251,7 +258,7 @@ def correlation_heatmap(rows: list[dict]) -> alt.LayerChart:
     """rows: a, b, r (Pearson of 1 s power), symmetric with the diagonal."""
     names = sorted({r["a"] for r in rows})
     size = max(160, min(WIDTH - 200, 40 * len(names)))
-    base = alt.Chart(alt.Data(values=rows)).encode(x=alt.X("a:N", title=None, sort=names), y=alt.Y("b:N", title=None, sort=names))
+    base = alt.Chart(inline(rows)).encode(x=alt.X("a:N", title=None, sort=names), y=alt.Y("b:N", title=None, sort=names))
     rect = base.mark_rect().encode(
         color=alt.Color("r:Q", title="Pearson r", scale=alt.Scale(scheme="redblue", domain=[-1, 1], reverse=True)),
         tooltip=[alt.Tooltip("a:N"), alt.Tooltip("b:N"), alt.Tooltip("r:Q", format=".3f")],
@@ -265,7 +272,7 @@ def correlation_heatmap(rows: list[dict]) -> alt.LayerChart:
 def coincidence_bars(rows: list[dict]) -> alt.LayerChart:
     """rows: level, entity, factor (coincidence factor, 0..1)."""
     bars = (
-        alt.Chart(alt.Data(values=rows))
+        alt.Chart(inline(rows))
         .mark_bar()
         .encode(
             y=alt.Y("entity:N", sort="-x", title=None),
@@ -285,7 +292,7 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
     power_layers = []
     if profile:
         power_layers.append(
-            alt.Chart(alt.Data(values=profile))
+            alt.Chart(inline(profile))
             .mark_area(opacity=0.2, color="#636363")
             .encode(
                 x=x, y=alt.Y("p5:Q", title="mean power (W)"), y2=alt.Y2("p95:Q"), detail=alt.Detail("role:N"),
@@ -293,7 +300,7 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
             )
         )
     power_layers.append(
-        alt.Chart(alt.Data(values=power))
+        alt.Chart(inline(power))
         .mark_line(point=alt.OverlayMarkDef(size=30))
         .encode(
             x=x,
@@ -307,7 +314,7 @@ def diurnal(power: list[dict], requests: list[dict], profile: list[dict]) -> alt
     charts = [top]
     if requests:
         charts.append(
-            alt.Chart(alt.Data(values=requests), title="Request rate by hour of day, one line per day")
+            alt.Chart(inline(requests), title="Request rate by hour of day, one line per day")
             .mark_line(point=alt.OverlayMarkDef(size=30))
             .encode(x=x, y=alt.Y("rps:Q", title="request rate (requests/s)"), color=day_color,
                     tooltip=[alt.Tooltip("day:N"), alt.Tooltip("hour:Q"), alt.Tooltip("rps:Q", format=".2f")])
@@ -328,7 +335,7 @@ def day_ramp(n: int, light: str = "#9ecae1", dark: str = "#08306b") -> list[str]
 def coverage_bars(rows: list[dict]) -> alt.LayerChart:
     """rows: host, role, coverage_pct (share of the day's GPU-seconds with data)."""
     bars = (
-        alt.Chart(alt.Data(values=rows))
+        alt.Chart(inline(rows))
         .mark_bar()
         .encode(
             x=alt.X("host:N", sort=None, title="host", axis=alt.Axis(labels=len(rows) <= 60)),
@@ -337,5 +344,5 @@ def coverage_bars(rows: list[dict]) -> alt.LayerChart:
             tooltip=[alt.Tooltip("host:N"), alt.Tooltip("role:N"), alt.Tooltip("coverage_pct:Q", format=".2f")],
         )
     )
-    rule = alt.Chart(alt.Data(values=[{"y": 95}])).mark_rule(strokeDash=[4, 3], color="#a50f15").encode(y=alt.Y("y:Q"))
+    rule = alt.Chart(inline([{"y": 95}])).mark_rule(strokeDash=[4, 3], color="#a50f15").encode(y=alt.Y("y:Q"))
     return alt.layer(bars, rule, title="Power coverage per host (share of GPU-seconds with samples; dashed: 95%)").properties(width=WIDTH, height=HEIGHT - 60)

@@ -109,6 +109,8 @@ def build_report(data_dir: Path, date: str, out_dir: Path = REPORTS_DIR, *, inst
     for s in report.sections:
         for c in s.charts:
             spec = charts.plain_titles(c.chart.to_dict(validate=False))  # validated by a test, not per run
+            if "datasets" in spec:  # charts.inline's tuples as lists
+                spec["datasets"] = {name: list(rows) for name, rows in spec["datasets"].items()}
             specs[c.name] = spec
             report.points[c.name] = charts.count_points(spec)
             if report.points[c.name] > charts.MAX_POINTS:

@@ -47,7 +47,7 @@ def frontier_chart(rows: list[dict]) -> alt.HConcatChart:
     """rows: series (model · GPUs per replica · GPU model), bucket, order, tpot, ttft, j, frontier_tpot, frontier_ttft."""
     panels = []
     for key, title in LATENCIES:
-        base = alt.Chart(alt.Data(values=rows)).transform_filter(f"isValid(datum.{key})")
+        base = alt.Chart(charts.inline(rows)).transform_filter(f"isValid(datum.{key})")
         line = base.mark_line(opacity=0.5).encode(
             x=alt.X(f"{key}:Q", title=title, scale=alt.Scale(zero=False)),
             y=alt.Y("j:Q", title="J per output token", scale=alt.Scale(zero=False)),
@@ -68,7 +68,7 @@ def frontier_chart(rows: list[dict]) -> alt.HConcatChart:
 
 def cap_chart(rows: list[dict]) -> alt.LayerChart:
     """rows: entity, cap, duration_pct, energy_pct, energy_low_pct, energy_high_pct."""
-    base = alt.Chart(alt.Data(values=rows))
+    base = alt.Chart(charts.inline(rows))
     bars = base.mark_rule().encode(
         x=alt.X("duration_pct:Q", title="estimated GPU-time change (%)"),
         y=alt.Y("energy_low_pct:Q", title="estimated energy change (%)"), y2=alt.Y2("energy_high_pct:Q"), color=alt.Color("entity:N"))
