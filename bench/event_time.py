@@ -131,16 +131,23 @@ def disk_bytes(data_dir: Path) -> dict:
     return {"power": du_bytes(data_dir / "power"), "derived": du_bytes(derived), "derived_by_table": tables}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def tile_arguments(description: str, hours: float) -> argparse.ArgumentParser:
+    """The arguments every benchmark of the capture tile takes: its size (GPUs, hours), the runs,
+    where the tile lives, the checkout to compare with (``--before``) and the result file."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--hours", type=float, default=3.0)
+    ap.add_argument("--hours", type=float, default=hours)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/tmp/wattline-bench-event-time"))
     ap.add_argument("--before", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="JSON result (default: under bench/results/)")
+    return ap
+
+
+def main() -> None:
+    ap = tile_arguments(__doc__.splitlines()[0], hours=3.0)
     ap.add_argument("--threads", type=int, default=None, help="WATTLINE_DUCKDB_THREADS (default: unset)")
     ap.add_argument("--only", choices=("before", "after"), default=None, help="time only one side")
-    ap.add_argument("--out", type=Path, default=None, help="JSON result (default: bench/results/event-time/gpus-G-hH.json)")
     ap.add_argument("--training", action="store_true", help="the same power files as one training host, no requests")
     ap.add_argument("--all", action="store_true", help="time the whole wattline run (every asset), not the selection")
     ap.add_argument("--floor", action="store_true", help="also time bench/baseline_floor.py on the same files; record bytes on disk")

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.event_time import DATE, write_data
+from bench.event_time import DATE, tile_arguments, write_data
 from bench.measure import run_measured
 
 HERE = Path(__file__).resolve().parent.parent
@@ -63,13 +63,7 @@ def one_pass(data_dir: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--hours", type=float, default=2.0)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/wattline-bench-event-time"))
-    ap.add_argument("--before", type=Path, default=None)
-    ap.add_argument("--out", type=Path, default=None)
+    ap = tile_arguments(__doc__.splitlines()[0], hours=2.0)
     ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

@@ -11,13 +11,12 @@ largest peak RSS (``run_measured``'s polling, and ``--timings``' per-asset peak)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 from pathlib import Path
 
-from bench.event_time import BIN, DATE, asset_peaks, asset_times, write_data
+from bench.event_time import BIN, DATE, asset_peaks, asset_times, tile_arguments, write_data
 from bench.measure import run_measured
 
 SERIES = ["power_1s", "power_100ms", "energy_curve"]
@@ -27,13 +26,7 @@ _pm.return_freed_memory = lambda: False
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--hours", type=float, default=2.0)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/wattline-bench-event-time"))
-    ap.add_argument("--before", type=Path, default=None)
-    ap.add_argument("--out", type=Path, default=None)
+    ap = tile_arguments(__doc__.splitlines()[0], hours=2.0)
     args = ap.parse_args()
     data_dir = args.work / f"gpus-{args.gpus}-h{args.hours:g}"
     if not (data_dir / "power").exists():
