@@ -181,9 +181,11 @@ def test_wattline_report_and_ui_on_the_s3_data_dir(built, tmp_path, monkeypatch)
 @pytest.mark.slow  # runs the daily job on a day of its own
 def test_unassigned_hosts_and_stale_parts_on_s3(built):
     """Runs last (it changes the bucket): a host missing from the inventory gets the
-    _unassigned cluster-day from its S3 files alone; a whole-day re-run deletes the day's parts
-    of clusters that no longer exist, on S3 too; a host whose files are gone from S3 does not
-    linger in the work dir."""
+    _unassigned cluster-day from its S3 files alone; a re-run deletes the day's parts of
+    clusters that no longer exist, on S3 too; a host whose files are gone from S3 does not
+    linger in the work dir. Both runs rebuild power_1s only, in this process: it reads the raw
+    samples (what the _unassigned cluster-day is made of), and a run of a selection deletes the
+    gone clusters' parts of the tables it rebuilds (the whole day's 2-worker run is `built`'s)."""
     import pyarrow as pa
 
     root, *_ = built
@@ -192,16 +194,17 @@ def test_unassigned_hosts_and_stale_parts_on_s3(built):
     ghost = f"power/date={DATE}/host=ghost-0/part-0.parquet"
     hosts = pa.array(["ghost-0"] * table.num_rows, table.schema.field("host").type)
     root.write_parquet(ghost, table.set_column(table.schema.get_field_index("host"), "host", hosts))
-    stale = f"derived/swing_stats/date={DATE}/cluster=c-gone/part-0.parquet"
-    root.write_bytes(stale, root.read_bytes(f"derived/swing_stats/date={DATE}/cluster=c-mixed/part-0.parquet"))
+    stale = f"derived/power_1s/date={DATE}/cluster=c-gone/part-0.parquet"
+    root.write_bytes(stale, root.read_bytes(f"derived/power_1s/date={DATE}/cluster=c-mixed/part-0.parquet"))
 
-    outcome = run_day(root.url, DATE, workers=2, fleet_day=False)
+    outcome = run_day(root.url, DATE, selection=["power_1s"], workers=1, fleet_day=False)
     assert outcome.success, outcome.error
-    assert root.exists(f"derived/power_1s/date={DATE}/cluster=_unassigned/part-0.parquet")
+    assert outcome.cluster_days == len(CLUSTERS) + 1, outcome
+    assert root.read_parquet(f"derived/power_1s/date={DATE}/cluster=_unassigned/part-0.parquet").num_rows > 0
     assert not root.exists(stale)
 
     root.delete(ghost)
-    outcome = run_day(root.url, DATE, workers=2, fleet_day=False)
+    outcome = run_day(root.url, DATE, selection=["power_1s"], workers=1, fleet_day=False)
     assert outcome.success and outcome.cluster_days == len(CLUSTERS), outcome.error
     assert not root.list(f"derived/*/date={DATE}/cluster=_unassigned/*.parquet")
     assert not list((Path(os.environ["WATTLINE_WORK_DIR"]) / "power" / f"date={DATE}" / "host=ghost-0").glob("*"))
