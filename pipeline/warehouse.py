@@ -550,15 +550,17 @@ class _SharedCatalog:
     busy: bool = False
 
 
-_SHARED: list[_SharedCatalog] = []  # at most one: the last run and scope's
+_kept: _SharedCatalog | None = None  # the last run and scope's, for its next step
 _SHARED_LOCK = threading.Lock()
 
 
 def close_shared() -> None:
     """Close the compute connection kept for a run's next step (the run is over)."""
+    global _kept
     with _SHARED_LOCK:
-        while _SHARED:
-            _SHARED.pop().con.close()
+        kept, _kept = _kept, None
+    if kept is not None:
+        kept.con.close()
 
 
 def _variables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, Any, str]]:
@@ -593,20 +595,21 @@ def shared_compute_connection(
     database is kept, the last run and scope's: :func:`close_shared` closes it at a run's end."""
     key = (share, str(data_dir), date, scope, memory, threads, lookback_days,
            tuple(sorted((name, tuple(map(str, files))) for name, files in raw_overrides.items())))
+    global _kept
     with _SHARED_LOCK:
-        held = next((s for s in _SHARED if s.key == key and not s.busy), None)
-        if held is None:
-            while _SHARED and not _SHARED[0].busy:
-                _SHARED.pop().con.close()
-        else:
+        held = _kept if _kept is not None and _kept.key == key and not _kept.busy else None
+        if held is not None:
             held.busy = True
+        elif _kept is not None and not _kept.busy:  # another run's or scope's: done with
+            _kept.con.close()
+            _kept = None
     if held is None:
         base = _open_compute_connection(data_dir, date, raw_overrides, scope, memory, threads, lookback_days)
         variables = _variables(base)
         held = _SharedCatalog(key, base, variables, busy=True)
         with _SHARED_LOCK:
-            if not _SHARED:
-                _SHARED.append(held)
+            if _kept is None:
+                _kept = held
     cur = held.con.cursor()
     ok = False
     try:
@@ -622,9 +625,9 @@ def shared_compute_connection(
         cur.close()
         with _SHARED_LOCK:
             held.busy = False
-            if not ok or held not in _SHARED:
-                if held in _SHARED:
-                    _SHARED.remove(held)
+            if not ok or held is not _kept:
+                if held is _kept:
+                    _kept = None
                 held.con.close()
 
 

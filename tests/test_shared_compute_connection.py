@@ -42,7 +42,7 @@ def test_a_runs_steps_build_one_compute_catalog_per_scope(tmp_path, builds):
     # what a later step read through the shared views is what the earlier steps wrote
     summary = warehouse.read_day(data, "power_summary", DAY.isoformat())
     assert summary.num_rows > 0
-    assert not warehouse._SHARED  # closed at the run's end
+    assert warehouse._kept is None  # closed at the run's end
 
 
 def test_a_step_leaves_nothing_in_the_next_steps_session(tmp_path, builds):
