@@ -120,8 +120,8 @@ def host_by_gpu(
 ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """One host's rows of ``sql`` (a ``gpu`` column and others), per GPU in gpu order, as numpy
     arrays in read order. Read in Arrow batches of BATCH_ROWS and split by GPU as they come (a
-    host's GPUs interleave in its files); with ``spill_dir`` each GPU's rows wait in a file there
-    (memory: one batch, then one GPU), else in memory (the host's rows in their narrow types).
+    host's GPUs interleave in its files); with ``spill_dir`` each GPU's rows wait in files there
+    (one a column; memory: one batch, then one GPU), else in memory (the host's rows in their narrow types).
     Runs of one GPU (files sorted by gpu, as the collector and the importers write them) are
     sliced, not sorted (~2 s CPU less a read at 8 GPU-days)."""
     yield from _read_by_gpu(con, sql, params, spill_dir).gpus()
@@ -170,7 +170,7 @@ def host_samples(
     """One host's samples of the partition day (view power_day_samples), GPU by GPU in gpu order,
     from one read of the host's files in file order: the one reader of raw samples for every
     per-GPU consumer. ``gpus``: only these GPUs (the others are not read). Each GPU's rows wait
-    in a file of their own while the host is read (in ``spill_dir``, else a temporary folder of
+    in files of their own while the host is read (in ``spill_dir``, else a temporary folder of
     the system's; ``spill=False`` holds them in memory), so memory holds one
     GPU's samples, not the host's. A GPU without samples is not yielded."""
     names = list(sources) if sources is not None else host_sources(con, host)
@@ -233,10 +233,11 @@ def reused_heap() -> Iterator[None]:
     setting again (process_memory.return_freed_memory: blocks of 1 MiB and more mapped apart).
 
     Why: a GPU's kernels make dozens of temporaries the size of its samples, each freed a moment
-    later. Mapped apart, each is a fresh mapping, faulted in page by page and unmapped at free:
-    at 8 GPUs x 24 h of capture 4 ~150 000 page faults and ~1.5 s of system CPU in a pass of ~9 s.
-    Below 32 MiB glibc's own threshold reuses its heap (without process_memory's setting), which
-    is why the pass grew faster than its samples from 6 h (10 MB arrays) to 24 h (40 MB). No-op
+    later. Mapped apart, each was a fresh mapping, faulted in page by page and unmapped at free:
+    8 GPUs x 24 h of capture 4, 617 000 page faults and 4.7 s system CPU in a pass of 10.6 s;
+    inside, 71 000 and 1.9 s (docs/benchmarks.md). Without process_memory's setting glibc's own
+    threshold stops at 32 MiB: a 6 h tile's arrays (10 MB) were reused, a 24 h tile's (40 MB)
+    not, which is why the pass grew faster than its samples in bench/series_pass.py. A no-op
     where the C library is not glibc."""
     try:
         libc = ctypes.CDLL(None)
