@@ -36,13 +36,16 @@ def _cpu_s() -> float:
 
 
 def one_pass(data_dir: Path) -> dict:
-    """Run the pass once in this process (the code on ``sys.path``); CPU, wall, peak RSS."""
+    """Run the pass once in this process (the code on ``sys.path``) with glibc set as a run's
+    steps set it (process_memory.return_freed_memory); CPU, wall, peak RSS."""
+    from pipeline import process_memory
     from pipeline.resources import WarehouseResource
     from pipeline.scope import Scope
     from pipeline.series import SERIES_TABLES
     from pipeline.series import cache as curve_cache
     from pipeline.series.engine import write_parts
 
+    process_memory.return_freed_memory()
     res = WarehouseResource(data_dir=str(data_dir))
     tmp = data_dir / ".duckdb_tmp"
     tmp.mkdir(exist_ok=True)

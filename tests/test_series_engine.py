@@ -3,7 +3,10 @@ table, bounded chunks, parts whose columns are the declared schema, the source r
 place, a Dagster run that computes the three tables in one pass, and the curves that pass leaves
 for the run's later readers (pipeline/series/cache.py)."""
 
+import contextlib
+import dataclasses
 import os
+import sys
 import time
 
 import numpy as np
@@ -274,3 +277,54 @@ def test_a_whole_run_reads_each_host_once(day, raw_reads):
     assert outcome.success, outcome.error
     assert sorted(host for _, host in raw_reads) == ["train-0", "train-1"], raw_reads
     assert {step for step, _ in raw_reads} <= {t.name for t in SERIES_TABLES}, raw_reads
+
+
+def _faults_of_touching(libc, size: int) -> int:
+    """Minor page faults of a fresh ``malloc(size)`` written through (then freed)."""
+    import ctypes
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    libc.free(block)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_pass_reuses_freed_arrays_and_gives_them_back_after(day, tmp_path, monkeypatch):
+    """Inside the pass a freed block of a GPU-day's size (64 MiB) is reused, not mapped and faulted
+    in again page by page; after it, blocks of 1 MiB and more are mapped apart again (the
+    process's setting, process_memory.return_freed_memory). The whole pass runs inside."""
+    import ctypes
+
+    from pipeline import process_memory
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    size = 64 << 20
+    process_memory.return_freed_memory()
+    assert _faults_of_touching(libc, size) > 8000  # a fresh mapping: one fault a 4 KiB page
+    with engine.reused_heap():
+        _faults_of_touching(libc, size)
+        assert _faults_of_touching(libc, size) < 1000  # the freed block again
+    assert _faults_of_touching(libc, size) > 8000
+
+    inside = []
+    real, rows = engine.reused_heap, SERIES_TABLES[0].rows
+
+    @contextlib.contextmanager
+    def watched():
+        with real():
+            inside.append(True)
+            yield
+            inside.append(False)
+
+    def table_rows(s):
+        inside.append(inside[-1] if inside else False)
+        return rows(s)
+
+    monkeypatch.setattr(engine, "reused_heap", watched)
+    with compute_connection(day, DATE) as con:
+        _parts(con, tmp_path, tables=[dataclasses.replace(SERIES_TABLES[0], rows=table_rows)])
+    assert inside[0] is True and inside[-1] is False and all(inside[1:-1]) and len(inside) == 5  # 3 GPUs' rows inside

@@ -126,17 +126,28 @@ def test_grid_series_read_each_host_once(con):
 
 
 def test_one_gpu_in_memory(con, tmp_path):
-    """With a spill folder each GPU's rows wait in a file of their own while the host is read; the
-    folder is empty again once the GPUs are handed out."""
+    """With a spill folder each GPU's rows wait in files of their own (one a column) while the host
+    is read; the folder is empty again once the GPUs are handed out."""
     from pipeline.series.engine import host_samples
 
     seen = []
     for s in host_samples(con, "h1", spill_dir=tmp_path):
         seen.append((s.gpu, len(s)))
-        assert not list(tmp_path.glob(f"gpu-{s.gpu}.arrows"))  # handed out: its file is gone
-        assert all((tmp_path / f"gpu-{g}.arrows").exists() for g in GPUS if g > s.gpu)
+        assert not list(tmp_path.glob(f"gpu-{s.gpu}-*"))  # handed out: its files are gone
+        assert all(len(list(tmp_path.glob(f"gpu-{g}-*.bin"))) == 6 for g in GPUS if g > s.gpu)
     assert [g for g, _ in seen] == list(GPUS) and all(n > 5000 for _, n in seen)
     assert not list(tmp_path.iterdir())
+
+
+def test_spilled_gpu_comes_back_outside_arrows_allocator(con, tmp_path):
+    """A spilled GPU's columns are read from its files straight into numpy arrays: no Arrow table
+    of the GPU's rows in between (whose memory Arrow's allocator keeps a while after it is freed,
+    while the GPU's kernels run)."""
+    from pipeline.series.engine import host_samples
+
+    for s in host_samples(con, "h1", spill_dir=tmp_path):
+        assert all(a.base is None for a in (s.t_ns, s.power_w, s.power_avg_w, s.source_id))  # arrays of their own
+        assert pa.total_allocated_bytes() < len(s) * 8  # not even the GPU's times held by Arrow
 
 
 def test_phase_sources_read_each_host_once(tmp_path):

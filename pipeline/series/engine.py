@@ -9,17 +9,21 @@ samples in their narrow types, plus one GPU's rows of each table.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import datetime as dt
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import process_memory
 from pipeline.series.cache import CurveCache
 from pipeline.series.samples import AVERAGE_RANK, GpuSamples, SampleSource
 from pipeline.series.table import SeriesTable
@@ -53,39 +57,57 @@ def day_sources(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
 
 
 class _GpuChunks:
-    """Each GPU's chunks of one host's rows, in read order, as Arrow record batches (slices of the
-    read's batches: no conversion until a GPU is handed out): held in memory, or, with a spill
-    folder, appended to one Arrow IPC file per GPU there, so memory holds one chunk while the
-    host is read and one GPU's rows after (not the host's)."""
+    """Each GPU's chunks of one host's rows, in read order: held in memory as Arrow record batches
+    (slices of the read's batches: no conversion until a GPU is handed out), or, with a spill
+    folder, each column's values appended to a file of the GPU's there and read back straight
+    into one numpy array a column (no Arrow table in between: its 100 MB a GPU-day would linger
+    in Arrow's allocator while the kernels run), so memory holds one chunk while the host is read
+    and one GPU's rows after (not the host's). Spilled columns are numbers without nulls (the
+    samples' query makes them so)."""
 
     def __init__(self, spill_dir: Path | None) -> None:
         self.spill_dir = spill_dir
         self.held: dict[int, list[pa.RecordBatch]] = {}
-        self.files: dict[int, tuple[Path, pa.ipc.RecordBatchStreamWriter]] = {}
+        self.files: dict[int, list[BinaryIO]] = {}
+        self.dtypes: dict[str, np.dtype] = {}
 
     def add(self, gpu: int, batch: pa.RecordBatch) -> None:
         if self.spill_dir is None:
             self.held.setdefault(gpu, []).append(batch)
             return
+        if not self.dtypes:
+            for f in batch.schema:
+                if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)):
+                    raise TypeError(f"spilled column {f.name} is {f.type}, not a number")
+                self.dtypes[f.name] = np.dtype(f.type.to_pandas_dtype())
         if gpu not in self.files:
-            path = self.spill_dir / f"gpu-{gpu}.arrows"
-            self.files[gpu] = (path, pa.ipc.new_stream(path, batch.schema))
-        self.files[gpu][1].write_batch(batch)
+            self.files[gpu] = [open(self._path(gpu, name), "wb") for name in self.dtypes]  # noqa: SIM115 (closed in gpus)
+        for fh, column in zip(self.files[gpu], batch.columns, strict=True):
+            if column.null_count:
+                raise ValueError("a spilled column holds nulls")
+            fh.write(column.to_numpy())
+
+    def _path(self, gpu: int, name: str) -> Path:
+        assert self.spill_dir is not None
+        return self.spill_dir / f"gpu-{gpu}-{name}.bin"
 
     def gpus(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         for g in sorted(self.held):
             table = pa.Table.from_batches(self.held.pop(g))
             yield g, _arrays(table)
             del table
-        for _, writer in self.files.values():
-            writer.close()
+        for files in self.files.values():
+            for fh in files:
+                fh.close()
         for g in sorted(self.files):
-            path, _ = self.files.pop(g)
-            with pa.ipc.open_stream(path) as reader:
-                table = reader.read_all()
-            path.unlink()
-            yield g, _arrays(table)
-            del table
+            del self.files[g]
+            x = {}
+            for name, dtype in self.dtypes.items():
+                path = self._path(g, name)
+                x[name] = np.fromfile(path, dtype)
+                path.unlink()
+            yield g, x
+            del x
 
 
 def _arrays(table: pa.Table) -> dict[str, np.ndarray]:
@@ -98,8 +120,8 @@ def host_by_gpu(
 ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """One host's rows of ``sql`` (a ``gpu`` column and others), per GPU in gpu order, as numpy
     arrays in read order. Read in Arrow batches of BATCH_ROWS and split by GPU as they come (a
-    host's GPUs interleave in its files); with ``spill_dir`` each GPU's rows wait in a file there
-    (memory: one batch, then one GPU), else in memory (the host's rows in their narrow types).
+    host's GPUs interleave in its files); with ``spill_dir`` each GPU's rows wait in files there
+    (one a column; memory: one batch, then one GPU), else in memory (the host's rows in their narrow types).
     Runs of one GPU (files sorted by gpu, as the collector and the importers write them) are
     sliced, not sorted (~2 s CPU less a read at 8 GPU-days)."""
     yield from _read_by_gpu(con, sql, params, spill_dir).gpus()
@@ -148,7 +170,7 @@ def host_samples(
     """One host's samples of the partition day (view power_day_samples), GPU by GPU in gpu order,
     from one read of the host's files in file order: the one reader of raw samples for every
     per-GPU consumer. ``gpus``: only these GPUs (the others are not read). Each GPU's rows wait
-    in a file of their own while the host is read (in ``spill_dir``, else a temporary folder of
+    in files of their own while the host is read (in ``spill_dir``, else a temporary folder of
     the system's; ``spill=False`` holds them in memory), so memory holds one
     GPU's samples, not the host's. A GPU without samples is not yielded."""
     names = list(sources) if sources is not None else host_sources(con, host)
@@ -197,6 +219,42 @@ def _with_date(batch: pa.RecordBatch, table: SeriesTable, days: int) -> pa.Recor
     return pa.RecordBatch.from_arrays([date, *batch.columns], schema=table.stored_schema)
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+_GLIBC_TRIM_THRESHOLD_BYTES = 128 * 1024
+"""glibc's default M_TRIM_THRESHOLD (fixed once M_MMAP_THRESHOLD is set, as process_memory does)."""
+HEAP_REUSE_BYTES = 1 << 30
+"""The pass's mmap and trim thresholds: its arrays (up to ~40 MB a GPU-day) come from the heap."""
+
+
+@contextlib.contextmanager
+def reused_heap() -> Iterator[None]:
+    """Inside: glibc serves the pass's large numpy arrays from its heap and keeps freed ones for
+    the next (mallopt); after: every freed page given back (malloc_trim) and the process's own
+    setting again (process_memory.return_freed_memory: blocks of 1 MiB and more mapped apart).
+
+    Why: a GPU's kernels make dozens of temporaries the size of its samples, each freed a moment
+    later. Mapped apart, each was a fresh mapping, faulted in page by page and unmapped at free:
+    8 GPUs x 24 h of capture 4, 617 000 page faults and 4.7 s system CPU in a pass of 10.6 s;
+    inside, 71 000 and 1.9 s (docs/benchmarks.md). Without process_memory's setting glibc's own
+    threshold stops at 32 MiB: a 6 h tile's arrays (10 MB) were reused, a 24 h tile's (40 MB)
+    not, which is why the pass grew faster than its samples in bench/series_pass.py. A no-op
+    where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt, trim = libc.mallopt, libc.malloc_trim
+    except (OSError, AttributeError):
+        yield
+        return
+    mallopt(_M_MMAP_THRESHOLD, HEAP_REUSE_BYTES)
+    mallopt(_M_TRIM_THRESHOLD, HEAP_REUSE_BYTES)
+    try:
+        yield
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, process_memory.MMAP_THRESHOLD_BYTES)
+        mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD_BYTES)
+        trim(0)
+
+
 def write_parts(
     con: duckdb.DuckDBPyConnection, tables: Sequence[SeriesTable], paths: dict[str, Path], date: str, spill_dir: Path | None = None,
     cache: CurveCache | None = None,
@@ -210,32 +268,14 @@ def write_parts(
     pass_id = uuid.uuid4().hex
     days = (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
     writers: dict[str, pq.ParquetWriter] = {}
-    rows = {t.name: 0 for t in tables}
     try:
         for t in tables:
             # store_schema=False: host and source read back as strings, as DuckDB wrote them
             writers[t.name] = pq.ParquetWriter(paths[t.name], t.stored_schema, compression="zstd", store_schema=False,
                                               max_rows_per_page=PAGE_ROWS, **dict(t.parquet_options))
-        pending: dict[str, list[pa.RecordBatch]] = {t.name: [] for t in tables}
-
-        def flush(name: str) -> None:  # row groups of ROW_GROUP_ROWS across GPUs, not one a GPU
-            if pending[name]:
-                writers[name].write_table(pa.Table.from_batches(pending[name]), row_group_size=ROW_GROUP_ROWS)
-                pending[name] = []
-
-        for samples in day_samples(con, spill_dir):
-            for t in tables:
-                batch = t.rows(samples)
-                if batch.num_rows:
-                    pending[t.name].append(_with_date(batch, t, days))
-                    rows[t.name] += batch.num_rows
-                    if sum(b.num_rows for b in pending[t.name]) >= ROW_GROUP_ROWS:
-                        flush(t.name)
-            if cache is not None:
-                cache.put(samples)
-            del samples  # its rows, curve and best rows gone before the next GPU's are read
+        with reused_heap():
+            rows = _write_gpus(con, tables, spill_dir, cache, writers, days)
         for t in tables:
-            flush(t.name)
             writers[t.name].add_key_value_metadata({PASS_KEY: pass_id})
             writers[t.name].close()
         if cache is not None:
@@ -247,4 +287,34 @@ def write_parts(
             finally:
                 Path(paths[name]).unlink(missing_ok=True)
         raise
+    return rows
+
+
+def _write_gpus(
+    con: duckdb.DuckDBPyConnection, tables: Sequence[SeriesTable], spill_dir: Path | None, cache: CurveCache | None,
+    writers: dict[str, pq.ParquetWriter], days: int,
+) -> dict[str, int]:
+    """write_parts' pass over the samples, GPU by GPU: every table's rows into its writer, each
+    GPU's curve into ``cache``; returns rows per table."""
+    rows = {t.name: 0 for t in tables}
+    pending: dict[str, list[pa.RecordBatch]] = {t.name: [] for t in tables}
+
+    def flush(name: str) -> None:  # row groups of ROW_GROUP_ROWS across GPUs, not one a GPU
+        if pending[name]:
+            writers[name].write_table(pa.Table.from_batches(pending[name]), row_group_size=ROW_GROUP_ROWS)
+            pending[name] = []
+
+    for samples in day_samples(con, spill_dir):
+        for t in tables:
+            batch = t.rows(samples)
+            if batch.num_rows:
+                pending[t.name].append(_with_date(batch, t, days))
+                rows[t.name] += batch.num_rows
+                if sum(b.num_rows for b in pending[t.name]) >= ROW_GROUP_ROWS:
+                    flush(t.name)
+        if cache is not None:
+            cache.put(samples)
+        del samples  # its rows, curve and best rows gone before the next GPU's are read
+    for t in tables:
+        flush(t.name)
     return rows
