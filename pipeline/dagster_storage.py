@@ -126,11 +126,12 @@ class _OneEngine:
     """A SQLite file's engine, made on first use (no pool: each use opens its own connection),
     and its :class:`_Keeper` once a use has set the file up."""
 
-    def __init__(self, conn_string: str, **connect_args) -> None:
+    def __init__(self, conn_string: str, keep: bool = True, **connect_args) -> None:
         self._conn_string = conn_string
         self._connect_args = connect_args
         self._engine: Engine | None = None
         self._keeper: _Keeper | None = None
+        self._keep = keep
         self._lock = threading.Lock()
 
     def engine(self) -> Engine:
@@ -143,7 +144,7 @@ class _OneEngine:
     def connect(self) -> Iterator[Connection]:
         with self.engine().connect() as conn, conn.begin():
             yield conn
-        if self._keeper is None:
+        if self._keep and self._keeper is None:
             engine = self.engine()
             with self._lock:
                 if self._keeper is None:
@@ -266,9 +267,13 @@ class _OneEngineFile:
     """A storage of one SQLite file (Dagster's run or schedule storage, mixed in before it) whose
     connections all come from one engine."""
 
+    KEEP = True
+    """Whether the file gets a :class:`_Keeper` (closed by ``dispose``, which Dagster's instance
+    calls on its run storage and event log, not on its schedule storage)."""
+
     def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
         super().__init__(conn_string, inst_data)  # type: ignore[call-arg]
-        self._one = _OneEngine(conn_string)
+        self._one = _OneEngine(conn_string, keep=self.KEEP)
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[Connection]:
@@ -285,7 +290,10 @@ class RunStorage(_OneEngineFile, SqliteRunStorage):
 
 
 class ScheduleStorage(_OneEngineFile, SqliteScheduleStorage):
-    """Dagster's SQLite schedule storage with one engine for ``schedules.db``."""
+    """Dagster's SQLite schedule storage with one engine for ``schedules.db`` (read as a run starts,
+    written by the daemon's ticks: no kept connection)."""
+
+    KEEP = False
 
 
 class SqliteStorage(DagsterSqliteStorage):
