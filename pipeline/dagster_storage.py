@@ -83,6 +83,9 @@ KEPT_ENGINES = 64
 pool holds no connection, so one dropped costs only its rebuilding."""
 
 
+KEPT_RUN_FILES = 4
+"""Run files a process keeps a connection on at most (the newest written)."""
+
 RUN_END_EVENTS = frozenset({DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE, DagsterEventType.RUN_CANCELED})
 """After these, a run's own file is only read: its kept connection is closed."""
 
@@ -214,6 +217,9 @@ class EventLogStorage(SqliteEventLogStorage):
                 engine = self._engine(run_id)  # sets the file up, if this is the run's first event
                 if run_id not in self._keepers:
                     self._keepers[run_id] = _Keeper(engine)
+                    runs = [shard for shard in self._keepers if shard != INDEX_SHARD_NAME]
+                    for shard in runs[:-KEPT_RUN_FILES]:  # a run whose end another process wrote (the UI queues runs)
+                        self._close_keeper(shard)
         super().store_event(event)
         if run_id and event.dagster_event_type in RUN_END_EVENTS:
             with self._db_lock:

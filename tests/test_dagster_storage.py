@@ -184,3 +184,21 @@ def test_a_wiped_instance_keeps_no_file_of_a_run_open(tmp_path, monkeypatch):
         assert sorted(p.name for p in (home / "history" / "runs").iterdir() if not p.name.startswith("index.db")) == []
         second = materialize([watts, watts_below_tdp], instance=instance).run_id
     assert _history(home, monkeypatch) == ([second], 1, [True])
+
+
+def test_a_process_that_writes_runs_it_does_not_finish_keeps_few_files_open(tmp_path, monkeypatch):
+    """The UI's process writes each queued run's first events, and another process its end: only
+    the newest few run files it wrote keep a connection."""
+    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster._core.utils import make_new_run_id
+
+    from pipeline.dagster_storage import KEPT_RUN_FILES
+
+    home = dagster_home(tmp_path / "data")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with DagsterInstance.get() as instance:
+        for _ in range(KEPT_RUN_FILES + 3):
+            run = instance.add_run(DagsterRun(job_name="queued", run_id=make_new_run_id()))
+            instance.report_engine_event("queued", run)
+        open_files = [p.name for p in (home / "history" / "runs").glob("*.db-wal") if p.name != "index.db-wal"]
+        assert len(open_files) == KEPT_RUN_FILES, open_files
