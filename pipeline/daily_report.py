@@ -19,7 +19,6 @@ from pipeline import readonly
 from pipeline.partitions import daily_partitions
 from pipeline.resources import WarehouseResource
 from pipeline.warehouse import refresh_deferred
-from reports.daily import build_report, default_out_dir
 
 RAW_GROUP = "raw"
 
@@ -50,6 +49,8 @@ def daily_report(context: AssetExecutionContext, warehouse: WarehouseResource) -
     """The day's report: headline, fleet power, swings, inference phases, correlation, diurnal
     profile, data quality. Output dir: $WATTLINE_REPORTS_DIR, else the repo's reports/out.
     Sections whose table does not exist yet say "not available yet"."""
+    from reports.daily import build_report, default_out_dir  # altair, ~0.4 s CPU: not for a process that builds no report
+
     date = context.partition_key
     readonly.set_limits(warehouse.duckdb_memory or None, warehouse.duckdb_threads or None)  # the run's bound for the report's reads
     refresh_deferred()  # the catalog it reads holds the tables this run wrote

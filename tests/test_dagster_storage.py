@@ -137,3 +137,68 @@ def test_a_run_opens_one_instance_builds_its_code_location_once_and_one_engine_p
     # runs.db, index.db, schedules.db and each run's file, each opened once
     assert len(engines) <= 12, len(engines)  # with the instance's own set-up checks
     assert os.environ["DAGSTER_HOME"] == str(dagster_home(data_dir))
+
+
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def test_storage_connections_commit_without_waiting_for_the_disk(tmp_path, monkeypatch):
+    """WAL mode with synchronous=NORMAL: a commit waits for no fsync (the WAL is synced at checkpoints)."""
+    home = dagster_home(tmp_path / "data")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with DagsterInstance.get() as instance:
+        run_id = materialize([watts, watts_below_tdp], instance=instance).run_id
+        storage = instance.event_log_storage
+        for connection in (instance.run_storage.connect(), storage.index_connection(), storage.run_connection(run_id)):
+            with connection as conn:
+                assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+                assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL (SQLite's default: 2, FULL)
+
+
+def test_a_use_of_a_file_is_never_its_last_connection_while_the_instance_is_open(tmp_path, monkeypatch):
+    """Each use opens its own connection; one more kept open on each file being written means its
+    close neither checkpoints nor deletes the WAL (as the last connection's close does). The run's
+    own file is let go when the run ends, the rest when the instance is disposed."""
+    home = dagster_home(tmp_path / "data")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    runs = home / "history" / "runs"
+    with DagsterInstance.get() as instance:
+        run_id = materialize([watts, watts_below_tdp], instance=instance).run_id
+        assert _wal(runs / "index.db").exists() and _wal(home / "history" / "runs.db").exists()
+        assert not _wal(runs / f"{run_id}.db").exists()  # the run ended: its file is only read now
+        assert len(instance.all_logs(run_id)) > 5  # reading a finished run keeps nothing open
+        assert not _wal(runs / f"{run_id}.db").exists()
+    # disposed: nothing kept open, so no WAL or WAL index is left beside any file (as a reader of a
+    # shared day's history must leave it)
+    assert not [p.name for p in home.rglob("*") if p.name.endswith(("-wal", "-shm"))]
+    assert _history(home, monkeypatch) == ([run_id], 1, [True])
+
+
+def test_a_wiped_instance_keeps_no_file_of_a_run_open(tmp_path, monkeypatch):
+    home = dagster_home(tmp_path / "data")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with DagsterInstance.get() as instance:
+        materialize([watts, watts_below_tdp], instance=instance)
+        instance.wipe()
+        assert sorted(p.name for p in (home / "history" / "runs").iterdir() if not p.name.startswith("index.db")) == []
+        second = materialize([watts, watts_below_tdp], instance=instance).run_id
+    assert _history(home, monkeypatch) == ([second], 1, [True])
+
+
+def test_a_process_that_writes_runs_it_does_not_finish_keeps_few_files_open(tmp_path, monkeypatch):
+    """The UI's process writes each queued run's first events, and another process its end: only
+    the newest few run files it wrote keep a connection."""
+    from dagster._core.storage.dagster_run import DagsterRun
+    from dagster._core.utils import make_new_run_id
+
+    from pipeline.dagster_storage import KEPT_RUN_FILES
+
+    home = dagster_home(tmp_path / "data")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with DagsterInstance.get() as instance:
+        for _ in range(KEPT_RUN_FILES + 3):
+            run = instance.add_run(DagsterRun(job_name="queued", run_id=make_new_run_id()))
+            instance.report_engine_event("queued", run)
+        open_files = [p.name for p in (home / "history" / "runs").glob("*.db-wal") if p.name != "index.db-wal"]
+        assert len(open_files) == KEPT_RUN_FILES, open_files
