@@ -142,3 +142,47 @@ def test_table_on_a_built_day_and_rebuilt_identically(tiny_day):
     outcome = run_day(tiny_day, DAY.isoformat(), selection=["swing_projection"])
     assert outcome.success, outcome.error
     assert _rows(tiny_day) == rows
+
+
+def test_exact_in_double_refuses_sums_that_could_round():
+    """Whole watts and common fractions sum exactly in double; a tiny value beside a large one
+    (more than 53 bits apart) does not, and the read falls back to the SQL's sums."""
+    from pipeline.assets.swing_projection import exact_in_double
+
+    watts = np.array([312.5, 0.0, 699.875, 61.03125], np.float32)
+    assert exact_in_double(watts, 8)
+    tiny, big = np.float64(np.float32(1e-17)), np.float64(np.float32(700.0))
+    assert (tiny + big) - big != tiny + (big - big)  # the order of the sum shows
+    assert not exact_in_double(np.array([tiny, big, -big], np.float32), 3)
+    assert not exact_in_double(np.array([np.nan, 1.0], np.float32), 2)
+    assert exact_in_double(np.zeros(3, np.float32), 3)
+
+
+@pytest.mark.slow  # reads the built day
+@pytest.mark.parametrize("rounding", [False, True])
+def test_members_summed_in_numpy_are_the_sql_sums(tiny_day, rounding, monkeypatch):
+    """summed_members (each GPU read on its own, summed per slot in numpy) gives _SERIES' rows
+    exactly, for every entity of the day; where a sum could round, the SQL's sums are used."""
+    from pipeline.assets import swing_projection as asset
+    from pipeline.kernels import registered
+    from pipeline.warehouse import compute_connection
+
+    if rounding:
+        monkeypatch.setattr(asset, "exact_in_double", lambda values, most: False)
+    with compute_connection(tiny_day, DAY.isoformat()) as con, registered(con, "_projection_members", con.sql(asset._MEMBERS).pl()):
+        members = con.execute("SELECT kind, entity, member, host, gpu FROM _projection_members ORDER BY ALL").fetchall()
+        entities = sorted({(k, e) for k, e, *_ in members})
+        assert len(entities) == 2
+        for kind, entity in entities:
+            names = sorted({m for k, e, m, _, _ in members if (k, e) == (kind, entity)})
+            gpus = [[(h, g) for k, e, m, h, g in members if (k, e, m) == (kind, entity, name)] for name in names]
+            got = asset.summed_members(con, gpus)
+            if rounding:
+                assert got is None
+                continue
+            want = con.execute(asset._SERIES, {"kind": kind, "entity": entity, "members": names}).fetchnumpy()
+            order = np.lexsort((want["slot"], want["member"]))
+            assert len(got["slot"]) == len(order) > 0
+            mine = np.lexsort((got["slot"], got["member"]))
+            for column in ("member", "slot", "power_w", "gpus"):
+                assert np.array_equal(np.asarray(got[column])[mine], np.asarray(want[column])[order]), column
