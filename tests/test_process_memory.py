@@ -6,10 +6,8 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from pipeline import process_memory
 from tests.builders import DAY, write_square_fleet
 from tests.cli_util import invoke
 
