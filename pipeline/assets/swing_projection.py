@@ -43,9 +43,6 @@ WHERE p.date = getvariable('partition_date') AND m.kind = $kind AND m.entity = $
 GROUP BY ALL
 """
 
-DAY_SLOTS = 864_000
-"""100 ms slots in a day."""
-
 _GPU_POWER = """
 -- one GPU's 100 ms slots as _SERIES slots them
 SELECT (epoch_ms(ts) // 100)::BIGINT AS slot, power_w FROM power_100ms
@@ -69,42 +66,36 @@ def exact_in_double(values: np.ndarray, most: int) -> bool:
     return most * float(a.max()) < 2.0**53 * ulp
 
 
-def summed_members(con: Connection, gpus_of: list[list[tuple[str, int]]], first_slot: int, bins: int) -> dict[str, np.ndarray] | None:
+def summed_members(con: Connection, gpus_of: list[list[tuple[str, int]]]) -> dict[str, np.ndarray] | None:
     """_SERIES' columns (member, slot, power_w, gpus) from each member's GPUs (``gpus_of``: host,
     gpu per member, in the order of $members) read one at a time (a filtered read of power_100ms'
-    part, sorted by host, gpu, ts) and summed per slot of the day (``bins`` from ``first_slot``) in
-    numpy: a read per GPU instead of a hash aggregate over every GPU-slot (~3x less CPU at 24 h),
-    one GPU's rows and a member's day in memory. The same numbers: a slot's sum in double of a
-    member's FLOAT powers is exact (exact_in_double), whatever the order; None where it might not
-    be (or a power is NULL, or a slot lies outside the day), and then the SQL sums."""
+    part, sorted by host, gpu, ts) and summed per slot in numpy: a read per GPU instead of a hash
+    aggregate over every GPU-slot (~3x less CPU at 24 h). The same numbers: a slot's sum in double
+    of a member's FLOAT powers is exact (exact_in_double), whatever the order; None where it might
+    not be (or a power is NULL), and then the SQL sums."""
     out: dict[str, list[np.ndarray]] = {"member": [], "slot": [], "power_w": [], "gpus": []}
     for i, gpus in enumerate(gpus_of):
-        total, count = np.zeros(bins), np.zeros(bins, np.int64)
-        extremes = np.zeros(0, np.float32)  # the largest and the smallest nonzero |power| so far
+        slots, values = [], []
         for host, gpu in gpus:
             got = con.execute(_GPU_POWER, {"host": host, "gpu": gpu}).fetchnumpy()
-            power = got["power_w"]
-            if np.ma.is_masked(power) or power.dtype != np.float32:
+            if np.ma.is_masked(got["power_w"]) or got["power_w"].dtype != np.float32:
                 return None
-            at = np.asarray(got["slot"], np.int64) - first_slot
+            slots.append(np.asarray(got["slot"], np.int64))
+            values.append(np.asarray(got["power_w"]))
             del got
-            if len(at) and (int(at.min()) < 0 or int(at.max()) >= bins):
-                return None
-            power = np.asarray(power)
-            size = np.abs(power)
-            if not np.isfinite(size).all():
-                return None
-            nonzero = size[size > 0]
-            extremes = np.r_[extremes, size.max(initial=0), nonzero.min() if len(nonzero) else 0]
-            del size, nonzero
-            total += np.bincount(at, weights=power.astype(np.float64), minlength=bins)
-            count += np.bincount(at, minlength=bins)
-            del at, power
-        if not exact_in_double(extremes, int(count.max(initial=0))):
+        slot, power = np.concatenate(slots), np.concatenate(values)
+        del slots, values
+        if not len(slot):
+            continue
+        lo = int(slot.min())
+        at = slot - lo
+        count = np.bincount(at)
+        if not exact_in_double(power, int(count.max())):
             return None
+        total = np.bincount(at, weights=power.astype(np.float64))
         present = np.flatnonzero(count)
         out["member"].append(np.full(len(present), i, np.int64))
-        out["slot"].append(present + first_slot)
+        out["slot"].append(present + lo)
         out["power_w"].append(total[present])
         out["gpus"].append(count[present])
     return {k: np.concatenate(v) if v else np.zeros(0, np.float64 if k == "power_w" else np.int64) for k, v in out.items()}
@@ -124,7 +115,6 @@ def _rows(con: Connection, day: str) -> list[dict]:
     entities = con.execute(
         "SELECT kind, entity, member, count(*) AS gpus, sum(share_w) AS provisioned_w FROM _projection_members "
         "GROUP BY ALL ORDER BY kind, entity, member").fetchall()
-    first_slot = int(con.execute("SELECT day_first_slot()").fetchall()[0][0])
     gpus_of: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
     for kind, entity, member, host, gpu in con.execute(
             "SELECT kind, entity, member, host, gpu FROM _projection_members ORDER BY host, gpu").fetchall():
@@ -139,7 +129,7 @@ def _rows(con: Connection, day: str) -> list[dict]:
             pick = np.random.default_rng(seed).choice(observed, sp.MAX_MEMBERS_READ, replace=False)
             members = [members[i] for i in sorted(pick)]
         names = [m for m, _, _ in members]
-        cols = summed_members(con, [gpus_of[(kind, entity, m)] for m in names], first_slot, DAY_SLOTS) if entity is not None else None
+        cols = summed_members(con, [gpus_of[(kind, entity, m)] for m in names]) if entity is not None else None
         if cols is None:
             cols = con.execute(_SERIES, {"kind": kind, "entity": entity, "members": names}).fetchnumpy()
         if len(cols["slot"]) == 0:
