@@ -43,63 +43,6 @@ WHERE p.date = getvariable('partition_date') AND m.kind = $kind AND m.entity = $
 GROUP BY ALL
 """
 
-_GPU_POWER = """
--- one GPU's 100 ms slots as _SERIES slots them
-SELECT (epoch_ms(ts) // 100)::BIGINT AS slot, power_w FROM power_100ms
-WHERE date = getvariable('partition_date') AND host = $host AND gpu = $gpu
-"""
-
-
-def exact_in_double(values: np.ndarray, most: int) -> bool:
-    """Whether every sum of at most ``most`` of these FLOAT values is exact in double, in any order:
-    all are whole multiples of the unit in the last place of the smallest nonzero one, so every
-    partial sum is too, and none reaches 2^53 of those units (power in watts: ~30 bits)."""
-    if not len(values):
-        return True
-    a = np.abs(values.astype(np.float64))
-    if not np.isfinite(a).all():
-        return False
-    nonzero = a[a > 0]
-    if not len(nonzero):
-        return True
-    ulp = 2.0 ** (int(np.frexp(nonzero.min())[1]) - 24)  # float32: 24 significant bits
-    return most * float(a.max()) < 2.0**53 * ulp
-
-
-def summed_members(con: Connection, gpus_of: list[list[tuple[str, int]]]) -> dict[str, np.ndarray] | None:
-    """_SERIES' columns (member, slot, power_w, gpus) from each member's GPUs (``gpus_of``: host,
-    gpu per member, in the order of $members) read one at a time (a filtered read of power_100ms'
-    part, sorted by host, gpu, ts) and summed per slot in numpy: a read per GPU instead of a hash
-    aggregate over every GPU-slot (~3x less CPU at 24 h). The same numbers: a slot's sum in double
-    of a member's FLOAT powers is exact (exact_in_double), whatever the order; None where it might
-    not be (or a power is NULL), and then the SQL sums."""
-    out: dict[str, list[np.ndarray]] = {"member": [], "slot": [], "power_w": [], "gpus": []}
-    for i, gpus in enumerate(gpus_of):
-        slots, values = [], []
-        for host, gpu in gpus:
-            got = con.execute(_GPU_POWER, {"host": host, "gpu": gpu}).fetchnumpy()
-            if np.ma.is_masked(got["power_w"]) or got["power_w"].dtype != np.float32:
-                return None
-            slots.append(np.asarray(got["slot"], np.int64))
-            values.append(np.asarray(got["power_w"]))
-            del got
-        slot, power = np.concatenate(slots), np.concatenate(values)
-        del slots, values
-        if not len(slot):
-            continue
-        lo = int(slot.min())
-        at = slot - lo
-        count = np.bincount(at)
-        if not exact_in_double(power, int(count.max())):
-            return None
-        total = np.bincount(at, weights=power.astype(np.float64))
-        present = np.flatnonzero(count)
-        out["member"].append(np.full(len(present), i, np.int64))
-        out["slot"].append(present + lo)
-        out["power_w"].append(total[present])
-        out["gpus"].append(count[present])
-    return {k: np.concatenate(v) if v else np.zeros(0, np.float64 if k == "power_w" else np.int64) for k, v in out.items()}
-
 
 def projection(con: Connection, run: TableRun) -> pa.Table:
     """The table's rows: per kind (inference: a cluster's endpoints; training: a job's hosts) the
@@ -115,10 +58,6 @@ def _rows(con: Connection, day: str) -> list[dict]:
     entities = con.execute(
         "SELECT kind, entity, member, count(*) AS gpus, sum(share_w) AS provisioned_w FROM _projection_members "
         "GROUP BY ALL ORDER BY kind, entity, member").fetchall()
-    gpus_of: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-    for kind, entity, member, host, gpu in con.execute(
-            "SELECT kind, entity, member, host, gpu FROM _projection_members ORDER BY host, gpu").fetchall():
-        gpus_of.setdefault((kind, entity, member), []).append((host, int(gpu)))
     by_entity: dict[tuple[str, str], list[tuple[str, int, float]]] = {}
     for kind, entity, member, gpus, prov in entities:
         by_entity.setdefault((kind, entity), []).append((member, gpus, prov))
@@ -129,9 +68,7 @@ def _rows(con: Connection, day: str) -> list[dict]:
             pick = np.random.default_rng(seed).choice(observed, sp.MAX_MEMBERS_READ, replace=False)
             members = [members[i] for i in sorted(pick)]
         names = [m for m, _, _ in members]
-        cols = summed_members(con, [gpus_of[(kind, entity, m)] for m in names]) if entity is not None else None
-        if cols is None:
-            cols = con.execute(_SERIES, {"kind": kind, "entity": entity, "members": names}).fetchnumpy()
+        cols = con.execute(_SERIES, {"kind": kind, "entity": entity, "members": names}).fetchnumpy()
         if len(cols["slot"]) == 0:
             continue
         slot0 = int(cols["slot"].min())
