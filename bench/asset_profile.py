@@ -62,6 +62,8 @@ def _run(con, sql: str, profile: Path | None, tag: str, top: int) -> None:
     con.execute(f"PRAGMA profiling_output = '{path}'")
     con.execute(sql)
     con.execute("PRAGMA disable_profiling")
+    if not path.exists():  # a statement that runs no query (CREATE MACRO) leaves no profile
+        return
     tree = json.loads(path.read_text())
     ops: list = []
     for child in tree.get("operator", tree.get("children", [])):

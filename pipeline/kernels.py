@@ -127,9 +127,9 @@ def series_swings(t_ns: np.ndarray, p: np.ndarray, windows_s: tuple[int, ...]) -
     sorted samples: no frame to split); none for an empty series."""
     if not len(t_ns):
         return []
-    step = np.diff(t_ns)  # one difference array for the spacing and the gaps
-    spacing = float(np.median(step)) / 1e6 if len(t_ns) > 1 else None
+    step = np.diff(t_ns)  # one difference array for the gaps and the spacing
     gap = np.r_[True, step > RUN_GAP_NS]
+    spacing = float(np.median(step, overwrite_input=True)) / 1e6 if len(t_ns) > 1 else None  # partitions step in place: no copy
     del step
     return [(w, _max_swing(t_ns, p, gap, w), spacing) for w in windows_s]
 

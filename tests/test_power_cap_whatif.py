@@ -2,6 +2,7 @@
 length), α fitted from a two-limit fleet, and real data: the H200 capture 4's energy above 560 W."""
 
 import math
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -12,6 +13,7 @@ from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
 from pipeline.power_caps import LimitObservation, fit_alpha, fleet_alpha, parse_alpha, parse_cap_factors
 from pipeline.runner import run_day
+from pipeline.tables import statements
 from pipeline.warehouse import compute_connection, read_day
 from tests.builders import DAY, day_start_ns, definition_query, power_table
 from tests.days import builds_a_day
@@ -280,3 +282,38 @@ def test_capture_4_energy_above_560_w_matches_the_buffer_samples(capture_4_day):
           f"time above 560 W {100 * share:.1f} %")
     prefill = con.execute("SELECT time_above_share FROM t WHERE level = 'endpoint' AND phase = 'prefill' AND cap_factor = 0.8").fetchone()
     assert prefill is not None and prefill[0] is not None
+
+
+ORACLE = Path(__file__).parent / "oracles" / "power_cap_whatif_rows.sql"
+
+
+@pytest.mark.parametrize("factors, change", [
+    (None, None),
+    ("0.5,0.95", None),
+    (None, "UPDATE _cap_s SET e = NULL WHERE sec % 7 = 0"),  # seconds without energy, above a cap or not
+    (None, "UPDATE _cap_s SET e = NULL WHERE host = 'inf-0'"),  # an endpoint with no energy at all
+    ("0.6", "UPDATE _cap_s SET w = 2 * limit_w WHERE host = 'trn-0'"),  # every second above every cap
+    (None, "UPDATE _cap_s SET e = NULL, w = 2 * limit_w WHERE host = 'trn-0'"),  # ... and none with energy
+])
+def test_rows_are_the_per_second_sums_to_the_last_digit(known, factors, change):
+    """_cap_rows sums each GPU-second once whatever the cap and reads per cap only the seconds above
+    it; its rows are exactly (DOUBLE equality) those of summing every second per cap
+    (tests/oracles/power_cap_whatif_rows.sql), including seconds without energy and entities above
+    every cap all day."""
+    d, _, _, _ = known
+    with compute_connection(d, DATE) as con:
+        if factors:
+            con.execute("SET VARIABLE cap_factors = ?", [parse_cap_factors(factors)])
+        prepare, _ = statements("power_cap_whatif/power_cap_whatif")
+        at = next(i for i, s in enumerate(prepare) if "TEMP TABLE _cap_rows AS" in s)
+        for statement in prepare[:at]:
+            con.execute(statement)
+        if change:
+            con.execute(change)
+        con.execute(prepare[at])
+        con.execute("CREATE TEMP TABLE _file_rows AS SELECT * FROM _cap_rows")
+        con.execute(ORACLE.read_text())
+        assert con.execute("SELECT count(*) FROM _cap_rows").fetchone()[0] > 0
+        for a, b in (("_file_rows", "_cap_rows"), ("_cap_rows", "_file_rows")):
+            extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
+            assert not extra, (a, extra[:3])

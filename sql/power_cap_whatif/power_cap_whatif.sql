@@ -116,8 +116,12 @@ CREATE OR REPLACE TEMP MACRO _cap_nth(h, p) AS  -- h's p-th value (from 0) in as
 CREATE OR REPLACE TEMP MACRO _cap_median(h, factor) AS
     (factor * _cap_nth(h, (list_sum(map_values(h)) - 1) // 2) + factor * _cap_nth(h, list_sum(map_values(h)) // 2)) / 2;
 
--- every GPU-second once per (level, entity, phase) it counts in, with its weight, streamed into the
--- aggregate per cap (not kept: a few rows per GPU-second, the largest intermediate of the step)
+-- every GPU-second once per (level, entity, phase) it counts in, with its weight (not kept: a few
+-- rows per GPU-second, the largest intermediate of the step). What does not depend on the cap is
+-- summed once per (level, entity, phase); per cap only the seconds above it are read (a second at or
+-- below the cap adds 0 to the time and energy above it and its own energy and time to the
+-- estimates). The sums are exact (DECIMAL, as xsum), so "all seconds, less those above, plus their
+-- estimate" is, to the last digit, the sum over every second of what each adds.
 CREATE OR REPLACE TEMP TABLE _cap_rows AS
 WITH labelled AS (  -- per GPU-second: the weight its labels cover
     SELECT host, gpu, sec, sum(weight) AS weight FROM _cap_labels GROUP BY ALL
@@ -139,40 +143,81 @@ weighted AS (
     CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job), ('host', s.host), ('cluster', s.cluster)) AS lv(level, entity)
     WHERE lv.entity IS NOT NULL OR lv.level IN ('host', 'cluster')
 ),
-per_second AS (
-    SELECT x.level, x.entity, x.phase, x.host, x.gpu, x.gpu_model, x.limit_w, x.limit_source, f.cap_factor, x.weight, x.e, x.w,
-           f.cap_factor * x.limit_w AS cap_w,
-           x.w > f.cap_factor * x.limit_w AS above,
-           f.cap_factor < 1 AND x.w > f.cap_factor * x.limit_w AS stretched,
-           x.w / (f.cap_factor * x.limit_w) AS ratio,
-           a.alpha, a.alpha_low, a.alpha_high, a.alpha_source
+parts AS (  -- one pass: each row once whatever the cap (cap_factor NULL), and once per cap it is above
+    SELECT x.level, x.entity, x.phase, f.cap_factor, x.host, x.gpu, x.gpu_model, x.limit_w, x.limit_source,
+           count(*) AS seconds_n,
+           sum(x.weight::DECIMAL(38, 12)) AS gpu_seconds,
+           sum((x.weight * x.e)::DECIMAL(38, 12)) AS energy_j,
+           sum((x.weight * greatest(x.w - f.cap_factor * x.limit_w, 0))::DECIMAL(38, 12)) AS energy_above_cap_j,
+           sum((x.weight * (f.cap_factor * x.limit_w * pow(x.w / (f.cap_factor * x.limit_w), a.alpha)))::DECIMAL(38, 12)) AS est_energy_j,
+           sum((x.weight * (f.cap_factor * x.limit_w * pow(x.w / (f.cap_factor * x.limit_w), a.alpha_low)))::DECIMAL(38, 12)) AS est_energy_low_j,
+           sum((x.weight * (f.cap_factor * x.limit_w * pow(x.w / (f.cap_factor * x.limit_w), a.alpha_high)))::DECIMAL(38, 12)) AS est_energy_high_j,
+           sum((x.weight * pow(x.w / (f.cap_factor * x.limit_w), a.alpha))::DECIMAL(38, 12)) AS est_gpu_seconds,
+           sum((x.weight * pow(x.w / (f.cap_factor * x.limit_w), a.alpha_low))::DECIMAL(38, 12)) AS est_gpu_seconds_low,
+           sum((x.weight * pow(x.w / (f.cap_factor * x.limit_w), a.alpha_high))::DECIMAL(38, 12)) AS est_gpu_seconds_high
     FROM weighted AS x
-    CROSS JOIN _cap_factors AS f
+    CROSS JOIN (SELECT NULL::DOUBLE AS cap_factor UNION ALL SELECT cap_factor FROM _cap_factors) AS f
     JOIN _cap_alpha AS a USING (gpu_model)
+    WHERE f.cap_factor IS NULL OR x.w > f.cap_factor * x.limit_w
+    GROUP BY ALL
+),
+limits AS (  -- per (level, entity, phase): how many of its rows have each enforced limit (histogram())
+    SELECT level, entity, phase, limit_w, sum(seconds_n)::UBIGINT AS n FROM parts WHERE cap_factor IS NULL GROUP BY ALL
+),
+whole AS (  -- per (level, entity, phase), whatever the cap
+    SELECT p.level, p.entity, p.phase,
+           sum(p.gpu_seconds) AS gpu_seconds,
+           sum(p.energy_j) AS energy_j,
+           CASE WHEN count(DISTINCT p.gpu_model) = 1 THEN any_value(p.gpu_model) ELSE 'mixed' END AS gpu_model,
+           count(DISTINCT (p.host, p.gpu))::INTEGER AS gpus,
+           any_value(m.limits) AS limits,
+           string_agg(DISTINCT p.limit_source, '; ' ORDER BY p.limit_source) AS limit_source,
+           CASE WHEN count(DISTINCT a.alpha) = 1 THEN any_value(a.alpha) END AS alpha,
+           min(a.alpha_low) AS alpha_low,
+           max(a.alpha_high) AS alpha_high,
+           string_agg(DISTINCT a.alpha_source, '; ' ORDER BY a.alpha_source) AS alpha_source
+    FROM parts AS p JOIN _cap_alpha AS a USING (gpu_model)
+    JOIN (SELECT level, entity, phase, map(list(limit_w ORDER BY limit_w), list(n ORDER BY limit_w)) AS limits FROM limits GROUP BY ALL) AS m
+      ON m.level = p.level AND m.entity IS NOT DISTINCT FROM p.entity AND m.phase = p.phase
+    WHERE p.cap_factor IS NULL
+    GROUP BY p.level, p.entity, p.phase
+),
+above AS (  -- per cap, the seconds whose 1 s mean is above it (below 1, each stretched: P̄ > c runs at c)
+    SELECT level, entity, phase, cap_factor, sum(seconds_n) AS seconds_n, sum(gpu_seconds) AS gpu_seconds, sum(energy_j) AS energy_j,
+           sum(energy_above_cap_j) AS energy_above_cap_j, sum(est_energy_j) AS est_energy_j, sum(est_energy_low_j) AS est_energy_low_j,
+           sum(est_energy_high_j) AS est_energy_high_j, sum(est_gpu_seconds) AS est_gpu_seconds,
+           sum(est_gpu_seconds_low) AS est_gpu_seconds_low, sum(est_gpu_seconds_high) AS est_gpu_seconds_high
+    FROM parts WHERE cap_factor IS NOT NULL GROUP BY ALL
+),
+capped AS (  -- whole, less the seconds above the cap, plus their estimate (exact: DECIMAL)
+    SELECT h.*, f.cap_factor,
+           coalesce(o.gpu_seconds, 0) AS above_s,
+           coalesce(o.energy_j, 0) AS above_j,  -- (NULL only where energy_j is: all energy NULL)
+           coalesce(o.energy_above_cap_j, 0) AS above_cap_j,
+           f.cap_factor < 1 AND o.seconds_n IS NOT NULL AS stretched,
+           o.energy_j AS str_j, o.gpu_seconds AS str_s,
+           o.est_energy_j AS str_est_j, o.est_energy_low_j AS str_est_low_j, o.est_energy_high_j AS str_est_high_j,
+           o.est_gpu_seconds AS str_est_s, o.est_gpu_seconds_low AS str_est_low_s, o.est_gpu_seconds_high AS str_est_high_s
+    FROM whole AS h CROSS JOIN _cap_factors AS f
+    LEFT JOIN above AS o ON o.level = h.level AND o.entity IS NOT DISTINCT FROM h.entity AND o.phase = h.phase AND o.cap_factor = f.cap_factor
 )
-SELECT level, entity, phase, cap_factor,
-       CASE WHEN count(DISTINCT gpu_model) = 1 THEN any_value(gpu_model) ELSE 'mixed' END AS gpu_model,
-       count(DISTINCT (host, gpu))::INTEGER AS gpus,
-       _cap_median(histogram(limit_w), 1.0) AS enforced_limit_w,
-       string_agg(DISTINCT limit_source, '; ' ORDER BY limit_source) AS limit_source,
-       _cap_median(histogram(limit_w), cap_factor) AS cap_w,
-       xsum(weight) AS gpu_seconds,
-       xsum(weight * e) AS energy_j,
-       xsum(weight * above::INT) / nullif(xsum(weight), 0) AS time_above_share,
-       xsum(CASE WHEN above THEN weight * e ELSE 0 END) / nullif(xsum(weight * e), 0) AS energy_above_share,
-       xsum(weight * greatest(w - cap_w, 0)) AS energy_above_cap_j,
-       CASE WHEN count(DISTINCT alpha) = 1 THEN any_value(alpha) END AS alpha,
-       min(alpha_low) AS alpha_low,
-       max(alpha_high) AS alpha_high,
-       string_agg(DISTINCT alpha_source, '; ' ORDER BY alpha_source) AS alpha_source,
-       xsum(weight * CASE WHEN stretched THEN cap_w * pow(ratio, alpha) ELSE e END) AS est_energy_j,
-       xsum(weight * CASE WHEN stretched THEN cap_w * pow(ratio, alpha_low) ELSE e END) AS est_energy_low_j,
-       xsum(weight * CASE WHEN stretched THEN cap_w * pow(ratio, alpha_high) ELSE e END) AS est_energy_high_j,
-       xsum(weight * CASE WHEN stretched THEN pow(ratio, alpha) ELSE 1 END) AS est_gpu_seconds,
-       xsum(weight * CASE WHEN stretched THEN pow(ratio, alpha_low) ELSE 1 END) AS est_gpu_seconds_low,
-       xsum(weight * CASE WHEN stretched THEN pow(ratio, alpha_high) ELSE 1 END) AS est_gpu_seconds_high
-FROM per_second
-GROUP BY level, entity, phase, cap_factor;
+SELECT level, entity, phase, cap_factor, gpu_model, gpus,
+       _cap_median(limits, 1.0) AS enforced_limit_w,
+       limit_source,
+       _cap_median(limits, cap_factor) AS cap_w,
+       gpu_seconds::DOUBLE AS gpu_seconds,
+       energy_j::DOUBLE AS energy_j,
+       above_s::DOUBLE / nullif(gpu_seconds::DOUBLE, 0) AS time_above_share,
+       above_j::DOUBLE / nullif(energy_j::DOUBLE, 0) AS energy_above_share,
+       above_cap_j::DOUBLE AS energy_above_cap_j,
+       alpha, alpha_low, alpha_high, alpha_source,
+       (CASE WHEN NOT stretched THEN energy_j WHEN energy_j IS NULL THEN str_est_j ELSE energy_j - coalesce(str_j, 0) + str_est_j END)::DOUBLE AS est_energy_j,
+       (CASE WHEN NOT stretched THEN energy_j WHEN energy_j IS NULL THEN str_est_low_j ELSE energy_j - coalesce(str_j, 0) + str_est_low_j END)::DOUBLE AS est_energy_low_j,
+       (CASE WHEN NOT stretched THEN energy_j WHEN energy_j IS NULL THEN str_est_high_j ELSE energy_j - coalesce(str_j, 0) + str_est_high_j END)::DOUBLE AS est_energy_high_j,
+       (CASE WHEN NOT stretched THEN gpu_seconds ELSE gpu_seconds - str_s + str_est_s END)::DOUBLE AS est_gpu_seconds,
+       (CASE WHEN NOT stretched THEN gpu_seconds ELSE gpu_seconds - str_s + str_est_low_s END)::DOUBLE AS est_gpu_seconds_low,
+       (CASE WHEN NOT stretched THEN gpu_seconds ELSE gpu_seconds - str_s + str_est_high_s END)::DOUBLE AS est_gpu_seconds_high
+FROM capped;
 
 -- the provisioned side: summed capped power of hosts and clusters, 2 s means over full seconds
 CREATE OR REPLACE TEMP TABLE _cap_power AS
