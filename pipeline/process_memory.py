@@ -53,7 +53,8 @@ def return_freed_memory() -> bool:
     the last large block freed (up to 32 MiB): the kernels' per-GPU arrays (1–30 MB) then come from
     the heap, and a freed one stays in the process while a later block holds the heap up. At 64
     GPU-days power_100ms alone peaked at 2.98 GB RSS with DuckDB held to 1 GB, and at 2.16 GB with
-    this (docs/benchmarks.md). Once per process; False where it is not glibc."""
+    this; at 8 GPUs x 24 h, with release_pools, the whole run peaked at 903 MB without it and 880 MB
+    with it (docs/benchmarks.md). Once per process; False where it is not glibc."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
@@ -84,8 +85,8 @@ def release_pools() -> None:
     a step is done with its connection: DuckDB (jemalloc) frees a query's hash tables and sorts into
     its arenas and purges them only past allocator_bulk_deallocation_flush_threshold (512 MiB), Arrow's
     mimalloc pool never by itself. One purge costs a few tens of ms; purging on every free instead
-    (that threshold at 0) cost ~1 s of CPU in fleet_power_100ms alone, memory freed and faulted in
-    again within a query."""
+    (that threshold at 0) cost ~1.2 s of CPU in fleet_power_100ms' query alone, memory freed and
+    faulted in again within a query."""
     mallctl = _duckdb_mallctl()
     if mallctl is not None:
         mallctl(_ALL_ARENAS, None, None, None, 0)
