@@ -1,7 +1,10 @@
 """What a run's resident memory is made of, step by step: `wattline ...` in this process, with
 every table step's RSS at its start and end and its peak split into anonymous memory (heap,
 allocator pools: only freeing gives it back) and file-backed pages (memory-mapped files: pages the
-kernel may drop at will), sampled from /proc/self/status every few milliseconds.
+kernel may drop at will), sampled from /proc/self/status every few milliseconds, and at its end
+what the process holds besides its code (``held``: Arrow's pool, the DuckDB memory of the connection
+kept for the run's next step, glibc's heap in use and free): RSS beyond those is freed memory an
+allocator keeps (DuckDB's jemalloc, Arrow's mimalloc: process_memory.release_pools).
 
     python -m bench.rss_trace OUT.jsonl -- run --date D --data-dir DIR --timings
 
@@ -11,6 +14,7 @@ One JSON line per step is appended to OUT.jsonl. Only for an in-process run (one
 
 from __future__ import annotations
 
+import ctypes
 import json
 import sys
 import threading
@@ -73,6 +77,35 @@ class Sampler:
         self._take()
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def held_mb() -> dict[str, float | None]:
+    """What the process holds besides its code, MiB: Arrow's pool (allocated, and its backend),
+    the DuckDB buffer memory of the compute connection kept for the run's next step, glibc's heap
+    (in use, free but kept, and in own mappings)."""
+    import pyarrow as pa
+
+    from pipeline import warehouse
+
+    out: dict = {"arrow_mb": pa.total_allocated_bytes() / 2**20, "arrow_pool": pa.default_memory_pool().backend_name}
+    kept = warehouse._kept
+    try:
+        out["duckdb_kept_mb"] = kept.con.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchone()[0] / 2**20 if kept else None
+    except Exception:  # noqa: BLE001 - busy or closed: unknown
+        out["duckdb_kept_mb"] = None
+    try:
+        mi = ctypes.CDLL(None).mallinfo2
+        mi.restype = _Mallinfo2
+        m = mi()
+        out.update(heap_used_mb=m.uordblks / 2**20, heap_free_mb=m.fordblks / 2**20, heap_mmap_mb=m.hblkhd / 2**20)
+    except (OSError, AttributeError):
+        pass
+    return out
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     argv = sys.argv[3:] if sys.argv[2:3] == ["--"] else sys.argv[2:]
@@ -87,8 +120,9 @@ def main() -> None:
         with Sampler() as sampler:
             result = compute(self, context, *args, **kwargs)
         end = status_mb()
+        held = held_mb()
         row = {"step": context.op_def.name, "start": start, "end": end, "peak": sampler.peak,
-               "where": sampler.where, "max_anon_mb": sampler.max_anon, "max_file_mb": sampler.max_file,
+               "where": sampler.where, "held": held, "max_anon_mb": sampler.max_anon, "max_file_mb": sampler.max_file,
                "cpu_s": round(time.process_time() - cpu0, 2)}
         with out.open("a") as f:
             f.write(json.dumps(row) + "\n")

@@ -5,13 +5,20 @@ to /proc/self/clear_refs resets it to the current RSS. Elsewhere (or where /proc
 written) the peak is unknown: None.
 
 return_freed_memory() makes glibc give large freed blocks back to the OS: what set the peak RSS
-of a 64-GPU cluster-day was freed numpy arrays the heap kept, not DuckDB."""
+of a 64-GPU cluster-day was freed numpy arrays the heap kept, not DuckDB.
+
+release_pools() makes DuckDB's and Arrow's allocators give back what they keep freed: after a
+step, DuckDB's jemalloc and Arrow's mimalloc keep the memory the step freed (duckdb_memory() and
+pa.total_allocated_bytes() say 0 while the process holds hundreds of MB), and the next step's peak
+sits on top of it."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
 from pathlib import Path
+
+import pyarrow as pa
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -46,9 +53,41 @@ def return_freed_memory() -> bool:
     the last large block freed (up to 32 MiB): the kernels' per-GPU arrays (1–30 MB) then come from
     the heap, and a freed one stays in the process while a later block holds the heap up. At 64
     GPU-days power_100ms alone peaked at 2.98 GB RSS with DuckDB held to 1 GB, and at 2.16 GB with
-    this (docs/benchmarks.md). Once per process; False where it is not glibc."""
+    this; at 8 GPUs x 24 h, with release_pools, the whole run peaked at 903 MB without it and 880 MB
+    with it (docs/benchmarks.md). Once per process; False where it is not glibc."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
+
+_ALL_ARENAS = b"arena.4096.purge"  # jemalloc's MALLCTL_ARENAS_ALL: every arena
+
+
+@functools.cache
+def _duckdb_mallctl():
+    """mallctl of the jemalloc inside DuckDB's Python module (its symbols are prefixed ``duckdb_je_``);
+    None where DuckDB is built without it (macOS, Windows) or the symbol is not exported."""
+    try:
+        import _duckdb
+
+        mallctl = ctypes.CDLL(_duckdb.__file__).duckdb_je_mallctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    mallctl.restype = ctypes.c_int
+    return mallctl
+
+
+def release_pools() -> None:
+    """Give the memory DuckDB's and Arrow's allocators keep after freeing back to the OS, once, when
+    a step is done with its connection: DuckDB (jemalloc) frees a query's hash tables and sorts into
+    its arenas and purges them only past allocator_bulk_deallocation_flush_threshold (512 MiB), Arrow's
+    mimalloc pool never by itself. One purge costs a few tens of ms; purging on every free instead
+    (that threshold at 0) cost ~1.2 s of CPU in fleet_power_100ms' query alone, memory freed and
+    faulted in again within a query."""
+    mallctl = _duckdb_mallctl()
+    if mallctl is not None:
+        mallctl(_ALL_ARENAS, None, None, None, 0)
+    pa.default_memory_pool().release_unused()

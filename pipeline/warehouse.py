@@ -44,7 +44,7 @@ from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS_DIR, DATASETS, JOB_EV
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import DEFAULT_JOB_EVENTS_LOOKBACK_DAYS
-from pipeline import columns, file_quarantine, remote, sqlfiles
+from pipeline import columns, file_quarantine, process_memory, remote, sqlfiles
 from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
 from pipeline.datadir import cluster_members, dataset_paths, linked_paths, load_inventory_if_any, raw_files, stored_assignments
 from pipeline.entities import entity_rows
@@ -505,6 +505,7 @@ def compute_connection(
         yield con
     finally:
         con.close()
+        process_memory.release_pools()
 
 
 def _open_compute_connection(
@@ -561,6 +562,7 @@ def close_shared() -> None:
         kept, _kept = _kept, None
     if kept is not None:
         kept.con.close()
+        process_memory.release_pools()
 
 
 def _variables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, Any, str]]:
@@ -629,6 +631,7 @@ def shared_compute_connection(
                 if held is _kept:
                     _kept = None
                 held.con.close()
+        process_memory.release_pools()  # what the step freed, before the next step's peak builds on it
 
 
 PARQUET_COPY_OPTIONS = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000, PARQUET_VERSION V2"

@@ -82,3 +82,58 @@ def test_freed_arrays_go_back_to_the_os(mode):
         assert retained_mb < 80, retained_mb  # the 40 MiB still held, and little else
     else:
         assert retained_mb > 300, retained_mb
+
+
+_POOLS_FRAGMENT = """
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline import process_memory, warehouse
+from pipeline.scope import Scope
+
+def rss_mb():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+if sys.argv[2] == "off":
+    process_memory.release_pools = lambda: None
+scope = Scope(date="2026-12-03", cluster="c0")
+
+def step():  # a step of a run: its connection on the database kept for the run's next step
+    return warehouse.shared_compute_connection("run", Path(sys.argv[1]), scope.date, {}, scope, threads=2)
+
+base = rss_mb()
+with step() as con:  # a hash table of ~150 MiB, freed at the query's end
+    con.execute("SELECT count(*) FROM (SELECT i % 3000000 AS k, sum(i), max(i) FROM range(12000000) t(i) GROUP BY k)").fetchall()
+duckdb_kept = rss_mb() - base
+base = rss_mb()
+with step():
+    small = pa.array(np.arange(131072))
+    parts = [pc.multiply(small, i) for i in range(160)]  # 160 MiB of 1 MiB buffers from Arrow's pool, freed
+    del parts
+arrow_kept = rss_mb() - base
+warehouse.close_shared()
+print(duckdb_kept, arrow_kept)
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="DuckDB's Linux x86_64 module carries jemalloc")
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_a_step_gives_back_what_its_allocators_kept(tmp_path, mode):
+    """The end of a step's connection hands the memory DuckDB's and Arrow's allocators keep after
+    freeing back to the OS (release_pools): without it they keep what the step freed while the run's
+    database stays open, and the next step's peak sits on top of it (between the steps of a 24 h
+    run the process held 380-850 MB; with it 330-400 MB)."""
+    (tmp_path / "inventory.yaml").write_text(
+        "fleets: [{name: f, clusters: [{name: c0, hosts: [{name: h0, role: inference, gpus: [{index: 0, tdp_w: 700}]}]}]}]\n")
+    out = subprocess.run([sys.executable, "-c", _POOLS_FRAGMENT, str(tmp_path), mode], capture_output=True, text=True, check=True)
+    duckdb_kept, arrow_kept = (float(x) for x in out.stdout.split())
+    if mode == "on":
+        assert duckdb_kept < 70 and arrow_kept < 30, (duckdb_kept, arrow_kept)
+    else:
+        assert duckdb_kept > 120 and arrow_kept > 120, (duckdb_kept, arrow_kept)

@@ -47,3 +47,32 @@ def test_a_streamed_part_keeps_the_stream_order(con, tmp_path):
     assert run.found == {"batches": BATCHES}  # what the function learnt, for the checks and headline
     assert con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0] is False
 
+
+
+def test_a_streamed_part_is_written_on_one_thread_and_the_setting_comes_back(con, tmp_path):
+    """A second DuckDB thread held its own batches and row groups of the stream (~270 MB more at
+    phase_timeline's 8 GPUs x 24 h) for no less CPU: the COPY runs on one, and the database's
+    thread count is the caller's again after it, also when the write fails."""
+    seen = []
+
+    def rows(c, run: TableRun) -> pa.RecordBatchReader:
+        cur = c.cursor()  # as the phase tables read while the COPY runs
+
+        def batches():
+            for k in range(3):
+                seen.append(cur.execute("SELECT current_setting('threads')").fetchall()[0][0])
+                yield pa.record_batch({"i": np.arange(k, k + 10)}, schema=SCHEMA)
+        return pa.RecordBatchReader.from_batches(SCHEMA, batches())
+
+    table = Table("t_one_thread", "A stream.", "cluster-day", rows=rows)
+    run = TableRun(scope=Scope(date="2026-11-30"), rollup=False, grid_step_ms=100)
+    assert table._write_rows(con, run, _writer(con, tmp_path / "part.parquet")) == 30
+    assert seen == [1, 1, 1]
+    assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 4
+
+    def failing(query: str) -> int:
+        raise duckdb.IOException("disk full")
+
+    with pytest.raises(duckdb.IOException):
+        table._write_rows(con, run, failing)
+    assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 4

@@ -176,5 +176,6 @@ FLEET_POWER_100MS = Table(
     deps=["power_100ms", "fleet_power_1s"],
     rollup=True,  # role and fleet rows summed from the cluster-days' parts; complete when every part is
     rollup_deps=["fleet_power_100ms", ["fleet", "fleet_power_1s"]],
+    one_thread=True,  # 8 GPUs x 24 h: 110-155 MB less at its peak, 0.6 s less CPU
 )
 fleet_power_100ms, fleet_fleet_power_100ms = table_assets(FLEET_POWER_100MS)

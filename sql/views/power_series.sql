@@ -9,8 +9,10 @@
 -- that minute, less one). Only minutes with an empty slot are examined, so a regular 10 Hz trace
 -- costs one count per GPU-minute.
 
+-- grid is read twice, not materialized: a materialized CTE held every 100 ms row of the day
+-- (~375 MB at 8 GPUs x 24 h) for a result of a few thousand rows, and cost more CPU than the scans.
 CREATE OR REPLACE MACRO gpu_grid_carried(grid_table) AS TABLE
-WITH grid AS (
+WITH grid AS NOT MATERIALIZED (
     SELECT host, gpu, slot_100ms(ts) AS slot, CASE WHEN is_average THEN NULL ELSE power_w END AS power_w, power_avg_w
     FROM query_table(grid_table)
     WHERE date = getvariable('partition_date')
