@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance
 
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, PNG
 from tests.browser.test_ui import UiServer, visit
 
 QUIET_S = 120
 """How long the UI runs with its sensors on, from its start, before the test counts the runs."""
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 
 
 def _demo_day() -> str:
@@ -83,7 +82,7 @@ def _settled(page, pattern: str, timeout_s: float = 60) -> str:
     return text
 
 
-def test_partitions_page_shows_only_the_datas_days(page, demo_ui, artifacts):
+def test_partitions_page_shows_only_the_datas_days(page, demo_ui, artifacts, docs_img):
     server, _, _ = demo_ui
     day, today = _demo_day(), dt.datetime.now(dt.UTC).date().isoformat()
     visit(page, f"{server.url}/locations/pipeline.definitions/jobs/cluster_day_job/partitions")
@@ -93,11 +92,11 @@ def test_partitions_page_shows_only_the_datas_days(page, demo_ui, artifacts):
     assert re.search(r"\b1\s+Total partitions", text) and re.search(r"\b0\s+Missing partitions", text), text
     assert day in text and today not in text and "2020" not in text
     page.screenshot(path=str(artifacts / "ui-first-start-partitions.png"))
-    DOCS_IMG.mkdir(exist_ok=True)
-    page.screenshot(path=str(DOCS_IMG / "ui-partitions.png"))
+    page.screenshot(path=str(docs_img / "ui-partitions.png"))
+    assert (docs_img / "ui-partitions.png").read_bytes().startswith(PNG)
 
 
-def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_ui, artifacts):
+def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_ui, artifacts, docs_img):
     server, _, _ = demo_ui
     day = _demo_day()
     visit(page, f"{server.url}/assets/power_1s?view=checks&checkDetail=gpu_coverage")
@@ -108,11 +107,13 @@ def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_
     assert "non-blocking" in text  # a WARN
     assert re.search(r"gpu\s+coverage", text) and "[(" not in text
     page.screenshot(path=str(artifacts / "ui-first-start-check.png"))
-    page.screenshot(path=str(DOCS_IMG / "ui-check.png"))
+    page.screenshot(path=str(docs_img / "ui-check.png"))
+    assert (docs_img / "ui-check.png").read_bytes().startswith(PNG)
     page.get_by_text("Partitions", exact=True).last.click()  # the check's own per-partition status
     page.get_by_text(day).first.wait_for()
     page.screenshot(path=str(artifacts / "ui-first-start-check-partitions.png"))
-    page.screenshot(path=str(DOCS_IMG / "ui-check-partitions.png"))
+    page.screenshot(path=str(docs_img / "ui-check-partitions.png"))
+    assert (docs_img / "ui-check-partitions.png").read_bytes().startswith(PNG)
     visit(page, f"{server.url}/assets/power_1s?view=checks&checkDetail=power_within_bounds")
     page.get_by_text("Latest execution").wait_for()
     assert "This is a blocking asset check" in page.locator("body").inner_text()  # an ERROR
