@@ -31,6 +31,16 @@ DOCS_SCREENSHOTS_ENV = "WATTLINE_DOCS_SCREENSHOTS"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+def pytest_collection_finish(session):
+    """A session that will run the UI's first-start tests starts its demo and UI now, in the
+    background (tests/browser/first_start_ui.py): their quiet time passes during other files."""
+    from tests.browser import first_start_ui
+
+    if session.config.option.collectonly or not any(first_start_ui.TEST_FILE in item.nodeid for item in session.items):
+        return
+    first_start_ui.start(session.config._tmp_path_factory)
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/browser/" in str(item.fspath).replace(os.sep, "/"):

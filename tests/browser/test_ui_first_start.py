@@ -2,20 +2,17 @@
 rebuilt, the terminal says what automation does, the partitions are the data's days, and a check
 shows its partition's own result."""
 
-import contextlib
 import datetime as dt
-import os
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance
 
-from tests.browser.conftest import ARTIFACTS, PNG
-from tests.browser.test_ui import UiServer, visit
+from tests.browser import first_start_ui
+from tests.browser.conftest import PNG
+from tests.browser.first_start_ui import runs as _runs
+from tests.browser.first_start_ui import ticks as _ticks
+from tests.browser.test_ui import visit
 
 QUIET_S = 120
 """How long the UI runs with its sensors on, from its start, before the test counts the runs."""
@@ -25,50 +22,15 @@ def _demo_day() -> str:
     return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
 
 
-@contextlib.contextmanager
-def _instance(data_dir: Path):
-    """The UI's Dagster instance (its dagster.yaml reads DAGSTER_HOME)."""
-    previous = os.environ.get("DAGSTER_HOME")
-    os.environ["DAGSTER_HOME"] = str(data_dir / ".dagster")
-    try:
-        with DagsterInstance.get() as instance:
-            yield instance
-    finally:
-        if previous is None:
-            os.environ.pop("DAGSTER_HOME")
-        else:
-            os.environ["DAGSTER_HOME"] = previous
-
-
-def _runs(data_dir: Path) -> list[str]:
-    with _instance(data_dir) as instance:
-        return [r.run_id for r in instance.get_runs()]
-
-
-def _ticks(data_dir: Path) -> dict[str, list[str]]:
-    """Each sensor's ticks so far (their status), from the instance the daemon writes."""
-    with _instance(data_dir) as instance:
-        return {s.instigator_name: [t.status.value for t in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
-                for s in instance.all_instigator_state()}
-
-
 @pytest.fixture(scope="module")
 def demo_ui(tmp_path_factory):
-    root = tmp_path_factory.mktemp("first-start")
-    data_dir = root / "data"
-    env = dict(os.environ, WATTLINE_REPORT_PNG="off", WATTLINE_REPORTS_DIR=str(root / "reports"))
-    wattline = Path(sys.executable).parent / "wattline"
-    subprocess.run([str(wattline), "demo", "--fleet", "tiny", "--hours", "0.1", "--data-dir", str(data_dir)], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    built = _runs(data_dir)
-    ARTIFACTS.mkdir(exist_ok=True)
-    server = UiServer(data_dir, ARTIFACTS / "wattline-ui-first-start.log", automation=True)
+    """The demo's data dir and the UI on it, started when the session collected this file
+    (tests/browser/first_start_ui.py); the demo's runs were listed before the UI started."""
+    root, ui = first_start_ui.attach(tmp_path_factory)
     try:
-        server.wait_ready()
-        server.ready_at = time.monotonic()
-        yield server, data_dir, built
+        yield ui, ui.data_dir, ui.built
     finally:
-        server.stop()
+        first_start_ui.stop(root)
 
 
 def _settled(page, pattern: str, timeout_s: float = 60) -> str:
@@ -142,8 +104,9 @@ def test_materialize_all_on_the_lineage_page_offers_the_datas_completed_days(pag
 
 
 def test_first_start_after_the_demo_launches_nothing_and_says_so(demo_ui):
-    """Last in the file: its quiet time counts from the UI's start, so the page tests above
-    (which launch nothing: the last one checks it) run inside it instead of before it."""
+    """Last in the file: its quiet time counts from the UI's start, which came when the session
+    collected this file, so the session's other tests and the page tests above (which launch
+    nothing: the last one checks it) run inside it instead of before it."""
     server, data_dir, built = demo_ui
     started = server.ready_at
     while time.monotonic() - started < QUIET_S or not all(_ticks(data_dir).get(s) for s in ("new_parquet_sensor", "fleet_day_automation")):
@@ -152,7 +115,7 @@ def test_first_start_after_the_demo_launches_nothing_and_says_so(demo_ui):
     ticks = _ticks(data_dir)
     assert set(_runs(data_dir)) == set(built), "the UI launched runs for a day the demo had built"
     assert all(status == "SKIPPED" for status in ticks["new_parquet_sensor"]), ticks
-    log = Path(server.log.name).read_text(errors="replace")
+    log = server.log.read_text(errors="replace")
     [line] = [line for line in log.splitlines() if line.startswith("automation ")]
     assert line.startswith("automation on:") and "now nothing" in line
     assert " - DEBUG - " not in log  # runs and services at INFO
