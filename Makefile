@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # when missing (.ci/system-deps); `make test-fast` installs nothing.
 TEST_PACKAGES := chromium prometheus
 
-.PHONY: demo lint test test-fast ui bench clean
+.PHONY: demo lint test test-fast screenshots ui bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) -m "not browser and not slow"
+
+# The screenshots of docs/img/ taken again by the browser tests that take them (a test run writes
+# them to a temp folder and leaves the checkout as it was; the UI's first start test's 2-minute
+# quiet time is left out).
+screenshots: $(STAMP)
+	.ci/system-deps chromium
+	WATTLINE_DOCS_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/browser/test_docs_screenshots.py \
+		tests/browser/test_ui_first_start.py -k "not launches_nothing"
 
 ui: $(STAMP)
 	$(BIN)/wattline ui

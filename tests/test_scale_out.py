@@ -4,13 +4,15 @@ neither raw samples nor per-GPU tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import duckdb
+import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance, RunsFilter
 
-from collectors.settings import load
+from collectors.settings import DEFAULT_GRID_STEP_MS, DUCKDB_MEMORY_ENV, DUCKDB_THREADS_ENV, GRID_STEP_MS_ENV, load
 from pipeline import warehouse
 from pipeline.runner import dagster_home, run_day
 from tests.days import builds_a_day
@@ -23,15 +25,23 @@ CLUSTERS = ["c-train", "c-infer-0", "c-infer-1", "c-mixed"]
 @pytest.fixture(scope="module")
 @builds_a_day
 def builds(tmp_path_factory):
-    """The same raw data built once by one process and once by two worker processes."""
+    """The same raw data built once by one process (its settings from the environment) and once by
+    two worker processes given the settings as a value, while the environment holds a memory bound
+    DuckDB refuses and a grid step of 20 ms: a worker that read the environment would fail or build
+    another grid (tests/test_settings_values.py: settings are values)."""
     mp = pytest.MonkeyPatch()
-    mp.setenv("WATTLINE_DUCKDB_THREADS", "1")  # one thread per DuckDB: sums in one order, bit-identical
+    mp.setenv(DUCKDB_THREADS_ENV, "1")  # one thread per DuckDB: sums in one order, bit-identical
+    mp.delenv(GRID_STEP_MS_ENV, raising=False)
     root = tmp_path_factory.mktemp("scale-out")
     raw = simulate_four_clusters(root / "raw")
     one = copy_raw(raw, root / "one")
     two = copy_raw(raw, root / "two")
     single = run_day(one, DATE, workers=1)
-    parallel = run_day(two, DATE, workers=2)
+    settings = dataclasses.replace(load(), data_dir=str(two), duckdb_memory="400MB")
+    assert settings.grid_step_ms == DEFAULT_GRID_STEP_MS
+    mp.setenv(DUCKDB_MEMORY_ENV, "not-a-size")
+    mp.setenv(GRID_STEP_MS_ENV, "20")
+    parallel = run_day(two, DATE, workers=2, settings=settings)
     mp.undo()
     return one, single, two, parallel
 
@@ -64,6 +74,18 @@ def test_two_workers_give_tables_identical_to_one_process(builds):
     assert len(_tables(one)) >= 18
     for table in _tables(one):
         assert _rows(one, table) == _rows(two, table), table
+
+
+def test_run_day_with_two_workers_takes_the_settings_it_is_given(builds):
+    """The two workers built every table as the single process did (above) on the grid step of
+    the settings they were given (the default: no fleet_power_grid rows, swings on the 100 ms
+    slots), not the environment's 20 ms, with the given DuckDB bound (the environment's would
+    fail their connections)."""
+    _, _, two, parallel = builds
+    assert parallel.success, parallel.error
+    steps = warehouse.read_day(two, "swing_stats", DATE).filter(pc.field("level") != "gpu").column("grid_step_ms").to_pylist()
+    assert steps and set(steps) == {DEFAULT_GRID_STEP_MS}
+    assert warehouse.read_day(two, "fleet_power_grid", DATE).num_rows == 0
 
 
 def test_two_workers_ran_cluster_days_at_the_same_time(builds):

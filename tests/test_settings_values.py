@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import duckdb
-import pytest
 
 from collectors.inventory import dump_inventory, parse_inventory
 from collectors.parquet_sink import write_dataset
@@ -166,20 +165,7 @@ def test_default_shares_split_the_default_bound_and_the_cores(monkeypatch):
     assert worker_settings(Settings(), 1) == Settings()  # one worker: the defaults, as a single run
 
 
-@pytest.mark.slow
-def test_run_day_with_two_workers_takes_the_settings_it_is_given(tmp_path, monkeypatch):
-    """The environment holds a memory bound DuckDB refuses and another grid step: a worker that read
-    it would fail or build the wrong grid. The run takes the settings value it is given."""
-    from pipeline.runner import run_day
-
-    d = _two_clusters(tmp_path / "data")
-    monkeypatch.setenv(DUCKDB_MEMORY_ENV, "not-a-size")
-    monkeypatch.setenv(GRID_STEP_MS_ENV, "20")
-    settings = Settings(data_dir=str(d), duckdb_memory="400MB", duckdb_threads=1, grid_step_ms=50)
-    out = run_day(d, DATE, selection=["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms", "fleet_power_grid"],
-                  workers=2, settings=settings)
-    assert out.success, out.error
-    assert out.cluster_days == 2
-    steps = warehouse.read_day(d, "fleet_power_grid", DATE).column("grid_step_ms").to_pylist()
-    assert steps and set(steps) == {50}
-    assert set(warehouse.read_day(d, "power_1s", DATE).column("host").to_pylist()) == {"train-0", "infer-0"}
+# A whole day built by two workers given the settings as a value, while the environment holds
+# a memory bound DuckDB refuses and another grid step: tests/test_scale_out.py's parallel build
+# (test_run_day_with_two_workers_takes_the_settings_it_is_given), equal table for table to the
+# single process's.

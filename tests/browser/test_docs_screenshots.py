@@ -1,6 +1,7 @@
 """The screenshots in docs/ are what a user sees after `wattline demo`: the report's first screen,
 the UI's lineage and an asset page with its columns' units and meanings. Taken here, on the
-session's demo day (tests/demo_day.py), and written to docs/img/."""
+session's demo day (tests/demo_day.py), into a temp folder: a test run leaves the checkout as it
+was. `make screenshots` (WATTLINE_DOCS_SCREENSHOTS=1) writes them to docs/img/ instead."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.conftest import PNG
 from tests.browser.test_ui import UiServer, visit
 
 ROOT = Path(__file__).resolve().parents[2]
-IMG = ROOT / "docs" / "img"
 UI_PATH = re.compile(r"`(/(?:assets|asset-groups|locations|runs|jobs|automation|overview|deployment)[^`\s]*)`|http://127\.0\.0\.1:3000(/[^\s)`]*)?")
 VIEWPORT = {"width": 1440, "height": 900}
 
@@ -34,7 +35,7 @@ def documented_ui_paths() -> list[str]:
     return sorted(set(found))
 
 
-def test_the_reports_first_screen(browser, demo_day):
+def test_the_reports_first_screen(browser, demo_day, docs_img):
     report = report_path(demo_day.output)
     context = browser.new_context(viewport=VIEWPORT)
     try:
@@ -42,12 +43,13 @@ def test_the_reports_first_screen(browser, demo_day):
         page.goto(report.as_uri())
         page.get_by_text(re.compile("energy", re.I)).first.wait_for(timeout=30_000)
         page.wait_for_timeout(1500)  # the charts draw after load
-        page.screenshot(path=str(IMG / "report-first-screen.png"))
+        page.screenshot(path=str(docs_img / "report-first-screen.png"))
+        assert (docs_img / "report-first-screen.png").read_bytes().startswith(PNG)
     finally:
         context.close()
 
 
-def test_the_lineage_and_an_asset_page_with_its_columns(browser, demo_day, tmp_path):
+def test_the_lineage_and_an_asset_page_with_its_columns(browser, demo_day, tmp_path, docs_img):
     server = UiServer(demo_day.data_dir, tmp_path / "wattline-ui.log")
     context = browser.new_context(viewport=VIEWPORT)
     try:
@@ -57,13 +59,15 @@ def test_the_lineage_and_an_asset_page_with_its_columns(browser, demo_day, tmp_p
         visit(page, f"{server.url}/asset-groups")
         for group in ("power", "fleet", "phases", "report"):
             page.get_by_text(group, exact=True).first.wait_for()
-        page.screenshot(path=str(IMG / "ui-lineage.png"))
+        page.screenshot(path=str(docs_img / "ui-lineage.png"))
+        assert (docs_img / "ui-lineage.png").read_bytes().startswith(PNG)
         visit(page, f"{server.url}/assets/power_1s")
         page.get_by_text("mean_w", exact=True).first.wait_for()
         text = page.locator("body").inner_text()
         assert "mean of the GPU's best-source samples in the second" in text, text[:3000]
         assert "warehouse view" in text and "docs/columns.md#power_1s" in text, text[:3000]
-        page.screenshot(path=str(IMG / "ui-asset-power_1s.png"), full_page=False)
+        page.screenshot(path=str(docs_img / "ui-asset-power_1s.png"), full_page=False)
+        assert (docs_img / "ui-asset-power_1s.png").read_bytes().startswith(PNG)
         paths = documented_ui_paths()
         assert "/asset-groups" in paths and "/" in paths, paths
         assert sum("partition=" in p for p in paths) >= 2, paths  # a cluster-day's and a fleet-day's

@@ -2,74 +2,35 @@
 rebuilt, the terminal says what automation does, the partitions are the data's days, and a check
 shows its partition's own result."""
 
-import contextlib
 import datetime as dt
-import os
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance
 
-from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_ui import UiServer, visit
+from tests.browser import first_start_ui
+from tests.browser.conftest import PNG
+from tests.browser.first_start_ui import runs as _runs
+from tests.browser.first_start_ui import ticks as _ticks
+from tests.browser.test_ui import visit
 
 QUIET_S = 120
 """How long the UI runs with its sensors on, from its start, before the test counts the runs."""
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 
 
 def _demo_day() -> str:
     return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
 
 
-@contextlib.contextmanager
-def _instance(data_dir: Path):
-    """The UI's Dagster instance (its dagster.yaml reads DAGSTER_HOME)."""
-    previous = os.environ.get("DAGSTER_HOME")
-    os.environ["DAGSTER_HOME"] = str(data_dir / ".dagster")
-    try:
-        with DagsterInstance.get() as instance:
-            yield instance
-    finally:
-        if previous is None:
-            os.environ.pop("DAGSTER_HOME")
-        else:
-            os.environ["DAGSTER_HOME"] = previous
-
-
-def _runs(data_dir: Path) -> list[str]:
-    with _instance(data_dir) as instance:
-        return [r.run_id for r in instance.get_runs()]
-
-
-def _ticks(data_dir: Path) -> dict[str, list[str]]:
-    """Each sensor's ticks so far (their status), from the instance the daemon writes."""
-    with _instance(data_dir) as instance:
-        return {s.instigator_name: [t.status.value for t in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
-                for s in instance.all_instigator_state()}
-
-
 @pytest.fixture(scope="module")
 def demo_ui(tmp_path_factory):
-    root = tmp_path_factory.mktemp("first-start")
-    data_dir = root / "data"
-    env = dict(os.environ, WATTLINE_REPORT_PNG="off", WATTLINE_REPORTS_DIR=str(root / "reports"))
-    wattline = Path(sys.executable).parent / "wattline"
-    subprocess.run([str(wattline), "demo", "--fleet", "tiny", "--hours", "0.1", "--data-dir", str(data_dir)], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    built = _runs(data_dir)
-    ARTIFACTS.mkdir(exist_ok=True)
-    server = UiServer(data_dir, ARTIFACTS / "wattline-ui-first-start.log", automation=True)
+    """The demo's data dir and the UI on it, started when the session collected this file
+    (tests/browser/first_start_ui.py); the demo's runs were listed before the UI started."""
+    root, ui = first_start_ui.attach(tmp_path_factory)
     try:
-        server.wait_ready()
-        server.ready_at = time.monotonic()
-        yield server, data_dir, built
+        yield ui, ui.data_dir, ui.built
     finally:
-        server.stop()
+        first_start_ui.stop(root)
 
 
 def _settled(page, pattern: str, timeout_s: float = 60) -> str:
@@ -83,7 +44,7 @@ def _settled(page, pattern: str, timeout_s: float = 60) -> str:
     return text
 
 
-def test_partitions_page_shows_only_the_datas_days(page, demo_ui, artifacts):
+def test_partitions_page_shows_only_the_datas_days(page, demo_ui, artifacts, docs_img):
     server, _, _ = demo_ui
     day, today = _demo_day(), dt.datetime.now(dt.UTC).date().isoformat()
     visit(page, f"{server.url}/locations/pipeline.definitions/jobs/cluster_day_job/partitions")
@@ -93,11 +54,11 @@ def test_partitions_page_shows_only_the_datas_days(page, demo_ui, artifacts):
     assert re.search(r"\b1\s+Total partitions", text) and re.search(r"\b0\s+Missing partitions", text), text
     assert day in text and today not in text and "2020" not in text
     page.screenshot(path=str(artifacts / "ui-first-start-partitions.png"))
-    DOCS_IMG.mkdir(exist_ok=True)
-    page.screenshot(path=str(DOCS_IMG / "ui-partitions.png"))
+    page.screenshot(path=str(docs_img / "ui-partitions.png"))
+    assert (docs_img / "ui-partitions.png").read_bytes().startswith(PNG)
 
 
-def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_ui, artifacts):
+def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_ui, artifacts, docs_img):
     server, _, _ = demo_ui
     day = _demo_day()
     visit(page, f"{server.url}/assets/power_1s?view=checks&checkDetail=gpu_coverage")
@@ -108,11 +69,13 @@ def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_
     assert "non-blocking" in text  # a WARN
     assert re.search(r"gpu\s+coverage", text) and "[(" not in text
     page.screenshot(path=str(artifacts / "ui-first-start-check.png"))
-    page.screenshot(path=str(DOCS_IMG / "ui-check.png"))
+    page.screenshot(path=str(docs_img / "ui-check.png"))
+    assert (docs_img / "ui-check.png").read_bytes().startswith(PNG)
     page.get_by_text("Partitions", exact=True).last.click()  # the check's own per-partition status
     page.get_by_text(day).first.wait_for()
     page.screenshot(path=str(artifacts / "ui-first-start-check-partitions.png"))
-    page.screenshot(path=str(DOCS_IMG / "ui-check-partitions.png"))
+    page.screenshot(path=str(docs_img / "ui-check-partitions.png"))
+    assert (docs_img / "ui-check-partitions.png").read_bytes().startswith(PNG)
     visit(page, f"{server.url}/assets/power_1s?view=checks&checkDetail=power_within_bounds")
     page.get_by_text("Latest execution").wait_for()
     assert "This is a blocking asset check" in page.locator("body").inner_text()  # an ERROR
@@ -141,8 +104,9 @@ def test_materialize_all_on_the_lineage_page_offers_the_datas_completed_days(pag
 
 
 def test_first_start_after_the_demo_launches_nothing_and_says_so(demo_ui):
-    """Last in the file: its quiet time counts from the UI's start, so the page tests above
-    (which launch nothing: the last one checks it) run inside it instead of before it."""
+    """Last in the file: its quiet time counts from the UI's start, which came when the session
+    collected this file, so the session's other tests and the page tests above (which launch
+    nothing: the last one checks it) run inside it instead of before it."""
     server, data_dir, built = demo_ui
     started = server.ready_at
     while time.monotonic() - started < QUIET_S or not all(_ticks(data_dir).get(s) for s in ("new_parquet_sensor", "fleet_day_automation")):
@@ -151,7 +115,7 @@ def test_first_start_after_the_demo_launches_nothing_and_says_so(demo_ui):
     ticks = _ticks(data_dir)
     assert set(_runs(data_dir)) == set(built), "the UI launched runs for a day the demo had built"
     assert all(status == "SKIPPED" for status in ticks["new_parquet_sensor"]), ticks
-    log = Path(server.log.name).read_text(errors="replace")
+    log = server.log.read_text(errors="replace")
     [line] = [line for line in log.splitlines() if line.startswith("automation ")]
     assert line.startswith("automation on:") and "now nothing" in line
     assert " - DEBUG - " not in log  # runs and services at INFO

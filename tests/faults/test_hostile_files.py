@@ -91,14 +91,16 @@ def linked(tmp_path):
 # ---- finding 1: links
 
 
-@pytest.mark.slow  # a whole `wattline run` of the day (~45 s)
+@pytest.mark.slow  # runs the daily job
 def test_run_reads_nothing_through_links_and_names_them(linked):
     """Fault: a host folder and a file linked in from outside the data dir. Was: `run` moved the
     exporter's bad files into quarantine/files/ and rewrote the naive one in place. Must survive:
     every outside file, byte-identical, none added or removed; the day (the real files); the
-    user's view: an ERROR check and the summary name both links; `sql` still answers."""
+    user's view: an ERROR check and the summary name both links; `sql` still answers. The run
+    builds power_1s: the first step to read the power files, and the table of the raw files'
+    checks (every step's connection lists and validates the raw datasets as this one's does)."""
     data_dir, outside, before = linked
-    result = invoke("run", "--date", DATE, "--data-dir", str(data_dir))
+    result = invoke("run", "--date", DATE, "--select", "power_1s", "--data-dir", str(data_dir))
     assert _tree(outside) == before
     assert result.exit_code == 1, result.output  # the ERROR check files_follow_contract
     host_link = data_dir / "power" / f"date={DATE}" / "host=ext"
