@@ -6,9 +6,10 @@ so the warehouse, the quarantine, the S3 staging and the resources all build on 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,22 @@ from collectors.contract import ASSIGNMENTS, DATASETS
 from collectors.inventory import INVENTORY_FILE, Inventory, load_inventory
 from collectors.storage import walk_matches
 from pipeline.scope import UNASSIGNED, Scope
+
+
+@contextlib.contextmanager
+def quarantine_lock(data_dir: Path) -> Iterator[None]:
+    """The file quarantine's lock on a data dir (or an S3 data dir's work dir): validation moves
+    files and logs them, one process at a time (a UI-launched run and ``wattline run`` may validate
+    the same day), and on S3 a stage mirrors the quarantine folders only outside it: a mirror
+    deletes local files the bucket lacks, so one interleaved with another worker's quarantine
+    (log written locally, not yet uploaded) deleted that worker's log row and its check passed."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / ".quarantine.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _day_pattern(dataset: str, date: str | None) -> str:

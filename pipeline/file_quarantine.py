@@ -40,12 +40,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import hashlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,7 +52,7 @@ import pyarrow.parquet as pq
 from collectors.atomic import fsync_dir, write_parquet_atomic, write_parquet_stream_atomic
 from collectors.contract import DATASETS, QUARANTINE_DIR, Conversion, SchemaError, inspect_file, iter_converted, plan_conversion
 from collectors.settings import load
-from pipeline.datadir import raw_files
+from pipeline.datadir import quarantine_lock, raw_files
 from pipeline.remote import root_for
 from pipeline.sqltext import literal, path_literal, pattern_literal
 
@@ -139,22 +137,10 @@ def _duplicates(files: list[Path]) -> dict[Path, Path]:
     return copies
 
 
-@contextlib.contextmanager
-def _lock(data_dir: Path) -> Iterator[None]:
-    """Validation moves files: one process at a time per data dir (a UI-launched run and
-    ``wattline run`` may validate the same day)."""
-    with open(data_dir / ".quarantine.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def usable_files(data_dir: Path, dataset: str, date: str) -> list[Path]:
     """The day's files of ``dataset`` that the pipeline may read (files that convert without
     loss rewritten in the contract's types first); the others are quarantined."""
-    with _lock(data_dir):
+    with quarantine_lock(data_dir):
         files = raw_files(data_dir, dataset, date)
         verdicts = {f: _verdict(f, dataset) for f in files}
         bad = {f: _problem(v) for f, v in verdicts.items() if not v.usable}
@@ -219,7 +205,7 @@ def quarantine_damaged(data_dir: Path, dataset: str, date: str) -> int:
     many. The footer check cannot see damaged data pages: this runs only after a query failed."""
     import duckdb
 
-    with _lock(data_dir):
+    with quarantine_lock(data_dir):
         bad = {}
         con = duckdb.connect()
         try:

@@ -34,7 +34,7 @@ from collectors.settings import DEFAULT_JOB_EVENTS_LOOKBACK_DAYS, load
 from collectors.storage import DataRoot, LocalRoot, resolve_data_root
 from pipeline import sqlfiles
 from pipeline.constants import DERIVED_DIR, DIURNAL_TRAILING_DAYS, warehouse_path
-from pipeline.datadir import cluster_members, host_filter, load_inventory_if_any
+from pipeline.datadir import cluster_members, host_filter, load_inventory_if_any, quarantine_lock
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED, Scope
 
 RAW_DAY_DATASETS = ("requests", "job_events")
@@ -102,7 +102,10 @@ def stage(root: DataRoot, work: Path, scope: Scope | str | None = None,
         return
     scope = scope if isinstance(scope, Scope) else Scope(date=scope)
     day = scope.date
-    folders = [ASSIGNMENTS_DIR, f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
+    quarantined = [f"{QUARANTINE_DIR}/file_log"] + [f"{QUARANTINE_DIR}/files/{ds}/date={day}" for ds in ("power", *RAW_DAY_DATASETS)]
+    with quarantine_lock(work):  # never between another worker's quarantine and its upload
+        mirror_all(root, work, quarantined)
+    folders = [ASSIGNMENTS_DIR]
     if scope.cluster:
         folders += [inside_key("power", f"date={day}", f"host={h}") for h in _hosts_to_stage(root, work, scope)]
         folders += [f"{ds}/date={day}" for ds in RAW_DAY_DATASETS] + [f"job_events/date={d}" for d in _earlier_days(day, lookback_days)]
@@ -145,10 +148,12 @@ def mirror_for_readers(value: str | os.PathLike | DataRoot, date: str | None = N
     if root.is_local:
         return work, False
     work.mkdir(parents=True, exist_ok=True)
-    prefixes = [DERIVED_DIR, ASSIGNMENTS_DIR, f"{QUARANTINE_DIR}/file_log", f"{QUARANTINE_DIR}/files"]
+    prefixes = [DERIVED_DIR, ASSIGNMENTS_DIR]
     if date:
         prefixes += [f"{QUARANTINE_DIR}/{ds}/date={date}" for ds in ("power", *RAW_DAY_DATASETS)]
-    changed = mirror_all(root, work, prefixes) + _mirror_file(root, work, INVENTORY_FILE)
+    with quarantine_lock(work):  # never between a run's quarantine and its upload (datadir.quarantine_lock)
+        changed = mirror_all(root, work, [f"{QUARANTINE_DIR}/file_log", f"{QUARANTINE_DIR}/files"])
+    changed += mirror_all(root, work, prefixes) + _mirror_file(root, work, INVENTORY_FILE)
     return work, bool(changed) or not warehouse_path(work).exists()
 
 
