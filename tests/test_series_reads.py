@@ -145,9 +145,10 @@ def test_spilled_gpu_comes_back_outside_arrows_allocator(con, tmp_path):
     while the GPU's kernels run)."""
     from pipeline.series.engine import host_samples
 
+    held = pa.total_allocated_bytes()  # what the process's other users of Arrow hold (a pytest worker runs other tests)
     for s in host_samples(con, "h1", spill_dir=tmp_path):
         assert all(a.base is None for a in (s.t_ns, s.power_w, s.power_avg_w, s.source_id))  # arrays of their own
-        assert pa.total_allocated_bytes() < len(s) * 8  # not even the GPU's times held by Arrow
+        assert pa.total_allocated_bytes() - held < len(s) * 8  # not even the GPU's times held by Arrow
 
 
 def test_phase_sources_read_each_host_once(tmp_path):
