@@ -9,9 +9,11 @@ and never match the temporary name, so a process killed at any instant leaves on
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -48,6 +50,25 @@ def _mostly_distinct(sample: pa.Table | None, column: str) -> bool:
         return False
     values = sample.column(column).drop_null()
     return len(values) >= 64 and pc.count_distinct(values).as_py() > SPLIT_DISTINCT_FRACTION * len(values)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (made, with its folder, if missing) while inside:
+    one process or thread at a time, released also when the process dies. ``on_wait``: called
+    once, before waiting, when another holder has it (e.g. to say so)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | (fcntl.LOCK_NB if on_wait else 0))
+        except BlockingIOError:
+            assert on_wait is not None
+            on_wait()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def fsync_dir(path: Path) -> None:

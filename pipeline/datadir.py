@@ -6,7 +6,6 @@ so the warehouse, the quarantine, the S3 staging and the resources all build on 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from collectors import assignments
-from collectors.atomic import TMP_PREFIX
+from collectors.atomic import TMP_PREFIX, exclusive_lock
 from collectors.contract import ASSIGNMENTS, DATASETS
 from collectors.inventory import INVENTORY_FILE, Inventory, load_inventory
 from collectors.storage import walk_matches
@@ -29,13 +28,8 @@ def quarantine_lock(data_dir: Path) -> Iterator[None]:
     the same day), and on S3 a stage mirrors the quarantine folders only outside it: a mirror
     deletes local files the bucket lacks, so one interleaved with another worker's quarantine
     (log written locally, not yet uploaded) deleted that worker's log row and its check passed."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / ".quarantine.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(data_dir / ".quarantine.lock"):
+        yield
 
 
 def _day_pattern(dataset: str, date: str | None) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import multiprocessing
 import os
 import shutil
@@ -21,6 +20,7 @@ from typing import Any
 
 from dagster import DagsterInstance, Definitions
 
+from collectors.atomic import exclusive_lock
 from collectors.contract import DATASETS
 from collectors.settings import Settings, load
 from pipeline import file_quarantine, remote, warehouse
@@ -93,17 +93,9 @@ def dagster_home(data_dir: DataDir) -> Path:
 @contextlib.contextmanager
 def run_lock(data_dir: Path):
     """Waits (saying so once on stderr) while another run holds this data dir; never fails."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / ".run.lock", "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another run on {data_dir} to finish...", file=sys.stderr, flush=True)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(data_dir / ".run.lock",
+                        on_wait=lambda: print(f"waiting for another run on {data_dir} to finish...", file=sys.stderr, flush=True)):
+        yield
 
 
 WORKER_MIN_MEMORY_MB = 2048

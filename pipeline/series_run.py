@@ -16,7 +16,6 @@ GPU's curve in a cache of the run (pipeline/series/cache.py) that those steps re
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ import duckdb
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, DagsterInvariantViolationError
 
-from collectors.atomic import TMP_PREFIX
+from collectors.atomic import TMP_PREFIX, exclusive_lock
 from pipeline import warehouse
 from pipeline.resources import WarehouseResource
 from pipeline.scope import Scope
@@ -47,14 +46,8 @@ def staged_path(data_dir: Path, scope: Scope, table: str, run_id: str) -> Path:
 def _scope_lock(data_dir: Path, scope: Scope) -> Iterator[None]:
     """One series step of a cluster-day at a time (two may run in parallel when power_1s is not
     selected): the second finds its part staged by the first."""
-    folder = data_dir / ".duckdb_tmp"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"series-{scope.date}-{scope.cluster or ''}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(data_dir / ".duckdb_tmp" / f"series-{scope.date}-{scope.cluster or ''}.lock"):
+        yield
 
 
 def series_part(context: AssetExecutionContext, resource: WarehouseResource, con: duckdb.DuckDBPyConnection, scope: Scope, name: str) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import functools
 import hashlib
 import json
@@ -39,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors import assignments
-from collectors.atomic import TMP_PREFIX, fsync_dir
+from collectors.atomic import TMP_PREFIX, exclusive_lock, fsync_dir
 from collectors.contract import ADDED_COLUMNS, ASSIGNMENTS_DIR, DATASETS, JOB_EVENTS
 from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
@@ -713,13 +712,8 @@ def scoped_rows_sql(con: duckdb.DuckDBPyConnection, table: str, query: str, scop
 
 @contextlib.contextmanager
 def _publish_lock(data_dir: Path) -> Iterator[None]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / ".warehouse.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(data_dir / ".warehouse.lock"):
+        yield
 
 
 CATALOG_STATE = ".warehouse.inputs.json"

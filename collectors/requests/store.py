@@ -9,7 +9,6 @@ row's arrival day, so the store is idempotent by content.
 
 from __future__ import annotations
 
-import fcntl
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from pathlib import Path, PurePosixPath
 import polars as pl
 import pyarrow as pa
 
+from collectors.atomic import exclusive_lock
 from collectors.contract import ADDED_COLUMNS, DATASETS, REQUESTS
 from collectors.parquet_sink import write_dataset
 from collectors.requests.quarantine import Reject
@@ -73,14 +73,8 @@ def writer_lock(data_dir: Path | str | DataRoot) -> Iterator[None]:
 
     The lock is a local file (``DataRoot.state_dir()``): for an ``s3://`` data dir it serialises
     the writers of this machine only; run one request writer per S3 data dir across machines."""
-    path = DataRoot.open(data_dir).state_dir() / "requests.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(DataRoot.open(data_dir).state_dir() / "requests.lock"):
+        yield
 
 
 def empty_frame() -> pl.DataFrame:
