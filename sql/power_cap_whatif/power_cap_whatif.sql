@@ -116,34 +116,35 @@ CREATE OR REPLACE TEMP MACRO _cap_nth(h, p) AS  -- h's p-th value (from 0) in as
 CREATE OR REPLACE TEMP MACRO _cap_median(h, factor) AS
     (factor * _cap_nth(h, (list_sum(map_values(h)) - 1) // 2) + factor * _cap_nth(h, list_sum(map_values(h)) // 2)) / 2;
 
--- every GPU-second once per (level, entity, phase) it counts in, with its weight (not kept: a few
--- rows per GPU-second, the largest intermediate of the step). What does not depend on the cap is
--- summed once per (level, entity, phase); per cap only the seconds above it are read (a second at or
--- below the cap adds 0 to the time and energy above it and its own energy and time to the
--- estimates). The sums are exact (DECIMAL, as xsum), so "all seconds, less those above, plus their
--- estimate" is, to the last digit, the sum over every second of what each adds.
-CREATE OR REPLACE TEMP TABLE _cap_rows AS
+-- every GPU-second once per (level, entity, phase) it counts in, with its weight: a view, not kept
+-- (a few rows per GPU-second, the largest intermediate of the step), streamed into _cap_rows
+CREATE OR REPLACE TEMP VIEW _cap_weighted AS
 WITH labelled AS (  -- per GPU-second: the weight its labels cover
     SELECT host, gpu, sec, sum(weight) AS weight FROM _cap_labels GROUP BY ALL
-),
-weighted AS (
-    SELECT lv.level, lv.entity, l.phase, l.weight, s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
-    FROM _cap_s AS s JOIN _cap_labels AS l USING (host, gpu, sec)
-    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job)) AS lv(level, entity)
-    WHERE lv.entity IS NOT NULL
-    UNION ALL  -- the rest of each second of an endpoint's or job's GPU
-    SELECT lv.level, lv.entity, CASE WHEN s.endpoint IS NOT NULL THEN 'unlabelled' ELSE 'rest' END,
-           1.0 - coalesce(l.weight, 0), s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
-    FROM _cap_s AS s LEFT JOIN labelled AS l USING (host, gpu, sec)
-    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job)) AS lv(level, entity)
-    WHERE lv.entity IS NOT NULL AND 1.0 - coalesce(l.weight, 0) > 1e-9
-    UNION ALL
-    SELECT lv.level, lv.entity, 'all', 1.0, s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
-    FROM _cap_s AS s
-    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job), ('host', s.host), ('cluster', s.cluster)) AS lv(level, entity)
-    WHERE lv.entity IS NOT NULL OR lv.level IN ('host', 'cluster')
-),
-parts AS (  -- one pass: each row once whatever the cap (cap_factor NULL), and once per cap it is above
+)
+SELECT lv.level, lv.entity, l.phase, l.weight, s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
+FROM _cap_s AS s JOIN _cap_labels AS l USING (host, gpu, sec)
+CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job)) AS lv(level, entity)
+WHERE lv.entity IS NOT NULL
+UNION ALL  -- the rest of each second of an endpoint's or job's GPU
+SELECT lv.level, lv.entity, CASE WHEN s.endpoint IS NOT NULL THEN 'unlabelled' ELSE 'rest' END,
+       1.0 - coalesce(l.weight, 0), s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
+FROM _cap_s AS s LEFT JOIN labelled AS l USING (host, gpu, sec)
+CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job)) AS lv(level, entity)
+WHERE lv.entity IS NOT NULL AND 1.0 - coalesce(l.weight, 0) > 1e-9
+UNION ALL
+SELECT lv.level, lv.entity, 'all', 1.0, s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
+FROM _cap_s AS s
+CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job), ('host', s.host), ('cluster', s.cluster)) AS lv(level, entity)
+WHERE lv.entity IS NOT NULL OR lv.level IN ('host', 'cluster');
+
+-- What does not depend on the cap is summed once per (level, entity, phase); per cap only the
+-- seconds above it are read (a second at or below the cap adds 0 to the time and energy above it
+-- and its own energy and time to the estimates). The sums are exact (DECIMAL, as xsum), so "all
+-- seconds, less those above, plus their estimate" is, to the last digit, the sum over every second
+-- of what each adds.
+CREATE OR REPLACE TEMP TABLE _cap_rows AS
+WITH parts AS (  -- one pass: each row once whatever the cap (cap_factor NULL), and once per cap it is above
     SELECT x.level, x.entity, x.phase, f.cap_factor, x.host, x.gpu, x.gpu_model, x.limit_w, x.limit_source,
            count(*) AS seconds_n,
            sum(x.weight::DECIMAL(38, 12)) AS gpu_seconds,
@@ -155,7 +156,7 @@ parts AS (  -- one pass: each row once whatever the cap (cap_factor NULL), and o
            sum((x.weight * pow(x.w / (f.cap_factor * x.limit_w), a.alpha))::DECIMAL(38, 12)) AS est_gpu_seconds,
            sum((x.weight * pow(x.w / (f.cap_factor * x.limit_w), a.alpha_low))::DECIMAL(38, 12)) AS est_gpu_seconds_low,
            sum((x.weight * pow(x.w / (f.cap_factor * x.limit_w), a.alpha_high))::DECIMAL(38, 12)) AS est_gpu_seconds_high
-    FROM weighted AS x
+    FROM _cap_weighted AS x
     CROSS JOIN (SELECT NULL::DOUBLE AS cap_factor UNION ALL SELECT cap_factor FROM _cap_factors) AS f
     JOIN _cap_alpha AS a USING (gpu_model)
     WHERE f.cap_factor IS NULL OR x.w > f.cap_factor * x.limit_w

@@ -2,40 +2,18 @@
 -- _cap_rows before it summed each second once whatever the cap and read per cap only the seconds
 -- above it (sql/power_cap_whatif/power_cap_whatif.sql). Here every GPU-second is taken once per
 -- (level, entity, phase) it counts in and per cap, each sum over all of them. It reads the temp
--- tables and macros the table's file makes before its _cap_rows (_cap_s, _cap_labels, _cap_factors,
+-- tables and macros the table's file makes before its _cap_rows (_cap_weighted, _cap_factors,
 -- _cap_alpha, _cap_median) and replaces _cap_rows; tests/test_power_cap_whatif.py holds the file's
 -- rows equal to these, to the last digit.
--- every GPU-second once per (level, entity, phase) it counts in, with its weight, streamed into the
--- aggregate per cap (not kept: a few rows per GPU-second, the largest intermediate of the step)
 CREATE OR REPLACE TEMP TABLE _cap_rows AS
-WITH labelled AS (  -- per GPU-second: the weight its labels cover
-    SELECT host, gpu, sec, sum(weight) AS weight FROM _cap_labels GROUP BY ALL
-),
-weighted AS (
-    SELECT lv.level, lv.entity, l.phase, l.weight, s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
-    FROM _cap_s AS s JOIN _cap_labels AS l USING (host, gpu, sec)
-    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job)) AS lv(level, entity)
-    WHERE lv.entity IS NOT NULL
-    UNION ALL  -- the rest of each second of an endpoint's or job's GPU
-    SELECT lv.level, lv.entity, CASE WHEN s.endpoint IS NOT NULL THEN 'unlabelled' ELSE 'rest' END,
-           1.0 - coalesce(l.weight, 0), s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
-    FROM _cap_s AS s LEFT JOIN labelled AS l USING (host, gpu, sec)
-    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job)) AS lv(level, entity)
-    WHERE lv.entity IS NOT NULL AND 1.0 - coalesce(l.weight, 0) > 1e-9
-    UNION ALL
-    SELECT lv.level, lv.entity, 'all', 1.0, s.host, s.gpu, s.w, s.e, s.gpu_model, s.limit_w, s.limit_source
-    FROM _cap_s AS s
-    CROSS JOIN LATERAL (VALUES ('endpoint', s.endpoint), ('job', s.job), ('host', s.host), ('cluster', s.cluster)) AS lv(level, entity)
-    WHERE lv.entity IS NOT NULL OR lv.level IN ('host', 'cluster')
-),
-per_second AS (
+WITH per_second AS (
     SELECT x.level, x.entity, x.phase, x.host, x.gpu, x.gpu_model, x.limit_w, x.limit_source, f.cap_factor, x.weight, x.e, x.w,
            f.cap_factor * x.limit_w AS cap_w,
            x.w > f.cap_factor * x.limit_w AS above,
            f.cap_factor < 1 AND x.w > f.cap_factor * x.limit_w AS stretched,
            x.w / (f.cap_factor * x.limit_w) AS ratio,
            a.alpha, a.alpha_low, a.alpha_high, a.alpha_source
-    FROM weighted AS x
+    FROM _cap_weighted AS x
     CROSS JOIN _cap_factors AS f
     JOIN _cap_alpha AS a USING (gpu_model)
 )
