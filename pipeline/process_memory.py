@@ -5,7 +5,8 @@ to /proc/self/clear_refs resets it to the current RSS. Elsewhere (or where /proc
 written) the peak is unknown: None.
 
 return_freed_memory() makes glibc give large freed blocks back to the OS: what set the peak RSS
-of a 64-GPU cluster-day was freed numpy arrays the heap kept, not DuckDB.
+of a 64-GPU cluster-day was freed numpy arrays the heap kept, not DuckDB. reused_heap() lifts that
+setting while the series pass runs, whose sample-sized temporaries it made page-fault cost.
 
 release_pools() makes DuckDB's and Arrow's allocators give back what they keep freed: after a
 step, DuckDB's jemalloc and Arrow's mimalloc keep the memory the step freed (duckdb_memory() and
@@ -14,15 +15,17 @@ sits on top of it."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 1 << 20
 """Blocks of this size and more get their own mapping, unmapped when freed."""
 
@@ -60,6 +63,41 @@ def return_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
+
+_GLIBC_TRIM_THRESHOLD_BYTES = 128 * 1024
+"""glibc's default M_TRIM_THRESHOLD (fixed once M_MMAP_THRESHOLD is set, as return_freed_memory does)."""
+HEAP_REUSE_BYTES = 1 << 30
+"""reused_heap's mmap and trim thresholds: the series pass's arrays (up to ~40 MB a GPU-day) come from the heap."""
+
+
+@contextlib.contextmanager
+def reused_heap() -> Iterator[None]:
+    """Inside: glibc serves the series pass's large numpy arrays from its heap and keeps freed ones for
+    the next (mallopt); after: every freed page given back (malloc_trim) and the process's own
+    setting again (return_freed_memory: blocks of 1 MiB and more mapped apart).
+
+    Why: a GPU's kernels make dozens of temporaries the size of its samples, each freed a moment
+    later. Mapped apart, each was a fresh mapping, faulted in page by page and unmapped at free:
+    8 GPUs x 24 h of capture 4, 617 000 page faults and 4.7 s system CPU in a pass of 10.6 s;
+    inside, 71 000 and 1.9 s (docs/benchmarks.md). Without return_freed_memory's setting glibc's own
+    threshold stops at 32 MiB: a 6 h tile's arrays (10 MB) were reused, a 24 h tile's (40 MB)
+    not, which is why the pass grew faster than its samples in bench/series_pass.py. A no-op
+    where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt, trim = libc.mallopt, libc.malloc_trim
+    except (OSError, AttributeError):
+        yield
+        return
+    mallopt(_M_MMAP_THRESHOLD, HEAP_REUSE_BYTES)
+    mallopt(_M_TRIM_THRESHOLD, HEAP_REUSE_BYTES)
+    try:
+        yield
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD_BYTES)
+        trim(0)
 
 
 _ALL_ARENAS = b"arena.4096.purge"  # jemalloc's MALLCTL_ARENAS_ALL: every arena

@@ -305,13 +305,13 @@ def test_pass_reuses_freed_arrays_and_gives_them_back_after(day, tmp_path, monke
     size = 64 << 20
     process_memory.return_freed_memory()
     assert _faults_of_touching(libc, size) > 8000  # a fresh mapping: one fault a 4 KiB page
-    with engine.reused_heap():
+    with process_memory.reused_heap():
         _faults_of_touching(libc, size)
         assert _faults_of_touching(libc, size) < 1000  # the freed block again
     assert _faults_of_touching(libc, size) > 8000
 
     inside = []
-    real, rows = engine.reused_heap, SERIES_TABLES[0].rows
+    real, rows = process_memory.reused_heap, SERIES_TABLES[0].rows
 
     @contextlib.contextmanager
     def watched():
@@ -324,7 +324,7 @@ def test_pass_reuses_freed_arrays_and_gives_them_back_after(day, tmp_path, monke
         inside.append(inside[-1] if inside else False)
         return rows(s)
 
-    monkeypatch.setattr(engine, "reused_heap", watched)
+    monkeypatch.setattr(process_memory, "reused_heap", watched)
     with compute_connection(day, DATE) as con:
         _parts(con, tmp_path, tables=[dataclasses.replace(SERIES_TABLES[0], rows=table_rows)])
     assert inside[0] is True and inside[-1] is False and all(inside[1:-1]) and len(inside) == 5  # 3 GPUs' rows inside

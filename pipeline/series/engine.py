@@ -9,8 +9,6 @@ samples in their narrow types, plus one GPU's rows of each table.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import datetime as dt
 import tempfile
 import uuid
@@ -219,42 +217,6 @@ def _with_date(batch: pa.RecordBatch, table: SeriesTable, days: int) -> pa.Recor
     return pa.RecordBatch.from_arrays([date, *batch.columns], schema=table.stored_schema)
 
 
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
-_GLIBC_TRIM_THRESHOLD_BYTES = 128 * 1024
-"""glibc's default M_TRIM_THRESHOLD (fixed once M_MMAP_THRESHOLD is set, as process_memory does)."""
-HEAP_REUSE_BYTES = 1 << 30
-"""The pass's mmap and trim thresholds: its arrays (up to ~40 MB a GPU-day) come from the heap."""
-
-
-@contextlib.contextmanager
-def reused_heap() -> Iterator[None]:
-    """Inside: glibc serves the pass's large numpy arrays from its heap and keeps freed ones for
-    the next (mallopt); after: every freed page given back (malloc_trim) and the process's own
-    setting again (process_memory.return_freed_memory: blocks of 1 MiB and more mapped apart).
-
-    Why: a GPU's kernels make dozens of temporaries the size of its samples, each freed a moment
-    later. Mapped apart, each was a fresh mapping, faulted in page by page and unmapped at free:
-    8 GPUs x 24 h of capture 4, 617 000 page faults and 4.7 s system CPU in a pass of 10.6 s;
-    inside, 71 000 and 1.9 s (docs/benchmarks.md). Without process_memory's setting glibc's own
-    threshold stops at 32 MiB: a 6 h tile's arrays (10 MB) were reused, a 24 h tile's (40 MB)
-    not, which is why the pass grew faster than its samples in bench/series_pass.py. A no-op
-    where the C library is not glibc."""
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt, trim = libc.mallopt, libc.malloc_trim
-    except (OSError, AttributeError):
-        yield
-        return
-    mallopt(_M_MMAP_THRESHOLD, HEAP_REUSE_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, HEAP_REUSE_BYTES)
-    try:
-        yield
-    finally:
-        mallopt(_M_MMAP_THRESHOLD, process_memory.MMAP_THRESHOLD_BYTES)
-        mallopt(_M_TRIM_THRESHOLD, _GLIBC_TRIM_THRESHOLD_BYTES)
-        trim(0)
-
-
 def write_parts(
     con: duckdb.DuckDBPyConnection, tables: Sequence[SeriesTable], paths: dict[str, Path], date: str, spill_dir: Path | None = None,
     cache: CurveCache | None = None,
@@ -273,7 +235,7 @@ def write_parts(
             # store_schema=False: host and source read back as strings, as DuckDB wrote them
             writers[t.name] = pq.ParquetWriter(paths[t.name], t.stored_schema, compression="zstd", store_schema=False,
                                               max_rows_per_page=PAGE_ROWS, **dict(t.parquet_options))
-        with reused_heap():
+        with process_memory.reused_heap():
             rows = _write_gpus(con, tables, spill_dir, cache, writers, days)
         for t in tables:
             writers[t.name].add_key_value_metadata({PASS_KEY: pass_id})
