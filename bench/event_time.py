@@ -44,6 +44,9 @@ DATE = "2026-12-03"
 BEFORE_ASSETS = ["power_1s", "fleet_power_1s", "power_100ms", "fleet_power_100ms", "swing_stats",
                  "phase_timeline", "phase_segments", "request_energy", "energy_per_token"]
 AFTER_ASSETS = [*BEFORE_ASSETS, "energy_curve", "phase_intervals"]
+"""The selection of code that has energy_curve and phase_intervals as assets (every checkout since
+they became assets: phase_segments then needs phase_intervals selected); BEFORE_ASSETS is that of
+older checkouts (``--before-selection old``)."""
 BIN = Path(sys.executable).parent
 RESULTS = Path(__file__).resolve().parent / "results" / "event-time"
 _TIMING = re.compile(r"^\s+(\S+)\s+([0-9.]+) s(?:\s+([0-9]+) MB peak RSS)?$", re.M)
@@ -150,6 +153,8 @@ def main() -> None:
     ap.add_argument("--only", choices=("before", "after"), default=None, help="time only one side")
     ap.add_argument("--training", action="store_true", help="the same power files as one training host, no requests")
     ap.add_argument("--all", action="store_true", help="time the whole wattline run (every asset), not the selection")
+    ap.add_argument("--before-selection", choices=("old", "same"), default="old",
+                    help="the --before checkout's selection: BEFORE_ASSETS (old) or the same as after's")
     ap.add_argument("--floor", action="store_true", help="also time bench/baseline_floor.py on the same files; record bytes on disk")
     args = ap.parse_args()
     data_dir = args.work / f"gpus-{args.gpus}-h{args.hours:g}"
@@ -168,7 +173,9 @@ def main() -> None:
         os.environ.pop("WATTLINE_DUCKDB_THREADS", None)
     contenders = [] if args.only == "before" else [("after", AFTER_ASSETS, dict(threads))]
     if args.before and args.only != "after":
-        contenders.insert(0, ("before", BEFORE_ASSETS, {"PYTHONPATH": str(args.before), **threads}))
+        before_assets = BEFORE_ASSETS if args.before_selection == "old" else AFTER_ASSETS
+        out["before_assets"] = before_assets
+        contenders.insert(0, ("before", before_assets, {"PYTHONPATH": str(args.before), **threads}))
     if args.floor:
         contenders.append(("floor", None, {}))
     suffix = ("-training" if args.training else "") + ("-all" if args.all else "")
