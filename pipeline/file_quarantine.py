@@ -87,10 +87,10 @@ def log_dir(data_dir: Path) -> Path:
     return data_dir / QUARANTINE_DIR / LOG_DIR
 
 
-def _verdict(path: Path, dataset: str) -> Conversion:
-    """How ``path`` reads under the contract (``collectors.contract.inspect_file``, cached)."""
+def _verdict(path: Path, dataset: str, max_rows: int) -> Conversion:
+    """How ``path`` reads under the contract (``collectors.contract.inspect_file``, cached) with a
+    budget of ``max_rows`` rows."""
     st = path.stat()
-    max_rows = load().max_file_rows
     key = (str(path), st.st_size, st.st_mtime_ns, dataset, max_rows)
     if key not in _verdicts:
         _verdicts[key] = inspect_file(path, DATASETS[dataset].schema, max_rows)
@@ -142,7 +142,8 @@ def usable_files(data_dir: Path, dataset: str, date: str) -> list[Path]:
     loss rewritten in the contract's types first); the others are quarantined."""
     with quarantine_lock(data_dir):
         files = raw_files(data_dir, dataset, date)
-        verdicts = {f: _verdict(f, dataset) for f in files}
+        max_rows = load().max_file_rows  # once per listing, not per file: every step lists every dataset
+        verdicts = {f: _verdict(f, dataset, max_rows) for f in files}
         bad = {f: _problem(v) for f, v in verdicts.items() if not v.usable}
         convertible = {f: v for f, v in verdicts.items() if v.usable and not v.exact}
         if convertible:

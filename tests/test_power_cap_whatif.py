@@ -294,12 +294,13 @@ ORACLE = Path(__file__).parent / "oracles" / "power_cap_whatif_rows.sql"
     (None, "UPDATE _cap_s SET e = NULL WHERE host = 'inf-0'"),  # an endpoint with no energy at all
     ("0.6", "UPDATE _cap_s SET w = 2 * limit_w WHERE host = 'trn-0'"),  # every second above every cap
     (None, "UPDATE _cap_s SET e = NULL, w = 2 * limit_w WHERE host = 'trn-0'"),  # ... and none with energy
+    (None, "UPDATE _cap_s SET w = 0.9 * limit_w + 0.25 WHERE sec % 3 = 0"),  # seconds less than 1 W above a cap
 ])
 def test_rows_are_the_per_second_sums_to_the_last_digit(known, factors, change):
     """_cap_rows sums each GPU-second once whatever the cap and reads per cap only the seconds above
     it; its rows are exactly (DOUBLE equality) those of summing every second per cap
-    (tests/oracles/power_cap_whatif_rows.sql), including seconds without energy and entities above
-    every cap all day."""
+    (tests/oracles/power_cap_whatif_rows.sql), including seconds without energy, entities above
+    every cap all day and seconds a fraction of a watt above a cap (the levels are whole watts)."""
     d, _, _, _ = known
     with compute_connection(d, DATE) as con:
         if factors:

@@ -126,3 +126,43 @@ def test_alpha_fitted_from_limits_the_samples_report(tmp_path):
     finally:
         con.close()
     assert fitted["H100 80GB HBM3"] == pytest.approx(true_alpha, rel=0.10)
+
+
+def test_the_limits_per_minute_are_read_from_the_raw_files_once_per_run_and_scope(tmp_path):
+    """energy_per_token and power_cap_whatif both read gpu_limit_minutes (the median reported limit
+    per GPU-minute, over the raw power files): the first step of a run and cluster-day makes the
+    view read a table of its rows in the run's shared database, the other step reads that table.
+    Views defined again (a damaged file quarantined) are computed again."""
+    from pipeline.assets.power_cap_whatif import POWER_CAP_WHATIF
+    from pipeline.assets.request_energy import ENERGY_PER_TOKEN
+    from pipeline.scope import Scope
+    from pipeline.warehouse import _empty_relation_sql, close_shared, create_views, materialize_view, shared_compute_connection
+
+    assert "gpu_limit_minutes" in POWER_CAP_WHATIF.materialized and "gpu_limit_minutes" in ENERGY_PER_TOKEN.materialized
+    inv = {"fleets": [{"name": "f", "clusters": [{"name": "c0", "hosts": [
+        {"name": "inf-0", "role": "inference", "gpus": [{"index": 0, "tdp_w": 400}]}]}]}]}
+    dump_inventory(parse_inventory(inv), tmp_path / "inventory.yaml")
+    t = T0 + np.arange(SECONDS * 10, dtype=np.int64) * (S // 10)
+    table = power_table("inf-0", 0, t, np.full(len(t), 200.0))
+    limits = pa.array(np.where((t - T0) // S < 120, 300.0, 250.0).astype(np.float32))
+    write_dataset(table.set_column(table.schema.get_field_index("power_limit_w"), "power_limit_w", limits), tmp_path, "power", prefix="g0")
+    scope = Scope(date=DATE, cluster="c0")
+    minutes = [(T0 // (60 * S) * 60 * S + k * 60 * S, w) for k, w in enumerate((300.0, 300.0, 250.0))]
+
+    def rows(con):
+        return [(f, w) for _, _, f, w in con.execute("FROM gpu_limit_minutes ORDER BY from_ns").fetchall()]
+
+    try:
+        with shared_compute_connection("run-1", tmp_path, DATE, {}, scope) as con:  # the first step that reads it
+            materialize_view(con, "gpu_limit_minutes")
+            assert rows(con) == minutes
+        with shared_compute_connection("run-1", tmp_path, DATE, {}, scope) as con:  # a later step of the run
+            con.execute(f"CREATE OR REPLACE VIEW power AS {_empty_relation_sql('power')}")  # no raw samples to read now
+            materialize_view(con, "gpu_limit_minutes")  # already the table's: not computed again
+            assert rows(con) == minutes
+            create_views(con, tmp_path, scope=scope)  # as after a quarantine: the raw files' view again
+            con.execute(f"CREATE OR REPLACE VIEW power AS {_empty_relation_sql('power')}")
+            materialize_view(con, "gpu_limit_minutes")
+            assert rows(con) == []
+    finally:
+        close_shared()

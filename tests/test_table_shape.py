@@ -1,6 +1,9 @@
 """One shape for every table (pipeline/tables.py): every SQL folder is declared once, every check
 file says its severity and description, and a check fails exactly when its query returns rows."""
 
+import contextlib
+from types import SimpleNamespace
+
 import duckdb
 import pytest
 from dagster import AssetCheckSeverity
@@ -106,3 +109,50 @@ def test_tables_are_declared_without_hooks():
         assert not (table_dir(name) / f"{name}.sql").exists(), name
 
 
+
+
+class _Warehouse:
+    """What Table.compute asks of the resource, on one in-memory connection of 4 threads; each
+    write records the thread count its query ran with."""
+
+    grid_step_ms = 100
+
+    def __init__(self, fail: bool = False):
+        self.con = duckdb.connect()
+        self.con.execute("SET threads = 4")
+        self.fail = fail
+        self.write_threads: list[int] = []
+
+    @contextlib.contextmanager
+    def connection(self, scope, share=None):
+        yield self.con
+
+    def write_and_publish(self, con, table, scope, query):
+        self.write_threads.append(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+        if self.fail:
+            raise duckdb.IOException("disk full")
+        return len(con.execute(query).fetchall())
+
+    def threads(self) -> int:
+        return self.con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+
+
+@pytest.mark.parametrize("one_thread", [True, False])
+def test_a_one_thread_sql_table_writes_its_part_on_one_thread_and_the_setting_comes_back(monkeypatch, one_thread):
+    """Table(one_thread=True) (fleet_power_100ms): each thread's hash table held every slot of the
+    day, so the part's query runs on one DuckDB thread; the database's thread count is the
+    caller's again after it, also when the write fails. Other SQL tables keep the caller's threads."""
+    monkeypatch.setattr("pipeline.tables.statements", lambda name: (["CREATE TEMP TABLE _t AS SELECT 1 AS x"], "FROM _t"))
+    context = SimpleNamespace(partition_key="2026-11-30", run=SimpleNamespace(run_id="r"))
+    table = Table("t_threads", "A SQL table.", "fleet-day", one_thread=one_thread)
+    warehouse = _Warehouse()
+    result = table.compute(context, warehouse, None, rollup=False)
+    assert result.metadata is not None and result.metadata["rows"] == 1
+    assert warehouse.write_threads == [1 if one_thread else 4]
+    assert warehouse.threads() == 4
+
+    failing = _Warehouse(fail=True)
+    with pytest.raises(duckdb.IOException):
+        table.compute(context, failing, None, rollup=False)
+    assert failing.write_threads == [1 if one_thread else 4]
+    assert failing.threads() == 4

@@ -3,8 +3,13 @@
 -- sum or of the 1 s averages' sum, as in the cluster-day part), energy and hours
 -- from the rolled-up 1 s series, and the shares of GPU-time above TDP and idle from the
 -- cluster-days' parts weighted by their GPU slots. Reads no per-GPU data.
-CREATE OR REPLACE TEMP TABLE _upper_slots AS
-FROM summary_series_slots('fleet_power_100ms') WHERE level IN ('role', 'fleet');
+
+-- The role and fleet rows as a view the macro reads, so the level filter sits in the scan: a
+-- WHERE on the macro's result is pushed between its CTE and its join instead, a plan DuckDB runs
+-- ~7x slower (one cluster × 24 h at 100 ms: 1.7 s CPU against 0.24 s; the same rows).
+CREATE OR REPLACE TEMP VIEW _upper_100ms AS FROM fleet_power_100ms WHERE level IN ('role', 'fleet');
+
+CREATE OR REPLACE TEMP TABLE _upper_slots AS FROM summary_series_slots('_upper_100ms');
 
 CREATE OR REPLACE TEMP TABLE _bins AS
 SELECT level, entity, round(power_w) AS bin, count(*) AS n, sum(power_w) AS sum_w, max(power_w) AS max_w
