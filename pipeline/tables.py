@@ -64,7 +64,6 @@ from pipeline.constants import SQL_DIR
 from pipeline.partitions import daily_partitions, day_cluster_partitions
 from pipeline.resources import WarehouseResource
 from pipeline.scope import Scope
-from pipeline.warehouse import materialize_view
 
 Connection = duckdb.DuckDBPyConnection
 Partitioning = Literal["cluster-day", "fleet-day"]
@@ -257,10 +256,6 @@ class Table:
     """The part's query runs on one DuckDB thread (:func:`one_thread`): where each thread's own hash
     table holds every slot of the day (input sorted by GPU), a second thread doubles the step's
     memory and does not save CPU."""
-    materialized: Sequence[str] = ()
-    """Views of raw files (sql/views) that this table and others of the run read: made a table of
-    their rows by the first step of the run and scope that reads them, read back by the others
-    (``warehouse.materialize_view``), instead of each step reading the raw files again."""
     series: bool = False
     """A per-GPU series table (pipeline/series/): its rows come from the series engine, its
     function and schema registered there, not from a SQL file; its checks and headline are SQL
@@ -304,8 +299,6 @@ class Table:
                 variables["grid_step_ms"] = warehouse.grid_step_ms
             for name, value in variables.items():
                 con.execute(f"SET VARIABLE {name} = ?", [value])
-            for view in self.materialized:
-                materialize_view(con, view)
             found: dict[str, Any] = {}
 
             def write(sql: str) -> int:

@@ -633,21 +633,6 @@ def shared_compute_connection(
         process_memory.release_pools()  # what the step freed, before the next step's peak builds on it
 
 
-def materialize_view(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Make view ``name`` of ``con``'s database read a table of its rows, computed now, unless it
-    does already. For a view of raw files that several steps of one run and scope read: the first
-    one computes it and the others read its rows from the run's shared database
-    (:func:`shared_compute_connection`), whose raw files and partition date fix them; a view that
-    :func:`create_views` defines again (a damaged file quarantined) is computed again."""
-    _check_ident(name)
-    rows = f"_rows_of_{name}"
-    found = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = 'main' AND view_name = ?", [name]).fetchall()
-    if not found or rows in found[0][0]:
-        return
-    con.execute(f"CREATE OR REPLACE TABLE main.{rows} AS FROM main.{name}")
-    con.execute(f"CREATE OR REPLACE VIEW main.{name} AS FROM main.{rows}")
-
-
 PARQUET_COPY_OPTIONS = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000, PARQUET_VERSION V2"
 """How every SQL table's part is written. V2: delta-packed integers and timestamps, split-stream
 floats. Lossless: the values and the schema DuckDB reads back are the same as with V1."""

@@ -39,7 +39,6 @@ POWER_CAP_WHATIF = Table(
     "cluster-day",
     deps=["power_1s", "phase_intervals", "job_events"],
     group="caps",  # after the phases it reads, so groups depend on each other one way
-    materialized=["gpu_limit_minutes"],  # energy_per_token reads it too
     config=CapConfig,
     variables=lambda config, warehouse: cap_variables(config.cap_factors or warehouse.cap_factors,
                                                       config.alpha or warehouse.cap_alpha),

@@ -30,6 +30,5 @@ ENERGY_PER_TOKEN = Table(
     "cluster-day",
     deps=["request_energy", "phase_segments", "phase_intervals", "phase_timeline"],
     group="phases",
-    materialized=["gpu_limit_minutes"],  # power_cap_whatif reads it too
 )
 (energy_per_token,) = table_assets(ENERGY_PER_TOKEN)
