@@ -158,20 +158,22 @@ SLOT_NS = 100_000_000
 
 
 def _sorted_by_time(t_ns: np.ndarray) -> np.ndarray:
-    idx = np.arange(len(t_ns))
-    if len(t_ns) > 1 and not bool((np.diff(t_ns) >= 0).all()):
-        idx = np.argsort(t_ns, kind="stable")
-    return idx
+    # neighbours compared, not np.diff: no array of every difference (a GPU-day: 40 MB, ~10 ms)
+    if len(t_ns) > 1 and not bool((t_ns[1:] >= t_ns[:-1]).all()):
+        return np.argsort(t_ns, kind="stable")
+    return np.arange(len(t_ns))
 
 
 def time_runs(t: np.ndarray, width_ns: int) -> tuple[np.ndarray, np.ndarray]:
     """The first row and the row count of each run of ``t`` (sorted, not empty) in one bucket
-    ``t // width_ns``. Where the buckets the span holds are few beside the rows (minutes, seconds
-    of a day's samples), their bounds are looked up in ``t`` (no division or comparison of every
-    row); else the rows' buckets are compared."""
+    ``t // width_ns``. Where the buckets the span holds are few beside the rows (the minutes of a
+    day's samples), their bounds are looked up in ``t`` (no division or comparison of every row);
+    else the rows' buckets are compared. A bound's lookup costs about what 100 rows' division and
+    comparison do (a GPU-day of 4.2 M best-source rows: its 86 400 seconds looked up in ~11 ms,
+    compared in ~5.5 ms; its 1 440 minutes looked up in 0.1 ms)."""
     n = len(t)
     lo, hi = int(t[0]) // width_ns, int(t[-1]) // width_ns
-    if (hi - lo) * 8 < n:
+    if (hi - lo) * 100 < n:
         bounds = np.empty(hi - lo + 2, np.int64)
         bounds[0], bounds[-1] = 0, n
         bounds[1:-1] = np.searchsorted(t, np.arange(lo + 1, hi + 1, dtype=np.int64) * width_ns)

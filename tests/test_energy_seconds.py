@@ -276,3 +276,18 @@ def test_capture_power_runs_in_sql_equal_runs_over_every_sample(capture):
     got = _power_runs(raw.filter(pa.array(gap)), day, handed)
     want = _oracle_runs(old.t_ns[(old.t_ns < start + 60 * S) | (old.t_ns > start + 63 * S)], handed)
     assert len(want) == 3 and got == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_union_of_second_keys_is_numpys_union1d(seed):
+    """energy_seconds' union of the seconds holding a sample and the seconds a segment crosses
+    (sorted, distinct) equals np.union1d's, repeats within and across the two, empty sides included."""
+    from pipeline.series.energy import _union
+
+    rng = np.random.default_rng(seed)
+    owned = np.unique(rng.integers(0, 500, 300)) + 1_780_000_000
+    crossed = np.sort(rng.integers(0, 520, 200)) + 1_780_000_000
+    for a, b in ((owned, crossed), (crossed, owned), (owned, crossed[:0]), (owned[:0], crossed), (owned[:0], crossed[:0]), (owned[:1], owned[:1])):
+        got = _union(a, b)
+        np.testing.assert_array_equal(got, np.union1d(a, b))
+        assert got.dtype == np.union1d(a, b).dtype

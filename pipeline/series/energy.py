@@ -76,6 +76,20 @@ def _at_or_before(t: np.ndarray, left: np.ndarray, x: np.ndarray) -> np.ndarray:
     return left - 1 + on
 
 
+def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.union1d(a, b)`` for integers: their distinct values, sorted, by one sort of both and a
+    comparison of neighbours. numpy's union1d finds the distinct values through a hash table
+    first (a GPU-day's ~86 k seconds and ~86 k crossed seconds: ~18 ms, this ~1 ms)."""
+    x = np.concatenate([a, b])
+    x.sort()
+    if len(x) < 2:
+        return x
+    new = np.empty(len(x), bool)
+    new[0] = True
+    np.not_equal(x[1:], x[:-1], out=new[1:])
+    return x[new]
+
+
 def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray, host: str = "", gpu: int = 0,
                    curve: dict[str, np.ndarray] | None = None) -> pa.RecordBatch:
     """One GPU's ``energy_curve`` rows from its raw samples of one UTC day (any order; the source
@@ -97,7 +111,7 @@ def energy_seconds(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarra
     nxt = t[ends + 1]
     inner = [t[ends] // SECOND_NS + k for k in (1, 2)]
     crossed = np.concatenate([s[s * SECOND_NS < nxt] for s in inner])
-    seconds = np.union1d(owned, crossed)
+    seconds = _union(owned, crossed)
     del firsts, ends, nxt, inner, crossed
     seconds = seconds[seconds < day_end_s]
     start = seconds * SECOND_NS
