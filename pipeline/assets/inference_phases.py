@@ -384,6 +384,18 @@ SEGMENTS_SCHEMA = {
 }
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def median_ns(gaps: np.ndarray) -> float:
+    """``np.median`` of int64 spacings (ns, non-empty), partitioned as int32 where every one fits (a
+    GPU's linked samples are at most RUN_GAP_NS = 2 s apart): the same value, since the middle one
+    or two are averaged in double either way, with half the bytes to copy and partition."""
+    if _INT32.min <= gaps.min() and gaps.max() <= _INT32.max:
+        gaps = gaps.astype(np.int32)
+    return float(np.median(gaps))
+
+
 def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None, levels: dict | None = None) -> dict:
     """The GPU's power source of the day (the one with most samples in its curve ``c``), whether it is a
     1 s average and the median spacing of its samples (ms); why its workload cannot be segmented
@@ -397,10 +409,10 @@ def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None, levels: di
     if len(found) > 1:  # one source: every row is its
         c.mine = c.source_id == c.source_names.index(best)
     gaps = c.next_gaps_ns(c.mine)
-    interval_ms = float(np.median(gaps)) / 1e6 if len(gaps) else None
+    interval_ms = median_ns(gaps) / 1e6 if len(gaps) else None
     unresolved = None
     if not is_average and interval_ms is not None and interval_ms <= power_detect.PREFILL_RESOLVABLE_MS and tdp_w is not None:
-        lv, whole = power_detect.gpu_levels(c.power_w, float(tdp_w))
+        lv, whole = power_detect.gpu_levels(c.power_w_narrowest, float(tdp_w))
         if levels is not None:
             levels.update(levels=lv, whole=whole)
         unresolved = power_detect.unresolved(c.t_ns, c.power_w, float(tdp_w), int(interval_ms * 1e6), levels=lv)
