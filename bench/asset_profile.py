@@ -101,7 +101,7 @@ def profile_asset(resource, table: str, date, profile: Path | None, top: int) ->
             rows = resource.write_and_publish(con, table, date, query)
         else:  # a Python table: its function and the write of its rows, timed together
             run = TableRun(scope=scope, rollup=False, grid_step_ms=resource.grid_step_ms)
-            rows = spec._write_rows(con, run, lambda sql: resource.write_and_publish(con, table, date, sql))
+            rows = spec._write_rows(con, run, lambda stream: resource.write_rows_and_publish(con, table, scope, stream))
             kernel_cpu = time.process_time() - c0
         w2, c2 = time.perf_counter(), time.process_time()
         quarantine = {"rejected_files": {}, "converted_files": {}} if spec.inputs is not None else {}  # cost, not findings

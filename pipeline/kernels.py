@@ -424,7 +424,8 @@ def in_file_order(con) -> Iterator[None]:
 
 def second_connection(con):
     """A cursor on ``con``'s database with its variables (they are per connection): it reads
-    while ``con`` runs a write's COPY (a streamed Python table's generator). ``con``'s temp tables and temp
+    while ``con`` may be reading the stream it yields (a streamed Python table's generator, whose
+    rows ``con`` cuts to the part's scope where that drops rows). ``con``'s temp tables and temp
     views are not visible on it; its views and macros are."""
     cur = con.cursor()
     for var, value, type_ in con.execute("SELECT name, value::VARCHAR, type FROM duckdb_variables()").fetchall():

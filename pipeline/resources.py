@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 from dagster import ConfigurableResource
 from pydantic import field_validator
 
@@ -168,6 +169,19 @@ class WarehouseResource(ConfigurableResource):
             rows = warehouse.write_partition(con, self.path, table, scope.date, query, scope)
         self.publish_part(table, scope)
         return rows
+
+    def write_rows_and_publish(self, con: duckdb.DuckDBPyConnection, table: str, scope: Scope, rows: Callable[[], pa.RecordBatchReader]) -> int:
+        """Replace ``scope``'s part of a Python table with the stream ``rows()`` returns
+        (warehouse.write_rows_partition) and republish the catalog; returns rows written. A raw file
+        found damaged on the way is quarantined and the rows computed once more (a fresh stream)."""
+        try:
+            written = warehouse.write_rows_partition(con, self.path, table, scope, rows())
+        except (duckdb.Error, OSError, pa.ArrowException):  # DuckDB's errors can come through the Arrow stream as OSError
+            if not self.quarantine_damaged(con, scope):
+                raise
+            written = warehouse.write_rows_partition(con, self.path, table, scope, rows())
+        self.publish_part(table, scope)
+        return written
 
     def quarantine_damaged(self, con: duckdb.DuckDBPyConnection, scope: Scope) -> bool:
         """After a read failed: a file whose footer is sound but whose data is damaged fails the

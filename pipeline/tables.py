@@ -308,7 +308,7 @@ class Table:
                 rows = series_run.series_part(context, warehouse, con, scope, self.name)
             elif self.rows is not None and not (rollup and self.sql_name(rollup).endswith("/rollup")):
                 run = TableRun(scope=scope, rollup=rollup, grid_step_ms=warehouse.grid_step_ms)
-                rows = self._write_rows(con, run, write)
+                rows = self._write_rows(con, run, lambda stream: warehouse.write_rows_and_publish(con, self.name, scope, stream))
                 found = run.found
             else:
                 prepare, query = statements(self.sql_name(rollup))
@@ -328,21 +328,26 @@ class Table:
         return MaterializeResult(metadata=metadata, check_results=results)
 
 
-    def _write_rows(self, con: Connection, run: TableRun, write: Callable[[str], int]) -> int:
-        assert self.rows is not None
-        relation = f"_{self.name}_rows"
-        con.register(relation, self.rows(con, run))  # a stream is read once, by the part's COPY
+    def _write_rows(self, con: Connection, run: TableRun, write: Callable[[Callable[[], pa.RecordBatchReader]], int]) -> int:
+        """The part of a Python table: ``write`` (resource.write_rows_and_publish) is handed a
+        function that computes the rows afresh as a stream each time it is called (a retry after
+        a quarantine reads them again)."""
+        rows = self.rows
+        assert rows is not None
+
+        def stream() -> pa.RecordBatchReader:
+            got = rows(con, run)
+            return got if isinstance(got, pa.RecordBatchReader) else pa.RecordBatchReader.from_batches(got.schema, got.to_batches())
+
         kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
-        con.execute("SET preserve_insertion_order = true")  # the part in the rows' order (compute connections do not keep it)
+        con.execute("SET preserve_insertion_order = true")  # rows cut to the scope by DuckDB stay in the rows' order
         try:
-            # one Python generator feeds the COPY either way: a second DuckDB thread held its own
-            # batches and row groups (~270 MB more for phase_timeline, ~170 MB for phase_segments at
-            # 8 GPUs x 24 h) for no less CPU
+            # the rows' own queries on one DuckDB thread, as they ran while DuckDB's COPY wrote the
+            # part (one generator feeds the write either way: a second thread held its own batches)
             with one_thread(con):
-                return write(f"SELECT * FROM {relation}")
+                return write(stream)
         finally:
             con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
-            con.unregister(relation)
 
 
 @contextlib.contextmanager

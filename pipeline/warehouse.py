@@ -35,6 +35,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from collectors import assignments
@@ -638,7 +639,8 @@ PARQUET_COPY_OPTIONS = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000,
 floats. Lossless: the values and the schema DuckDB reads back are the same as with V1."""
 
 DICTIONARY_SIZE_LIMIT = 1000
-"""Bytes of a column's dictionary above which DuckDB writes the column with V2's value encodings
+"""Entries of a column's dictionary (distinct values in a row group, whatever their size: so DuckDB
+2.0 reads its DICTIONARY_SIZE_LIMIT) above which DuckDB writes the column with V2's value encodings
 instead: a time or power column of 100 ms rows has too many distinct values for a dictionary to
 pay (capture 4 tiled over 8 GPUs x 2 h: the SQL-written tables 9.7 MB with V1's defaults, 8.7 MB
 with V2, 3.1 MB with V2 and this limit; write CPU 0.81 -> 0.54 s); a host, phase or endpoint
@@ -698,11 +700,123 @@ def install_part(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, sco
     return pq.ParquetFile(folder / "part-0.parquet").metadata.num_rows
 
 
+ROWS_GROUP_ROWS = 500_000
+"""Rows per row group of a Python table's part (as PARQUET_COPY_OPTIONS' ROW_GROUP_SIZE)."""
+ROWS_PAGE_ROWS = 1 << 20
+"""A page per column chunk at most, as DuckDB writes them: zstd then finds repeats across the whole
+chunk (pyarrow's 1 MB pages cut a 100 ms power column into pieces too short for that)."""
+DUCKDB_ZSTD_LEVEL = 3
+"""DuckDB's COPY compresses at zstd level 3 (pyarrow's default is 1)."""
+
+
+def distinct_at_most(column: pa.Array, limit: int) -> bool:
+    """Whether ``column`` holds at most ``limit`` distinct non-null values. A prefix of 8 x ``limit``
+    rows with more already answers (the whole column then has more): a column of instants or
+    measured values is not hashed whole for that."""
+    if pa.types.is_dictionary(column.type):
+        return len(pc.unique(column.indices).drop_null()) <= limit
+    if len(column) > 8 * limit and pc.count_distinct(column.slice(0, 8 * limit)).as_py() > limit:
+        return False
+    return pc.count_distinct(column).as_py() <= limit
+
+
+def _rows_encodings(first: pa.Table, dictionary_limit: int) -> tuple[list[str], dict[str, str]]:
+    """The Parquet encodings of a Python table's columns, as DuckDB's COPY with PARQUET_VERSION V2
+    and ``DICTIONARY_SIZE_LIMIT`` chooses them, from the part's first row group (DuckDB chooses per
+    row group): a dictionary where the column holds at most ``dictionary_limit`` distinct values,
+    else delta-packed integers, dates and timestamps, split-stream floats and delta-length
+    strings; booleans plain. Returns (dictionary columns, the others' encodings)."""
+    dictionary, encodings = [], {}
+    for field in first.schema:
+        column = first[field.name].combine_chunks()
+        kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+        if pa.types.is_boolean(kind):
+            encodings[field.name] = "PLAIN"
+            continue
+        if distinct_at_most(column, dictionary_limit):
+            dictionary.append(field.name)
+        elif pa.types.is_floating(kind):
+            encodings[field.name] = "BYTE_STREAM_SPLIT"
+        elif pa.types.is_integer(kind) or pa.types.is_temporal(kind):
+            encodings[field.name] = "DELTA_BINARY_PACKED"
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            encodings[field.name] = "DELTA_LENGTH_BYTE_ARRAY"
+        else:
+            encodings[field.name] = "PLAIN"
+    return dictionary, encodings
+
+
+def write_rows_partition(
+    con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, scope: Scope, rows: pa.RecordBatchReader
+) -> int:
+    """Replace ``table``'s part for ``scope`` with ``rows`` (a Python table's, streamed: one row
+    group in memory), written by pyarrow's ParquetWriter in the stream's order; returns the row
+    count. Rows ``scope`` does not own (scoped_rows_sql) are cut on ``con`` on the way. As
+    write_partition: beside the final name, then renamed over it (install_part).
+
+    Why not DuckDB's COPY: it turns every dictionary-encoded string of the stream into a string
+    and hashes it back into the column's dictionary; pyarrow writes the stream's dictionaries as
+    they are. The values and the schema DuckDB reads back are the same (VARCHAR for a dictionary of
+    strings), and so are the encodings (_rows_encodings)."""
+    relation = f"_{table}_part_rows"
+    whole = f"SELECT * FROM {relation}"
+    query = _scoped_sql(table, set(rows.schema.names), whole, scope)
+    folder = scope.part_dir(data_dir, table)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"{TMP_PREFIX}part-0.parquet.{uuid.uuid4().hex[:8]}"
+    writer: pq.ParquetWriter | None = None
+    try:
+        if query != whole:  # the scope's rows, through DuckDB (in the stream's order where the caller keeps insertion order)
+            con.register(relation, rows)
+            rows = con.sql(query).to_arrow_reader(ROWS_GROUP_ROWS)
+        pending: list[pa.RecordBatch] = []  # the next row group's rows (slices of the stream's batches)
+        held = 0
+        limit = DICTIONARY_SIZE_LIMITS.get(table, DICTIONARY_SIZE_LIMIT)
+
+        def flush() -> None:
+            nonlocal writer, pending, held
+            group = pa.Table.from_batches(pending, schema=rows.schema)
+            if writer is None:
+                dictionary, encodings = _rows_encodings(group, limit)
+                writer = pq.ParquetWriter(tmp, rows.schema, compression="zstd", compression_level=DUCKDB_ZSTD_LEVEL, store_schema=False,
+                                          use_dictionary=dictionary, column_encoding=encodings or None,
+                                          max_rows_per_page=ROWS_PAGE_ROWS, data_page_size=1 << 30)
+            writer.write_table(group, row_group_size=ROWS_GROUP_ROWS)
+            pending, held = [], 0
+
+        for batch in rows:
+            while batch.num_rows:  # full row groups whatever the batches' sizes (a GPU's batch may hold several)
+                take = min(batch.num_rows, ROWS_GROUP_ROWS - held)
+                pending.append(batch.slice(0, take))
+                held += take
+                batch = batch.slice(take)
+                if held == ROWS_GROUP_ROWS:
+                    flush()
+        if pending or writer is None:  # the last rows; a part without rows still has the schema
+            flush()
+        assert writer is not None
+        writer.close()
+        writer = None
+        return install_part(con, data_dir, table, scope, tmp)
+    finally:
+        if writer is not None:
+            writer.close()
+        tmp.unlink(missing_ok=True)
+        if query != whole:
+            con.unregister(relation)
+
+
 def scoped_rows_sql(con: duckdb.DuckDBPyConnection, table: str, query: str, scope: Scope) -> str:
     """``query`` cut to the rows ``scope`` owns of ``table``."""
     if scope.cluster is None and not scope.fleet:
         return query
-    names = {row[0] for row in con.execute(f"DESCRIBE {query}").fetchall()}
+    return _scoped_sql(table, {row[0] for row in con.execute(f"DESCRIBE {query}").fetchall()}, query, scope)
+
+
+def _scoped_sql(table: str, names: set[str], query: str, scope: Scope) -> str:
+    """scoped_rows_sql of a query whose columns are ``names``."""
+    if scope.cluster is None and not scope.fleet:
+        return query
     if {"level", "entity"} <= names:
         return store_rows_sql(query, scope.cluster) if scope.cluster else f"SELECT * FROM ({query}) WHERE level IN ('role', 'fleet')"
     if table in ROLE_ROW_TABLES:  # per role and endpoint: endpoints are per cluster, roles fleet-wide

@@ -161,3 +161,38 @@ def test_levels_without_sorting_are_the_sorted_levels():
     for w in shapes:
         for tdp in (700.0, None, 10.0):
             assert _levels_unsorted(w.copy(), tdp) == _levels_of(np.sort(w), tdp), (len(w), tdp)
+
+
+def test_levels_of_a_float32_power_are_those_of_its_float64_copy():
+    """gpu_levels partitions a FLOAT power as float32 (Curve.power_w_narrowest): the same levels as
+    its float64 copy, the busy threshold compared in double. A threshold that rounds up to a sample's
+    float32 value (111.018997... W here) keeps that sample busy, as in double: compared in float32 it
+    was not, and the decode level jumped from that sample to the next."""
+    from pipeline.phases.power_detect import _levels_unsorted, gpu_levels
+
+    idle = np.float32(80.02)  # idle + 5 % of (TDP - idle) is 111.018996..., whose float32 is above it
+    edge = np.float32(float(idle) + 0.05 * (700.0 - float(idle)))
+    assert float(edge) > float(idle) + 0.05 * (700.0 - float(idle))
+    w = np.concatenate([np.full(300, idle), np.full(400, edge), np.full(300, np.float32(300.0))]).astype(np.float32)
+    want = _levels_unsorted(w.astype(np.float64), 700.0)
+    assert want[1] == float(edge)  # the edge samples are busy: the busy samples' lower quartile
+    assert _levels_unsorted(w.copy(), 700.0) == want
+    assert gpu_levels(w, 700.0) == (want, True)
+
+
+def test_median_spacing_is_numpys_median_at_any_width():
+    """source_stats' median spacing (median_ns, int32 where every spacing fits) is np.median of the
+    int64 spacings: odd and even counts (the middle two averaged), and spacings that do not fit
+    int32 (a last row marked linked gives minus its instant, as Curve.next_gaps_ns does)."""
+    from pipeline.assets.inference_phases import median_ns
+
+    rng = np.random.default_rng(3)
+    for gaps in (
+        rng.integers(19_000_000, 21_000_000, 10_001),
+        rng.integers(1, 2_000_000_000, 10_000),
+        np.array([7, 8], dtype=np.int64),
+        np.array([2_000_000_000], dtype=np.int64),
+        np.r_[rng.integers(19_000_000, 21_000_000, 999), -1_764_720_000 * 10**9],
+    ):
+        gaps = gaps.astype(np.int64)
+        assert median_ns(gaps) == float(np.median(gaps))

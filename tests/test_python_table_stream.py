@@ -1,6 +1,6 @@
-"""A Python table that streams its rows (Table(rows=fn) returning a RecordBatchReader): the part
-keeps the stream's order on a compute connection (which does not keep insertion order), and what
-the function learnt reaches the checks."""
+"""A Python table that streams its rows (Table(rows=fn) returning a RecordBatchReader): the write
+gets the stream in its order, the function's own queries run on one DuckDB thread, and what the
+function learnt reaches the checks."""
 
 import duckdb
 import numpy as np
@@ -31,10 +31,11 @@ def con():
     c.close()
 
 
-def _writer(con, out):
-    def write(query: str) -> int:
-        con.execute(f"COPY ({query}) TO '{out}' (FORMAT parquet, ROW_GROUP_SIZE 2048)")
-        return con.execute(f"SELECT count(*) FROM read_parquet('{out}')").fetchall()[0][0]
+def _writer(out):
+    def write(stream) -> int:
+        rows = stream().read_all()
+        pq.write_table(rows, out)
+        return rows.num_rows
     return write
 
 
@@ -42,7 +43,7 @@ def test_a_streamed_part_keeps_the_stream_order(con, tmp_path):
     table = Table("t_stream", "A stream.", "cluster-day", rows=_rows)
     run = TableRun(scope=Scope(date="2026-11-30"), rollup=False, grid_step_ms=100)
     out = tmp_path / "part.parquet"
-    assert table._write_rows(con, run, _writer(con, out)) == BATCHES * 1000
+    assert table._write_rows(con, run, _writer(out)) == BATCHES * 1000
     assert np.array_equal(pq.read_table(out)["i"].to_numpy(), np.arange(BATCHES * 1000, 0, -1))
     assert run.found == {"batches": BATCHES}  # what the function learnt, for the checks and headline
     assert con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0] is False
@@ -50,9 +51,8 @@ def test_a_streamed_part_keeps_the_stream_order(con, tmp_path):
 
 
 def test_a_streamed_part_is_written_on_one_thread_and_the_setting_comes_back(con, tmp_path):
-    """A second DuckDB thread held its own batches and row groups of the stream (~270 MB more at
-    phase_timeline's 8 GPUs x 24 h) for no less CPU: the COPY runs on one, and the database's
-    thread count is the caller's again after it, also when the write fails."""
+    """The rows' own queries run on one DuckDB thread while the part is written, and the
+    database's thread count is the caller's again after it, also when the write fails."""
     seen = []
 
     def rows(c, run: TableRun) -> pa.RecordBatchReader:
@@ -66,11 +66,11 @@ def test_a_streamed_part_is_written_on_one_thread_and_the_setting_comes_back(con
 
     table = Table("t_one_thread", "A stream.", "cluster-day", rows=rows)
     run = TableRun(scope=Scope(date="2026-11-30"), rollup=False, grid_step_ms=100)
-    assert table._write_rows(con, run, _writer(con, tmp_path / "part.parquet")) == 30
+    assert table._write_rows(con, run, _writer(tmp_path / "part.parquet")) == 30
     assert seen == [1, 1, 1]
     assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 4
 
-    def failing(query: str) -> int:
+    def failing(stream) -> int:
         raise duckdb.IOException("disk full")
 
     with pytest.raises(duckdb.IOException):

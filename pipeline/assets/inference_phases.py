@@ -21,7 +21,7 @@ from pipeline.series_run import run_curves
 from pipeline.tables import PythonCheck, Table, TableRun, table_assets
 
 BATCH_ROWS = 65_536
-"""Rows per batch a chunk's shaping query hands to the part's COPY."""
+"""Rows per batch a chunk's shaping query hands to the part's write."""
 
 TIMELINE_STATE_SQL = """
 -- one endpoint's ($endpoint) request state per 100 ms slot, from its exact timeline (phase_intervals):
@@ -139,7 +139,7 @@ def _timeline_gpu(cur, endpoint: str, host: str, gpu: int, from_ns: int, to_ns: 
 
 def _timeline_batches(cur, gpus: list[tuple], logged: set[str], has_segments: bool, days: int) -> Iterator[pa.RecordBatch]:
     """phase_timeline's rows endpoint by endpoint, GPU by GPU in (gk, slot) order, on ``cur`` (a
-    second connection: the step's own runs the part's COPY meanwhile): the endpoint's request state
+    second connection, as every streamed table's: the step's own may be reading the stream): the endpoint's request state
     (TIMELINE_STATE_SQL, where it has a request log) then each of its GPUs (_timeline_gpu). Memory:
     one endpoint's busy slots and one GPU-day's slots."""
     try:
@@ -311,8 +311,8 @@ def _endpoint_energy(cur, windows: list[tuple], t: np.ndarray, cache: CurveCache
 
 
 def _interval_batches(cur, windows: pa.Table, requests: pa.Table, cache: CurveCache | None) -> Iterator[pa.RecordBatch]:
-    """phase_intervals' rows endpoint by endpoint on ``cur`` (a second connection: the step's own
-    runs the part's COPY meanwhile): its sweep (INTERVAL_SWEEP_SQL), the endpoint's cumulative energy
+    """phase_intervals' rows endpoint by endpoint on ``cur`` (a second connection, as every
+    streamed table's: the step's own may be reading the stream): its sweep (INTERVAL_SWEEP_SQL), the endpoint's cumulative energy
     at every boundary of its intervals (_endpoint_energy: one sorted search per GPU on its curve,
     not an ASOF join over the cluster-day's samples), then INTERVAL_ROWS_SQL. Memory: one endpoint's
     intervals and one GPU's curve."""
@@ -339,7 +339,7 @@ def interval_rows(con, run: TableRun) -> pa.RecordBatchReader:
     windows = cur.sql(INTERVAL_WINDOWS_SQL).to_arrow_table()
     with arrow_registered(cur, "_pi_windows", windows):
         requests = cur.sql(INTERVAL_REQUESTS_SQL).to_arrow_table()
-    # the run's curves looked up here: the stream is read in DuckDB's threads, outside the run's context
+    # the run's curves looked up here, in the step's thread: the stream may be read elsewhere (by DuckDB's threads where the scope cuts rows)
     return pa.RecordBatchReader.from_batches(INTERVALS_TABLE_SCHEMA, _interval_batches(cur, windows, requests, run_curves()))
 
 
@@ -384,6 +384,18 @@ SEGMENTS_SCHEMA = {
 }
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def median_ns(gaps: np.ndarray) -> float:
+    """``np.median`` of int64 spacings (ns, non-empty), partitioned as int32 where every one fits (a
+    GPU's linked samples are at most RUN_GAP_NS = 2 s apart): the same value, since the middle one
+    or two are averaged in double either way, with half the bytes to copy and partition."""
+    if _INT32.min <= gaps.min() and gaps.max() <= _INT32.max:
+        gaps = gaps.astype(np.int32)
+    return float(np.median(gaps))
+
+
 def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None, levels: dict | None = None) -> dict:
     """The GPU's power source of the day (the one with most samples in its curve ``c``), whether it is a
     1 s average and the median spacing of its samples (ms); why its workload cannot be segmented
@@ -397,10 +409,10 @@ def source_stats(c: curve.Curve, gk: int, tdp_w: float | None = None, levels: di
     if len(found) > 1:  # one source: every row is its
         c.mine = c.source_id == c.source_names.index(best)
     gaps = c.next_gaps_ns(c.mine)
-    interval_ms = float(np.median(gaps)) / 1e6 if len(gaps) else None
+    interval_ms = median_ns(gaps) / 1e6 if len(gaps) else None
     unresolved = None
     if not is_average and interval_ms is not None and interval_ms <= power_detect.PREFILL_RESOLVABLE_MS and tdp_w is not None:
-        lv, whole = power_detect.gpu_levels(c.power_w, float(tdp_w))
+        lv, whole = power_detect.gpu_levels(c.power_w_narrowest, float(tdp_w))
         if levels is not None:
             levels.update(levels=lv, whole=whole)
         unresolved = power_detect.unresolved(c.t_ns, c.power_w, float(tdp_w), int(interval_ms * 1e6), levels=lv)
@@ -567,7 +579,7 @@ def segment_table_batches(runs: pl.DataFrame, gpus: list[tuple], interval_ms: di
 
 def _segment_batches(cur, gpus: list[tuple], found: dict, cache: CurveCache | None, days: int) -> Iterator[pa.RecordBatch]:
     """phase_segments' rows endpoint by endpoint (``gpus``: GPUS_SQL's rows, gk order), on ``cur``
-    (a second connection: the step's own runs the part's COPY meanwhile): each of the endpoint's GPUs'
+    (a second connection, as every streamed table's: the step's own may be reading the stream): each of the endpoint's GPUs'
     curves built once (curve.curves: the run's cache, else one read of the host's samples for the
     endpoint's GPUs), its runs computed on it (_gpu_runs), then numbered and shaped into the table's
     rows GPU by GPU (segment_table_batches: a sort and a running max in numpy; the SQL windows they
@@ -609,7 +621,7 @@ def segment_rows(con, run: TableRun) -> pa.RecordBatchReader:
     """phase_segments' rows (a Python table), streamed endpoint by endpoint (_segment_batches)."""
     cur = kernels.second_connection(con)
     gpus = cur.execute(GPUS_SQL).fetchall()
-    # the run's curves looked up here: the stream is read in DuckDB's threads, outside the run's context
+    # the run's curves looked up here, in the step's thread: the stream may be read elsewhere (by DuckDB's threads where the scope cuts rows)
     days = int(np.datetime64(str(run.scope.date), "D").astype(np.int64))
     return pa.RecordBatchReader.from_batches(SEGMENTS_TABLE_SCHEMA, _segment_batches(cur, gpus, run.found, run_curves(), days))
 

@@ -326,9 +326,10 @@ def swing_rows(con: Connection, run: TableRun) -> pa.Table:
 def grid_rows(con: Connection, run: TableRun) -> pa.RecordBatchReader:
     """fleet_power_grid's cluster-day part: the summed series on the ``grid_step_ms`` grid
     (pipeline/grid.py), streamed host by host and then entity by entity above; none at the default
-    step, where fleet_power_100ms is the grid. The stream is read by ``con``'s COPY of the part,
-    from a DuckDB thread: the kernel reads on a cursor of its own (kernels.second_connection) and
-    gets the run's curve cache looked up here, in the step's thread (series_run.run_curves)."""
+    step, where fleet_power_100ms is the grid. The stream is read by the part's write, through
+    ``con`` from a DuckDB thread where the cluster-day's scope cuts its rows: the kernel reads on a
+    cursor of its own (kernels.second_connection) and gets the run's curve cache looked up here, in
+    the step's thread (series_run.run_curves)."""
     step = run.grid_step_ms
     if step == DEFAULT_GRID_STEP_MS:
         return pa.RecordBatchReader.from_batches(GRID_SCHEMA, [])

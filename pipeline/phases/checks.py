@@ -40,9 +40,14 @@ def estimate_offset_ms(power_w: np.ndarray, prefill: np.ndarray, max_lag: int = 
 
 
 SKEW_GPUS_SQL = """
--- each logged endpoint's first GPU (host, gpu order) in phase_timeline
-SELECT endpoint, arg_min(host, (host, gpu)) AS host, arg_min(gpu, (host, gpu)) AS gpu FROM phase_timeline
-WHERE date = getvariable('partition_date') AND phase IS NOT NULL GROUP BY ALL ORDER BY 1
+-- each logged endpoint's first GPU (host, gpu order) in phase_timeline: its distinct GPUs first (a
+-- hash of three keys per slot), then the first of each endpoint's few; an arg_min keyed by a
+-- (host, gpu) struct built and compared a struct per slot
+SELECT endpoint, host, gpu FROM (
+    SELECT DISTINCT endpoint, host, gpu FROM phase_timeline WHERE date = getvariable('partition_date') AND phase IS NOT NULL
+)
+QUALIFY row_number() OVER (PARTITION BY endpoint ORDER BY host, gpu) = 1
+ORDER BY 1
 """
 SKEW_SLOTS_SQL = """
 SELECT power_w::DOUBLE AS power_w, phase = 'prefill' AS prefill FROM phase_timeline
@@ -89,7 +94,9 @@ def over_power_gpus(con, power_gpus: pl.DataFrame, sql: str) -> list[tuple]:
 
 
 PREFILL_SEGMENTS_SQL = """
-SELECT endpoint, host, gpu, source = 'requests' AS req, phase = 'prefill' AS pre, epoch_ns(start_ts) AS a, epoch_ns(end_ts) AS b
+-- one GPU's prefill segments and its logged busy ones; no string column: fetchnumpy would make a
+-- Python string of each row's
+SELECT source = 'requests' AS req, phase = 'prefill' AS pre, epoch_ns(start_ts) AS a, epoch_ns(end_ts) AS b
 FROM phase_segments
 WHERE date = getvariable('partition_date') AND endpoint = $endpoint AND host = $host AND gpu = $gpu
   AND (phase = 'prefill' OR (source = 'requests' AND phase <> 'idle'))

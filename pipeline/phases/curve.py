@@ -42,6 +42,7 @@ class Curve:
         self.power_w32 = power_w32 if power_w32 is not None else np.asarray(power_w).astype(np.float32)
         """The power as the table of samples stored it (FLOAT)."""
         self._power_w = power_w
+        self._power_is_32 = power_w is None  # power_w, where built, is power_w32 widened: the same values
         self.energy_j = energy_j
         self._next_t_ns = next_t_ns
         self._next_w = next_w
@@ -63,6 +64,14 @@ class Curve:
         if self._power_w is None:
             self._power_w = self.power_w32.astype(np.float64)
         return self._power_w
+
+    @property
+    def power_w_narrowest(self) -> np.ndarray:
+        """The power at its narrowest exact width: ``power_w32`` where the curve was given its power
+        as FLOAT (every curve built from samples or taken from the run's cache), else ``power_w``.
+        Why: its order statistics are power_w's values with half the bytes to partition (the
+        detector's levels: power_detect.gpu_levels)."""
+        return self.power_w32 if self._power_is_32 else self.power_w
 
     @property
     def next_t_ns(self) -> np.ndarray:

@@ -91,7 +91,9 @@ def _levels_unsorted(w: np.ndarray, tdp: float | None) -> tuple[float, float, fl
     """:func:`_levels_of` of ``w`` in any order (non-empty, no NaN), without sorting it: every level
     is an order statistic (the busy samples' lower quartile is the one at rank "samples at or under
     the busy threshold" + its own rank), so two linear partitions find the same values a sort did.
-    Why: the sorts were a third of phase_segments' kernel (two per GPU-day of ~50 Hz samples)."""
+    Why: the sorts were a third of phase_segments' kernel (two per GPU-day of ~50 Hz samples).
+    ``w`` float32 (a FLOAT power) or float64: the levels are its elements as Python floats and the
+    busy threshold is compared in double either way, so both widths give the same levels."""
     n = len(w)
     r05, r99 = _rank(n, 0.05), _rank(n, 0.99)
     part = np.partition(w, [r05, r99])
@@ -99,7 +101,8 @@ def _levels_unsorted(w: np.ndarray, tdp: float | None) -> tuple[float, float, fl
     if tdp is None:
         return q05, q05, high
     idle = min(q05, tdp * 0.25)
-    start = n - int(np.count_nonzero(part > idle + 0.05 * (tdp - idle)))  # searchsorted(sorted, x, "right")
+    # a float64 threshold: a Python float would be rounded to float32 against a float32 array (NEP 50)
+    start = n - int(np.count_nonzero(part > np.float64(idle + 0.05 * (tdp - idle))))  # searchsorted(sorted, x, "right")
     if start >= n:
         return idle, idle, high
     k = start + _rank(n - start, 0.25)
@@ -278,8 +281,11 @@ decoder whose prefill passes take a few ms of GPU time: 3–6 W over 127 W) is r
 def gpu_levels(power_w: np.ndarray, tdp_w: float) -> tuple[tuple[float, float, float] | None, bool]:
     """(idle_w, decode_w, high_w) of a GPU's finite samples (None where it has none), and whether
     every sample is finite: then they are :func:`detect_gpu`'s levels of the same samples too, so
-    one computation serves :func:`unresolved` and the detector."""
-    w = np.asarray(power_w, dtype=np.float64)
+    one computation serves :func:`unresolved` and the detector. A float32 ``power_w`` stays float32
+    (the same levels as its float64 copy, with half the bytes to partition: _levels_unsorted)."""
+    w = np.asarray(power_w)
+    if w.dtype != np.float32:
+        w = w.astype(np.float64, copy=False)
     finite = np.isfinite(w)
     whole = bool(finite.all())
     if not whole:
