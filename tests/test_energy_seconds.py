@@ -229,7 +229,7 @@ def test_capture_energy_equals_the_per_sample_curve_at_random_instants(capture):
 
 
 def gpu_runs(t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The oracle of power_runs(): [lo, hi) spans of sorted sample instants where consecutive samples
+    """The oracle of power_runs(kind): [lo, hi) spans of sorted sample instants where consecutive samples
     are at most RUN_GAP_NS apart (what the energy curve integrates), over every sample; a lone sample
     spans nothing."""
     if len(t_ns) < 2:
@@ -242,14 +242,14 @@ def gpu_runs(t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _power_runs(raw: pa.Table, day: dt.date, held: list[tuple[str, str, int, int]]) -> list[tuple]:
-    """power_runs() (sql/views/power_runs.sql) of h200-lab/0 on ``raw`` with ``held`` as its
+    """power_runs(kind) (sql/views/power_runs.sql) of h200-lab/0, both kinds, on ``raw`` with ``held`` as its
     gpu_assignments (kind, name, from_ns, to_ns), sorted."""
     con = _connect(raw, day)
     con.execute("CREATE TABLE gpu_assignments (host VARCHAR, gpu UTINYINT, kind VARCHAR, name VARCHAR, from_ns BIGINT, to_ns BIGINT)")
     con.executemany("INSERT INTO gpu_assignments VALUES ('h200-lab', 0, ?, ?, ?, ?)", held)
     for statement in split((VIEWS / "power_runs.sql").read_text()):
         con.execute(statement)
-    return con.execute("SELECT kind, name, lo_ns, hi_ns FROM power_runs() ORDER BY lo_ns, kind").fetchall()
+    return con.execute("SELECT kind, name, lo_ns, hi_ns FROM (FROM power_runs('endpoint') UNION ALL FROM power_runs('job')) ORDER BY lo_ns, kind").fetchall()
 
 
 def _oracle_runs(t_ns: np.ndarray, held: list[tuple[str, str, int, int]]) -> list[tuple]:

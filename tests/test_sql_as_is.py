@@ -1,7 +1,7 @@
 """A plain SQL table's file runs as-is in the DuckDB CLI on a built day's read-only catalog
 (``duckdb data/warehouse.duckdb``, then ``SET VARIABLE partition_date = ...`` and the file): no
 Python hook leaves a temp table it reads. request_energy's and training_energy's measured spans are
-the macro power_runs() (sql/views/power_runs.sql), training_energy's earlier days' events a catalog
+the macro power_runs(kind) (sql/views/power_runs.sql), training_energy's earlier days' events a catalog
 view, and power_cap_whatif binds on a day whose phase_intervals has no part (typed, empty)."""
 
 from __future__ import annotations

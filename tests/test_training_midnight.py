@@ -98,7 +98,7 @@ def test_an_event_across_midnight_splits_its_energy_between_the_days(tmp_path):
     assert crossing == pytest.approx(trapezoid_between(t, p, steps[1][2], steps[1][3]) - trapezoid_between(t, p, t[mine][-1], t[~mine][0]), rel=1e-9)
     assert y_cov == pytest.approx(1 - 0.113 / 11.963, rel=1e-6) and t_cov == pytest.approx(1 - 0.137 / 13.037, rel=1e-6)
     # the file run as-is on the read-only catalog: the same rows (yesterday's crossing step from the
-    # catalog's job_events_earlier, the spans from power_runs())
+    # catalog's job_events_earlier, the spans from power_runs('job'))
     con = duckdb.connect(str(d / "warehouse.duckdb"), read_only=True)
     try:
         got = as_is.run_as_is(con, "training_energy", DAY.isoformat())

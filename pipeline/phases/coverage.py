@@ -8,7 +8,7 @@ usual cause is a clock or zone mistake (an nvidia-smi log read in the wrong zone
 the ERROR check estimates that offset so the message can say how to re-import.
 
 - The spans where energy is measured (each workload GPU's energy curve continuous: samples at most
-  2 s apart) are SQL: the macro power_runs() (sql/views/power_runs.sql), which request_energy's and
+  2 s apart) are SQL: the macro power_runs(kind) (sql/views/power_runs.sql), which request_energy's and
   training_energy's power_coverage read.
 - estimate_offset: the shift (±14 h) that best lines up requests in flight with power, by masked
   correlation on a 1 s grid (FFT), refined on the samples' own instants.

@@ -31,9 +31,18 @@ s AS (
     HAVING count(*) = gpus_held_at('endpoint', endpoint, t * 1000000000)  -- seconds where every GPU the endpoint held reports
     UNION ALL
     SELECT 'gpu', endpoint, host || '/' || gpu, t, mean_w, tdp_w FROM g
+),
+-- Every second of each series' span, the missing ones with a NULL power (which avg skips), so
+-- that the 60 rows either side are the ±60 s: a ROWS frame costs half the RANGE frame, with
+-- the grid and its join. The frame holds the same values; the sums of FLOAT watts in a
+-- DOUBLE are exact at these magnitudes, so the order the frame adds them in changes nothing.
+dense AS (SELECT kind, e, unnest(range(min(t), max(t) + 1)) AS t FROM s GROUP BY kind, e),
+level AS (
+    SELECT s.kind, s.grp, s.e, s.t, s.v, s.tdp_w,
+           s.v - avg(s.v) OVER (PARTITION BY d.kind, d.e ORDER BY d.t ROWS BETWEEN 60 PRECEDING AND 60 FOLLOWING) AS excursion_w
+    FROM dense AS d LEFT JOIN s ON s.kind = d.kind AND s.e = d.e AND s.t = d.t
 )
-SELECT *, v - avg(v) OVER (PARTITION BY kind, e ORDER BY t RANGE BETWEEN 60 PRECEDING AND 60 FOLLOWING) AS excursion_w
-FROM s;
+SELECT * FROM level WHERE t IS NOT NULL;  -- the seconds the series has
 
 CREATE OR REPLACE TEMP TABLE _series AS
 WITH thresholds AS (

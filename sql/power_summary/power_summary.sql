@@ -26,21 +26,24 @@ JOIN inventory_gpus AS i USING (host, gpu)
 WHERE g.date = getvariable('partition_date')
 GROUP BY g.host, g.gpu, bin;
 
-CREATE OR REPLACE TEMP TABLE _upper_slots AS FROM summary_series_slots('fleet_power_100ms');
+-- The host-and-above entities' complete slots binned straight from the macro, with their series (one
+-- per entity, so it splits no bin): the slots are read once and never held.
+CREATE OR REPLACE TEMP TABLE _upper_bins AS
+SELECT level, entity, series, round(power_w) AS bin, count(*) AS n, sum(power_w) AS sum_w, max(power_w) AS max_w
+FROM summary_series_slots('fleet_power_100ms')
+GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE _bins AS
 SELECT level, entity, bin, n, sum_w, max_w FROM _gpu_bins
 UNION ALL
-SELECT level, entity, round(power_w) AS bin, count(*) AS n, sum(power_w) AS sum_w, max(power_w) AS max_w
-FROM _upper_slots
-GROUP BY ALL;
+SELECT level, entity, bin, n, sum_w, max_w FROM _upper_bins;
 
 CREATE OR REPLACE TEMP TABLE _series AS
 SELECT level, entity,
        CASE WHEN sum(averages) = 0 THEN 'instant' WHEN sum(averages) = sum(n) THEN 'avg1s' ELSE 'mixed' END AS series
 FROM _gpu_bins GROUP BY ALL
 UNION ALL
-SELECT DISTINCT level, entity, series FROM _upper_slots;
+SELECT DISTINCT level, entity, series FROM _upper_bins;
 
 CREATE OR REPLACE TEMP TABLE _gpu_time AS
 SELECT

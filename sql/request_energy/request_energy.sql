@@ -11,7 +11,7 @@
 -- share missing there: documented). `_charged` holds every request that touched the day, so the
 -- conservation check (checks/energy_conservation.sql) sees all the energy charged this day.
 -- power_coverage: the share of the request's GPU-time (its interval inside the day × its endpoint's
--- GPUs, each while the endpoint held it: gpu_assignments) that has power samples (macro power_runs(),
+-- GPUs, each while the endpoint held it: gpu_assignments) that has power samples (macro power_runs('endpoint'),
 -- sql/views/power_runs.sql: spans where a GPU's samples are at most 2 s apart). Where it is 0 (no
 -- sample of any of its GPUs while it ran, or an endpoint without GPUs in the inventory) the
 -- energies are NULL, never 0: nothing was measured. Below 1 they are the measured part only
@@ -35,7 +35,7 @@ held AS (  -- the GPU-time the request's endpoint held GPUs while it ran (all it
 ),
 covered AS (
     SELECT r.request_id, r.endpoint, sum(least(r.b_ns, c.hi_ns) - greatest(r.a_ns, c.lo_ns)) AS gpu_ns
-    FROM req AS r JOIN power_runs() AS c ON c.kind = 'endpoint' AND c.name = r.endpoint AND c.lo_ns < r.b_ns AND c.hi_ns > r.a_ns
+    FROM req AS r JOIN power_runs('endpoint') AS c ON c.name = r.endpoint AND c.lo_ns < r.b_ns AND c.hi_ns > r.a_ns
     GROUP BY ALL
 )
 SELECT r.request_id, r.endpoint,

@@ -15,7 +15,7 @@
 --                      0.5 s before minus the 0.5 s after, summed over the job's hosts for the
 --                      same step; median and max over the day's boundaries (W)
 --   power_coverage     share of the job's event GPU-time (each event × each of the job's GPUs on its
---                      host while the job held it) that had power samples (macro power_runs(),
+--                      host while the job held it) that had power samples (macro power_runs('job'),
 --                      sql/views/power_runs.sql); where it is 0 the energies and powers are NULL,
 --                      never 0 (nothing was measured); below 1 they come from the GPUs and times
 --                      with samples (checks/power_coverage.sql WARNs)
@@ -87,7 +87,7 @@ WITH eg AS (
 ),
 covered AS (
     SELECT eg.job, sum(least(eg.b_ns, r.hi_ns) - greatest(eg.a_ns, r.lo_ns)) AS covered_ns
-    FROM eg JOIN power_runs() AS r ON r.kind = 'job' AND r.name = eg.job AND r.host = eg.host AND r.gpu = eg.gpu AND r.lo_ns < eg.b_ns AND r.hi_ns > eg.a_ns
+    FROM eg JOIN power_runs('job') AS r ON r.name = eg.job AND r.host = eg.host AND r.gpu = eg.gpu AND r.lo_ns < eg.b_ns AND r.hi_ns > eg.a_ns
     GROUP BY ALL
 )
 SELECT eg.job, least(coalesce(any_value(c.covered_ns), 0) / nullif(sum(eg.b_ns - eg.a_ns), 0)::DOUBLE, 1.0) AS power_coverage
