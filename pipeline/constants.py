@@ -32,3 +32,12 @@ def warehouse_path(data_dir: Path) -> Path:
 
 def derived_path(data_dir: Path, table: str) -> Path:
     return data_dir / DERIVED_DIR / table
+
+
+PART_ROW_GROUP_ROWS = 500_000
+"""Rows per row group of every derived part, whoever writes it (DuckDB's COPY, the series engine,
+a Python table's writer)."""
+PART_PAGE_ROWS = 1 << 20
+"""Rows a data page of a part pyarrow writes may hold (pages still end at pyarrow's data page size):
+pyarrow's default of 20 000 rows cuts a float column into pages too short for zstd to find its
+repeats."""

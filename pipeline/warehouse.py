@@ -45,7 +45,7 @@ from collectors.inventory import INVENTORY_FILE, Inventory
 from collectors.names import check_path_name
 from collectors.settings import DEFAULT_JOB_EVENTS_LOOKBACK_DAYS
 from pipeline import columns, file_quarantine, process_memory, remote, sqlfiles
-from pipeline.constants import DERIVED_DIR, derived_path, warehouse_path
+from pipeline.constants import DERIVED_DIR, PART_PAGE_ROWS, PART_ROW_GROUP_ROWS, derived_path, warehouse_path
 from pipeline.datadir import cluster_members, dataset_paths, linked_paths, load_inventory_if_any, raw_files, stored_assignments
 from pipeline.entities import entity_rows
 from pipeline.scope import (
@@ -634,7 +634,7 @@ def shared_compute_connection(
         process_memory.release_pools()  # what the step freed, before the next step's peak builds on it
 
 
-PARQUET_COPY_OPTIONS = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 500000, PARQUET_VERSION V2"
+PARQUET_COPY_OPTIONS = f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {PART_ROW_GROUP_ROWS}, PARQUET_VERSION V2"
 """How every SQL table's part is written. V2: delta-packed integers and timestamps, split-stream
 floats. Lossless: the values and the schema DuckDB reads back are the same as with V1."""
 
@@ -700,11 +700,6 @@ def install_part(con: duckdb.DuckDBPyConnection, data_dir: Path, table: str, sco
     return pq.ParquetFile(folder / "part-0.parquet").metadata.num_rows
 
 
-ROWS_GROUP_ROWS = 500_000
-"""Rows per row group of a Python table's part (as PARQUET_COPY_OPTIONS' ROW_GROUP_SIZE)."""
-ROWS_PAGE_ROWS = 1 << 20
-"""A page per column chunk at most, as DuckDB writes them: zstd then finds repeats across the whole
-chunk (pyarrow's 1 MB pages cut a 100 ms power column into pieces too short for that)."""
 DUCKDB_ZSTD_LEVEL = 3
 """DuckDB's COPY compresses at zstd level 3 (pyarrow's default is 1)."""
 
@@ -768,7 +763,7 @@ def write_rows_partition(
     try:
         if query != whole:  # the scope's rows, through DuckDB (in the stream's order where the caller keeps insertion order)
             con.register(relation, rows)
-            rows = con.sql(query).to_arrow_reader(ROWS_GROUP_ROWS)
+            rows = con.sql(query).to_arrow_reader(PART_ROW_GROUP_ROWS)
         pending: list[pa.RecordBatch] = []  # the next row group's rows (slices of the stream's batches)
         held = 0
         limit = DICTIONARY_SIZE_LIMITS.get(table, DICTIONARY_SIZE_LIMIT)
@@ -780,17 +775,17 @@ def write_rows_partition(
                 dictionary, encodings = _rows_encodings(group, limit)
                 writer = pq.ParquetWriter(tmp, rows.schema, compression="zstd", compression_level=DUCKDB_ZSTD_LEVEL, store_schema=False,
                                           use_dictionary=dictionary, column_encoding=encodings or None,
-                                          max_rows_per_page=ROWS_PAGE_ROWS, data_page_size=1 << 30)
-            writer.write_table(group, row_group_size=ROWS_GROUP_ROWS)
+                                          max_rows_per_page=PART_PAGE_ROWS, data_page_size=1 << 30)
+            writer.write_table(group, row_group_size=PART_ROW_GROUP_ROWS)
             pending, held = [], 0
 
         for batch in rows:
             while batch.num_rows:  # full row groups whatever the batches' sizes (a GPU's batch may hold several)
-                take = min(batch.num_rows, ROWS_GROUP_ROWS - held)
+                take = min(batch.num_rows, PART_ROW_GROUP_ROWS - held)
                 pending.append(batch.slice(0, take))
                 held += take
                 batch = batch.slice(take)
-                if held == ROWS_GROUP_ROWS:
+                if held == PART_ROW_GROUP_ROWS:
                     flush()
         if pending or writer is None:  # the last rows; a part without rows still has the schema
             flush()

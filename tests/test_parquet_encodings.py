@@ -115,7 +115,7 @@ def test_python_table_parts_read_back_as_duckdbs_copy_of_the_same_rows(tmp_path,
     its order, in full row groups whatever the batches' sizes, with the schema DuckDB reads back from
     its own COPY of the same rows (a dictionary of strings is VARCHAR) and the encodings that COPY
     chooses (a dictionary where the column has few values, else V2's value encodings)."""
-    monkeypatch.setattr(warehouse, "ROWS_GROUP_ROWS", 2000)  # over DICTIONARY_SIZE_LIMIT distinct instants
+    monkeypatch.setattr(warehouse, "PART_ROW_GROUP_ROWS", 2000)  # over DICTIONARY_SIZE_LIMIT distinct instants
     schema, batches = _python_rows([2500, 1, 0, 999, 730, 3000])
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")

@@ -23,16 +23,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import process_memory
+from pipeline.constants import PART_PAGE_ROWS as PAGE_ROWS
+from pipeline.constants import PART_ROW_GROUP_ROWS as ROW_GROUP_ROWS
 from pipeline.series.cache import CurveCache
 from pipeline.series.samples import AVERAGE_RANK, GpuSamples, SampleSource
 from pipeline.series.table import SeriesTable
 
 BATCH_ROWS = 1 << 20
-ROW_GROUP_ROWS = 500_000
-PAGE_ROWS = 1 << 20
-"""Rows a data page may hold (pages still end at pyarrow's 1 MB): pyarrow's default of 20 000 rows
-cuts a float column into pages too short for zstd to find its repeats (simulated tiny fleet, 2 h:
-power_100ms 1.96 -> 1.63 MB; capture 4 tiled over 8 GPUs x 2 h: 1.68 -> 0.31 MB)."""
 PASS_KEY = "wattline.series_pass"
 """Parquet key-value metadata of every part: the id of the engine pass that wrote it (parts of one
 pass come from one read of the same samples)."""
