@@ -24,6 +24,7 @@ from collectors.atomic import exclusive_lock
 from collectors.contract import DATASETS
 from collectors.settings import Settings, load
 from pipeline import file_quarantine, remote, warehouse
+from pipeline.built_days import RAW_FILES_TAG, day_signature
 from pipeline.constants import DAGSTER_HOME_DIR, REPO_DAGSTER_YAML
 from pipeline.datadir import day_clusters, linked_paths
 from pipeline.definitions import build_definitions
@@ -31,7 +32,6 @@ from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
 from pipeline.partitions import cluster_day_key, register_clusters
 from pipeline.remote import DataDir, local_dir
 from pipeline.scope import PER_GPU_TABLES, UNASSIGNED
-from pipeline.sensors import RAW_FILES_TAG, day_signature
 from pipeline.series import cache as curve_cache
 
 
@@ -173,7 +173,7 @@ def run_day(
 def _tag_raw_files(instance: DagsterInstance, data_dir: Path, date: str, run_ids: list[str]) -> None:
     """Tag the day's cluster-day runs with the signature its raw files have now that they ran
     (after any quarantine moved or rewrote files), so the new-Parquet sensor knows the day was
-    built from them and a first start of the UI launches nothing (pipeline/sensors.py)."""
+    built from them and a first start of the UI launches nothing (pipeline/built_days.py)."""
     signature = day_signature(data_dir, date)
     if signature is None or not run_ids:
         return

@@ -17,13 +17,13 @@ from dagster import (
 )
 
 from collectors.parquet_sink import write_dataset
+from pipeline.built_days import RAW_FILES_TAG, day_signature
 from pipeline.cli.ui import automation_line
 from pipeline.definitions import defs
 from pipeline.jobs import CLUSTER_JOB, FLEET_JOB
 from pipeline.partitions import partitions_end_offset, partitions_start
 from pipeline.resources import WarehouseResource
 from pipeline.runner import dagster_home, run_day
-from pipeline.sensors import RAW_FILES_TAG
 from tests.builders import DAY, day_start_ns, power_table, square_wave, write_square_fleet
 
 
@@ -76,17 +76,20 @@ def test_sensor_registers_the_inventorys_clusters(data_dir):
         assert instance.get_dynamic_partitions("cluster") == ["c0"]
 
 
+def _schedule(instance, data_dir, when):
+    with build_schedule_context(
+        instance=instance, scheduled_execution_time=when, repository_def=defs.get_repository_def(),
+        resources={"warehouse": WarehouseResource(data_dir=str(data_dir))},
+    ) as context, partition_loading_context(dynamic_partitions_store=instance):
+        return defs.resolve_schedule_def("daily_schedule").evaluate_tick(context)
+
+
 def test_schedule_materializes_yesterdays_cluster_days(tmp_path):
     with DagsterInstance.local_temp(str(tmp_path)) as instance:
         when = dt.datetime(2026, 12, 1, 1, 15, tzinfo=dt.UTC)
-        context = build_schedule_context(
-            instance=instance, scheduled_execution_time=when, repository_def=defs.get_repository_def()
-        )
-        schedule = defs.resolve_schedule_def("daily_schedule")
-        with partition_loading_context(dynamic_partitions_store=instance):
-            assert not schedule.evaluate_tick(context).run_requests  # no cluster registered yet: skipped, said why
-            instance.add_dynamic_partitions("cluster", ["c0", "c1"])
-            requests = schedule.evaluate_tick(context).run_requests
+        assert not _schedule(instance, tmp_path / "data", when).run_requests  # no cluster registered yet: skipped, said why
+        instance.add_dynamic_partitions("cluster", ["c0", "c1"])
+        requests = _schedule(instance, tmp_path / "data", when).run_requests
     assert _days(requests) == [("2026-11-30", "c0"), ("2026-11-30", "c1")]
 
 
@@ -119,6 +122,23 @@ def test_sensor_launches_nothing_for_a_day_wattline_run_built_then_one_run_per_c
         assert _days(late) == [(DAY.isoformat(), "c0"), (DAY.isoformat(), "_unassigned")]  # exactly one run per cluster
         assert {r.tags[RAW_FILES_TAG] for r in late} == {json.loads(cursor)[DAY.isoformat()]}
         assert _evaluate(data_dir, cursor, instance=instance)[0] == []
+
+
+def test_schedule_skips_a_day_wattline_run_built_then_builds_it_when_its_files_change(built_day, tmp_path):
+    """The demo (or a run) built yesterday shortly before the schedule's hour: the schedule launches
+    nothing; a late file makes it build the cluster-day again, tagged with the files it reads."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(built_day, data_dir)
+    when = dt.datetime.combine(DAY + dt.timedelta(days=1), dt.time(1, 15), tzinfo=dt.UTC)
+    with _instance(data_dir) as instance:
+        assert instance.get_dynamic_partitions("cluster") == ["c0"]
+        result = _schedule(instance, data_dir, when)
+        assert result.run_requests == [] and "already built" in result.skip_message
+        t, p = square_wave(10, 1, 100, 200)
+        write_dataset(power_table("train-0", 0, t, p), data_dir, "power", prefix="late")
+        requests = _schedule(instance, data_dir, when).run_requests
+    assert _days(requests) == [(DAY.isoformat(), "c0")]
+    assert requests[0].tags[RAW_FILES_TAG] == day_signature(data_dir, DAY.isoformat())
 
 
 @pytest.mark.slow  # runs the daily job on a day of its own

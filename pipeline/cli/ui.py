@@ -67,7 +67,7 @@ def automation_line(data_dir, env: dict[str, str]) -> str:
     from pipeline.sensors import cluster_days_to_build
 
     on = (f"automation on: new_parquet_sensor (every 2 min) builds completed days whose raw files are new or changed, {{now}}; "
-          f"daily_schedule builds yesterday at {settings.schedule_hour:02d}:15 UTC; fleet-days follow their cluster-days; "
+          f"daily_schedule builds yesterday at {settings.schedule_hour:02d}:15 UTC unless built from its current files; fleet-days follow their cluster-days; "
           f"{AUTOMATION_ENV}=off starts them stopped")
     if is_s3(data_dir):
         return on.format(now="from its first tick")
