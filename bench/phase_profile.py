@@ -81,7 +81,8 @@ def main() -> None:
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="time each step this many times (CPU s of each), profile the last")
     ap.add_argument("--quiet", action="store_true", help="CPU seconds only, no profile")
-    ap.add_argument("--write", action="store_true", help="also time the step as the run does: rows, write and checks (bench/asset_profile.py)")
+    ap.add_argument("--write", action="store_true",
+                    help="also time the step as the run does: rows, write and checks (bench/asset_profile.py: it rewrites the day's parts)")
     args = ap.parse_args()
     from collectors.settings import load
     from pipeline.resources import WarehouseResource
@@ -107,11 +108,11 @@ def main() -> None:
             stats = pstats.Stats(prof).sort_stats("tottime")
             stats.print_stats(args.top)
         if args.write:
-            from bench.asset_profile import profile_asset
-            from pipeline.scope import Scope
+            from bench.asset_profile import profile_asset, scopes
 
-            r = profile_asset(resource, table, Scope(date=args.date, cluster=args.cluster) if args.cluster else args.date, None, 0)
-            print(f"   written: write {r['write_cpu_s']:.2f} s CPU, checks {r['checks_cpu_s']:.2f} s CPU", flush=True)
+            for scope in scopes(resource.path, table, args.date, args.cluster):  # the parts `wattline run` writes
+                r = profile_asset(resource, table, scope, None, 0)
+                print(f"   written {r['part']}: write {r['write_cpu_s']:.2f} s CPU, checks {r['checks_cpu_s']:.2f} s CPU", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ that lands later is waited for without touching this file, and a missing one is 
 
 import importlib
 import pkgutil
+from pathlib import Path
 from typing import Any
 
 from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, MaterializeResult, MetadataValue, asset
@@ -47,14 +48,15 @@ def upstream_asset_keys() -> list[AssetKey]:
 )
 def daily_report(context: AssetExecutionContext, warehouse: WarehouseResource) -> MaterializeResult:
     """The day's report: headline, fleet power, swings, inference phases, correlation, diurnal
-    profile, data quality. Output dir: $WATTLINE_REPORTS_DIR, else the repo's reports/out.
-    Sections whose table does not exist yet say "not available yet"."""
-    from reports.daily import build_report, default_out_dir  # altair, ~0.4 s CPU: not for a process that builds no report
+    profile, data quality. Output dir and PNGs: the resource's ``reports_dir`` and ``report_png``
+    ($WATTLINE_REPORTS_DIR, else the repo's reports/out; $WATTLINE_REPORT_PNG), resolved where the
+    run started. Sections whose table does not exist yet say "not available yet"."""
+    from reports.daily import build_report  # altair, ~0.4 s CPU: not for a process that builds no report
 
     date = context.partition_key
     readonly.set_limits(warehouse.duckdb_memory or None, warehouse.duckdb_threads or None)  # the run's bound for the report's reads
     refresh_deferred()  # the catalog it reads holds the tables this run wrote
-    report = build_report(warehouse.path, date, default_out_dir(), instance=context.instance)
+    report = build_report(warehouse.path, date, Path(warehouse.reports_dir), png=warehouse.report_png, instance=context.instance)
     partial = {s.key: s.missing for s in report.sections if s.missing}
     errors = {s.key: s.error for s in report.sections if s.error}
     for key, error in errors.items():

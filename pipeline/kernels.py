@@ -347,7 +347,7 @@ def energy_curve(t_ns: np.ndarray, power_w: np.ndarray, source_rank: np.ndarray,
         "t_ns": t,
         "power_w": p,
         "energy_j": energy,
-        "linked": np.r_[linked, False],
+        "linked": np.r_[linked, False] if len(t) else linked,  # no sample: no row, not one unlinked row
         "first": idx,
     }
 

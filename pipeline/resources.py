@@ -16,8 +16,15 @@ from collectors.contract import DATASETS
 from collectors.settings import DEFAULT_GRID_STEP_MS, DEFAULT_JOB_EVENTS_LOOKBACK_DAYS, Settings
 from collectors.storage import DataRoot, resolve_data_root
 from pipeline import file_quarantine, remote, warehouse
+from pipeline.constants import REPORTS_DIR
 from pipeline.datadir import host_filter, host_of, link_reason, linked_paths, load_inventory_if_any, scope_host_filter
 from pipeline.scope import UNASSIGNED, Scope
+
+
+def reports_dir(settings: Settings) -> Path:
+    """Where the report goes: the settings' folder, made absolute against the working dir of the
+    entry point that resolves it, else the repo's ``reports/out``."""
+    return Path(settings.reports_dir).expanduser().resolve() if settings.reports_dir else REPORTS_DIR
 
 
 class WarehouseResource(ConfigurableResource):
@@ -45,6 +52,10 @@ class WarehouseResource(ConfigurableResource):
     """power_cap_whatif's candidate caps (the run config's ``cap_factors`` comes first); empty: the defaults."""
     cap_alpha: str = ""
     """power_cap_whatif's α per GPU model (the run config's ``alpha`` comes first); empty: the built-in ones."""
+    reports_dir: str = str(REPORTS_DIR)
+    """Where the daily report asset writes the report (an absolute path: :func:`reports_dir`)."""
+    report_png: bool = True
+    """Whether the daily report asset writes a PNG per chart."""
 
     @field_validator("grid_step_ms")
     @classmethod
@@ -68,6 +79,8 @@ class WarehouseResource(ConfigurableResource):
             job_events_lookback_days=settings.job_events_lookback_days,
             cap_factors=settings.cap_factors or "",
             cap_alpha=settings.cap_alpha or "",
+            reports_dir=str(reports_dir(settings)),
+            report_png=settings.report_png,
         )
 
     @property

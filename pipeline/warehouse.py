@@ -48,6 +48,7 @@ from pipeline import columns, file_quarantine, process_memory, remote, sqlfiles
 from pipeline.constants import DERIVED_DIR, PART_PAGE_ROWS, PART_ROW_GROUP_ROWS, derived_path, warehouse_path
 from pipeline.datadir import cluster_members, dataset_paths, linked_paths, load_inventory_if_any, raw_files, stored_assignments
 from pipeline.entities import entity_rows
+from pipeline.row_groups import RowGroups, write_group
 from pipeline.scope import (
     ALWAYS_DEFINED,
     PER_GPU_COLUMNS,
@@ -764,31 +765,23 @@ def write_rows_partition(
         if query != whole:  # the scope's rows, through DuckDB (in the stream's order where the caller keeps insertion order)
             con.register(relation, rows)
             rows = con.sql(query).to_arrow_reader(PART_ROW_GROUP_ROWS)
-        pending: list[pa.RecordBatch] = []  # the next row group's rows (slices of the stream's batches)
-        held = 0
         limit = DICTIONARY_SIZE_LIMITS.get(table, DICTIONARY_SIZE_LIMIT)
 
-        def flush() -> None:
-            nonlocal writer, pending, held
-            group = pa.Table.from_batches(pending, schema=rows.schema)
-            if writer is None:
+        def write(group: pa.Table) -> None:
+            nonlocal writer
+            if writer is None:  # the encodings from the first row group's values
                 dictionary, encodings = _rows_encodings(group, limit)
                 writer = pq.ParquetWriter(tmp, rows.schema, compression="zstd", compression_level=DUCKDB_ZSTD_LEVEL, store_schema=False,
                                           use_dictionary=dictionary, column_encoding=encodings or None,
                                           max_rows_per_page=PART_PAGE_ROWS, data_page_size=1 << 30)
-            writer.write_table(group, row_group_size=PART_ROW_GROUP_ROWS)
-            pending, held = [], 0
+            write_group(writer, group)
 
+        groups = RowGroups(rows.schema, write)
         for batch in rows:
-            while batch.num_rows:  # full row groups whatever the batches' sizes (a GPU's batch may hold several)
-                take = min(batch.num_rows, PART_ROW_GROUP_ROWS - held)
-                pending.append(batch.slice(0, take))
-                held += take
-                batch = batch.slice(take)
-                if held == PART_ROW_GROUP_ROWS:
-                    flush()
-        if pending or writer is None:  # the last rows; a part without rows still has the schema
-            flush()
+            groups.add(batch)
+        groups.finish()
+        if writer is None:  # a part without rows still has the schema
+            write(rows.schema.empty_table())
         assert writer is not None
         writer.close()
         writer = None

@@ -23,8 +23,6 @@ from pathlib import Path
 
 from altair.utils.schemapi import debug_mode
 
-from collectors.settings import load
-from pipeline.constants import REPORTS_DIR
 from reports import charts
 from reports.data import Reader, run_history
 from reports.sections import SECTIONS
@@ -33,16 +31,6 @@ from reports.sections.base import Chart, Code, Collapsed, Ctx, Note, Section, Ta
 log = logging.getLogger(__name__)
 
 MAX_HTML_BYTES = 5 * 1024 * 1024
-
-
-def default_out_dir() -> Path:
-    """``$WATTLINE_REPORTS_DIR`` if set, else the repo's ``reports/out``."""
-    value = load().reports_dir
-    return Path(value).expanduser().resolve() if value else REPORTS_DIR
-
-
-def png_enabled() -> bool:
-    return load().report_png
 
 
 @dataclass
@@ -94,12 +82,14 @@ def build_sections(data_dir: Path, date: str, instance=None) -> list[Section]:
         reader.close()
 
 
-def write_report(data_dir: Path, date: str, out_dir: Path = REPORTS_DIR, *, instance=None, png: bool | None = None) -> Path:
+def write_report(data_dir: Path, date: str, out_dir: Path, *, png: bool, instance=None) -> Path:
     """Write ``out_dir/D.html``, ``out_dir/D.json`` and ``out_dir/D/<chart>.png``; returns the HTML path."""
     return build_report(data_dir, date, out_dir, instance=instance, png=png).html_path
 
 
-def build_report(data_dir: Path, date: str, out_dir: Path = REPORTS_DIR, *, instance=None, png: bool | None = None) -> Report:
+def build_report(data_dir: Path, date: str, out_dir: Path, *, png: bool, instance=None) -> Report:
+    """The report of ``date`` in ``out_dir``, with a PNG per chart when ``png``: both values the
+    caller resolved from the run's settings (pipeline.resources.reports_dir), never read here."""
     started = time.monotonic()
     data_dir = Path(data_dir).resolve()
     out_dir = Path(out_dir)
@@ -117,7 +107,7 @@ def build_report(data_dir: Path, date: str, out_dir: Path = REPORTS_DIR, *, inst
                 log.warning("chart %s embeds %d points (budget %d)", c.name, report.points[c.name], charts.MAX_POINTS)
     page = render_html(report, specs, data_dir, out_dir)
     report.html_path = _write_atomic(out_dir / f"{date}.html", page.encode())
-    if png if png is not None else png_enabled():
+    if png:
         report.pngs = write_pngs(specs, out_dir / date)
     report.seconds = time.monotonic() - started
     summary = {

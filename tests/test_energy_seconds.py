@@ -291,3 +291,16 @@ def test_union_of_second_keys_is_numpys_union1d(seed):
         got = _union(a, b)
         np.testing.assert_array_equal(got, np.union1d(a, b))
         assert got.dtype == np.union1d(a, b).dtype
+
+
+def test_a_gpu_without_samples_has_a_curve_of_no_rows():
+    """curves() hands out an empty curve for a GPU asked for that has no samples (its only file of
+    the day gone since energy_curve listed it): every column has no row, so a reader of the next
+    sample (the grid's gpu_curve) gets none rather than an index error."""
+    from pipeline.grid import gpu_curve
+
+    k = energy_curve(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.uint8))
+    assert {name: len(v) for name, v in k.items()} == dict.fromkeys(k, 0)
+    c = curve.curve_of(curve._no_samples("h", 0))
+    assert (len(c.next_t_ns), len(c.next_w)) == (0, 0)
+    assert {name: len(v) for name, v in gpu_curve(c).items()} == dict.fromkeys(["t_ns", "power_w", "energy_j", "next_t_ns", "next_w"], 0)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.parquet_sink import write_dataset
-from pipeline import warehouse
+from pipeline import row_groups, warehouse
 from pipeline.scope import CLUSTER_ROLE, Scope
 from pipeline.series import SERIES_TABLES, engine
 from pipeline.warehouse import compute_connection, write_partition
@@ -82,6 +82,25 @@ def test_series_parts_use_split_streams_and_pages_long_enough_to_find_repeats(tm
             assert "BYTE_STREAM_SPLIT" in enc[c] and "RLE_DICTIONARY" not in enc[c], (table, c, enc[c])
 
 
+def test_series_parts_are_cut_in_full_row_groups_whatever_each_gpus_rows(tmp_path, monkeypatch):
+    """The engine's parts are cut as a Python table's part is (one implementation: pipeline/row_groups.py):
+    full row groups across GPUs whose rows are not a multiple of the size, the last one shorter."""
+    monkeypatch.setattr(row_groups, "PART_ROW_GROUP_ROWS", 1000)
+    d = tmp_path / "data"
+    two_host_inventory(d)
+    t = day_start_ns() + np.arange(1500) * 100_000_000  # 150 s at 10 Hz: 1500 rows of power_100ms a GPU
+    for host, gpu in (("train-0", 0), ("train-0", 1), ("infer-0", 0)):
+        write_dataset(power_table(host, gpu, t, np.full(1500, 300.0)), d, "power", prefix=f"{host}-{gpu}")
+    paths = {s.name: tmp_path / f"{s.name}.parquet" for s in SERIES_TABLES}
+    with compute_connection(d, DAY.isoformat()) as con:
+        engine.write_parts(con, SERIES_TABLES, paths, DAY.isoformat())
+    for name, path in paths.items():
+        md = pq.ParquetFile(path).metadata
+        n = md.num_rows
+        assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [1000] * (n // 1000) + [n % 1000] * (n % 1000 > 0), name
+    assert pq.ParquetFile(paths["power_100ms"]).metadata.num_rows == 4500
+
+
 def _python_rows(sizes: list[int]) -> tuple[pa.Schema, list[pa.RecordBatch]]:
     """A Python table's stream as the phase tables shape it: batches of any size, each string column
     dictionary-encoded with the batch's own dictionary, 100 ms instants, FLOAT and DOUBLE values,
@@ -115,7 +134,7 @@ def test_python_table_parts_read_back_as_duckdbs_copy_of_the_same_rows(tmp_path,
     its order, in full row groups whatever the batches' sizes, with the schema DuckDB reads back from
     its own COPY of the same rows (a dictionary of strings is VARCHAR) and the encodings that COPY
     chooses (a dictionary where the column has few values, else V2's value encodings)."""
-    monkeypatch.setattr(warehouse, "PART_ROW_GROUP_ROWS", 2000)  # over DICTIONARY_SIZE_LIMIT distinct instants
+    monkeypatch.setattr(row_groups, "PART_ROW_GROUP_ROWS", 2000)  # over DICTIONARY_SIZE_LIMIT distinct instants
     schema, batches = _python_rows([2500, 1, 0, 999, 730, 3000])
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")

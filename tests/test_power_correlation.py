@@ -112,3 +112,61 @@ def test_checks_pass(built):
     _, outcome, _ = built
     failed = {(c.asset, c.check) for c in outcome.failed_checks}
     assert not {f for f in failed if f[0] in ("endpoint_correlation", "coincidence")}, failed
+
+
+GAPS = {0: [*range(100, 131), *range(400, 406)], 1: [250, 251, 252, 600]}
+"""Seconds each GPU of ep-g has no sample in (its endpoint's series misses them all)."""
+
+
+@pytest.fixture(scope="module")
+@builds_a_day
+def gappy(tmp_path_factory):
+    """ep-g: GPUs 0 and 1 of gappy-0, 15 min of whole watts held for each second (10 Hz), each GPU
+    with seconds without a sample (GAPS). Returns (power_1s of the day, _level as the table's SQL
+    file builds it)."""
+    from pipeline.tables import statements
+    from pipeline.warehouse import compute_connection
+
+    data_dir = tmp_path_factory.mktemp("corr-gaps") / "data"
+    data_dir.mkdir()
+    inv = {"fleets": [{"name": "f", "clusters": [{"name": "c0", "hosts": [_host("gappy-0", 2, [("ep-g", [0, 1])])]}]}]}
+    dump_inventory(parse_inventory(inv), data_dir / "inventory.yaml")
+    rng = np.random.default_rng(5)
+    for gpu, missing in GAPS.items():
+        seconds = np.setdiff1d(np.arange(900), missing)
+        watts = rng.integers(150, 700, seconds.size).astype(float)
+        t = day_start_ns() + (seconds[:, None] * 1_000_000_000 + np.arange(10) * 100_000_000).ravel()
+        write_dataset(power_table("gappy-0", gpu, t, np.repeat(watts, 10)), data_dir, "power", prefix=f"g{gpu}")
+    outcome = run_day(data_dir, DATE, selection=["power_1s"])
+    assert outcome.success, outcome.error
+    with compute_connection(data_dir, DATE) as con:
+        prepare, _ = statements("endpoint_correlation/endpoint_correlation")
+        con.execute(prepare[0])  # the _level table: every series' excursion from its ±60 s level
+        level = con.execute("SELECT kind, e, t, v, excursion_w FROM _level").fetchall()
+    return read_day(data_dir, "power_1s", DATE), level
+
+
+def test_local_level_over_missing_seconds_is_the_mean_of_the_seconds_within_60_s(gappy):
+    """The ±60 s local level of a series with missing seconds (a GPU without samples; an endpoint
+    second where one of its GPUs has none) is the mean of the values at the seconds it has within
+    60 s either side (a RANGE frame over seconds), by a naive loop over power_1s: not a missing
+    second counted as 0 W, nor 60 rows either side reaching past a gap."""
+    power, level = gappy
+    start_s = day_start_ns() // 1_000_000_000
+    gpu = {g: {} for g in GAPS}
+    for r in power.select(["gpu", "ts", "mean_w"]).to_pylist():
+        gpu[r["gpu"]][int(r["ts"].timestamp()) - start_s] = r["mean_w"]
+    for g, missing in GAPS.items():
+        assert set(gpu[g]) == set(range(900)) - set(missing)  # power_1s has no row for a second without samples
+    series = {("gpu", f"gappy-0/{g}"): v for g, v in gpu.items()}
+    series[("endpoint", "ep-g")] = {t: gpu[0][t] + gpu[1][t] for t in gpu[0].keys() & gpu[1].keys()}
+
+    def naive(v: dict[int, float], t: int) -> float:
+        near = [v[u] for u in range(t - 60, t + 61) if u in v]
+        return v[t] - sum(near) / len(near)
+
+    got = {(kind, e, t - start_s): (v, x) for kind, e, t, v, x in level}
+    want = {(kind, e, t): (v[t], naive(v, t)) for (kind, e), v in series.items() for t in v}
+    assert got.keys() == want.keys()
+    for key, (v, x) in want.items():
+        assert got[key][0] == v and got[key][1] == pytest.approx(x, abs=1e-9), key

@@ -169,3 +169,44 @@ def test_default_shares_split_the_default_bound_and_the_cores(monkeypatch):
 # a memory bound DuckDB refuses and another grid step: tests/test_scale_out.py's parallel build
 # (test_run_day_with_two_workers_takes_the_settings_it_is_given), equal table for table to the
 # single process's.
+
+
+def test_the_report_reads_no_setting_of_its_own():
+    """reports/ gets its output folder and PNG switch as arguments: no environment, no load()."""
+    found = []
+    for path in sorted((REPO / "reports").rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if (re.search(r"os\.environ|getenv\(", line) and "DAGSTER_HOME" not in line) or re.search(r"\bload\(\)|collectors\.settings", line):
+                found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_the_report_asset_writes_where_its_settings_say_not_where_the_environment_says_later(report_day, tmp_path, monkeypatch):
+    """The daily report asset takes its folder and PNG switch from the resource the run started
+    with: the environment changed afterwards (another folder, PNGs on) is not read again."""
+    from dagster import DagsterInstance, materialize
+
+    from collectors.settings import REPORT_PNG_ENV, REPORTS_DIR_ENV
+    from pipeline.daily_report import daily_report
+    from pipeline.resources import WarehouseResource
+    from tests.days import copy_of
+
+    data = copy_of(report_day, tmp_path / "data")
+    resource = WarehouseResource.from_settings(Settings(reports_dir=str(tmp_path / "resolved"), report_png=False), data)
+    monkeypatch.setenv(REPORTS_DIR_ENV, str(tmp_path / "later"))
+    monkeypatch.setenv(REPORT_PNG_ENV, "on")
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([daily_report], partition_key=report_day.date, resources={"warehouse": resource}, instance=instance)
+    assert result.success
+    assert (tmp_path / "resolved" / f"{report_day.date}.html").is_file()
+    assert not (tmp_path / "resolved" / report_day.date).exists()  # no PNG folder
+    assert not (tmp_path / "later").exists()
+
+
+def test_a_relative_reports_dir_is_resolved_where_the_settings_are(tmp_path, monkeypatch):
+    from pipeline.constants import REPORTS_DIR
+    from pipeline.resources import reports_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert reports_dir(Settings(reports_dir="out")) == tmp_path.resolve() / "out"
+    assert reports_dir(Settings()) == REPORTS_DIR

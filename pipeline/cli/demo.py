@@ -13,6 +13,7 @@ import click
 from collectors.days import run_day_problem
 from collectors.inventory import InventoryError
 from collectors.printable import printable
+from collectors.settings import load
 from pipeline.cli.common import UserError, data_dir_option, parse_date
 from pipeline.constants import warehouse_path
 from pipeline.remote import local_dir
@@ -134,9 +135,13 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, shape:
     from pipeline.definitions import defs
     from pipeline.jobs import keys_partitioned_by
     from pipeline.partitions import daily_partitions, day_cluster_partitions
+    from pipeline.resources import reports_dir
     from pipeline.runner import day_clusters, run_day
-    from reports.daily import default_out_dir
 
+    try:  # the run's settings, resolved once: the run and the report's path below use the same
+        settings = load()
+    except ValueError as exc:
+        raise UserError(printable(str(exc))) from None
     day = parse_date(date) if date else (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
     if run_day_problem(day):
         raise UserError(run_day_problem(day))
@@ -160,13 +165,13 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, shape:
     click.echo(f"2/3 building every table: {len(clusters) or 'each'} cluster-day(s) of {cluster_tables} tables, "
                f"then the fleet-day's {fleet_tables} and the report")
     with Progress(local, day, clusters, cluster_tables, fleet_tables, lambda line: click.echo(line)):
-        outcome = run_day(data_dir, day)  # cluster-days in parallel worker processes, then the fleet-day
+        outcome = run_day(data_dir, day, settings=settings)  # cluster-days in parallel worker processes, then the fleet-day
     for check in outcome.failed_checks:
         click.echo(f"check {check.severity}: {check.asset}.{check.check}: {printable(check.description)}", err=True)
     if not outcome.success:
         raise UserError(f"pipeline run failed: {outcome.error}")
     click.echo(f"3/3 materialized {len(outcome.materialized)} assets in {time.monotonic() - t1:.0f} s; the report is one of them")
-    report = default_out_dir() / f"{day}.html"
+    report = reports_dir(settings) / f"{day}.html"
     wattline = wattline_command()
     where = f" --data-dir {printable(_relative(data_dir))}"
     click.echo("")

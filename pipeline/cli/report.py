@@ -36,7 +36,8 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
     whose table has not been built yet say "not available yet"; a section that fails for any
     other reason is named on stderr (one line each) and the command exits 1.
     """
-    from reports.daily import build_report, default_out_dir
+    from pipeline.resources import reports_dir
+    from reports.daily import build_report
 
     data_dir = reader_dir(data_dir, date)  # S3: a local mirror of derived/ and the quarantine
     if not data_dir.is_dir():
@@ -53,7 +54,7 @@ def command(date: str, out: Path | None, no_png: bool, data_dir: Path) -> None:
         connect_readonly(data_dir).close()
     except ReadOnlyError as exc:
         raise UserError(str(exc)) from None
-    report = build_report(data_dir, date, out or default_out_dir(), png=not no_png)
+    report = build_report(data_dir, date, out or reports_dir(settings), png=not no_png)
     failed = [s for s in report.sections if s.error]
     for s in failed:
         click.echo(f"section {s.key} failed: {printable(' '.join(s.error.split()))}", err=True)

@@ -10,6 +10,7 @@ samples in their narrow types, plus one GPU's rows of each table.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import mmap
 import tempfile
 import uuid
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from pipeline import process_memory
 from pipeline.constants import PART_PAGE_ROWS as PAGE_ROWS
-from pipeline.constants import PART_ROW_GROUP_ROWS as ROW_GROUP_ROWS
+from pipeline.row_groups import RowGroups, write_group
 from pipeline.series.cache import CurveCache
 from pipeline.series.samples import AVERAGE_RANK, GpuSamples, SampleSource
 from pipeline.series.table import SeriesTable
@@ -266,24 +267,17 @@ def _write_gpus(
     """write_parts' pass over the samples, GPU by GPU: every table's rows into its writer, each
     GPU's curve into ``cache``; returns rows per table."""
     rows = {t.name: 0 for t in tables}
-    pending: dict[str, list[pa.RecordBatch]] = {t.name: [] for t in tables}
-
-    def flush(name: str) -> None:  # row groups of ROW_GROUP_ROWS across GPUs, not one a GPU
-        if pending[name]:
-            writers[name].write_table(pa.Table.from_batches(pending[name]), row_group_size=ROW_GROUP_ROWS)
-            pending[name] = []
-
+    # full row groups across GPUs, not one a GPU
+    groups = {t.name: RowGroups(t.stored_schema, functools.partial(write_group, writers[t.name])) for t in tables}
     for samples in day_samples(con, spill_dir):
         for t in tables:
             batch = t.rows(samples)
             if batch.num_rows:
-                pending[t.name].append(_with_date(batch, t, days))
+                groups[t.name].add(_with_date(batch, t, days))
                 rows[t.name] += batch.num_rows
-                if sum(b.num_rows for b in pending[t.name]) >= ROW_GROUP_ROWS:
-                    flush(t.name)
         if cache is not None:
             cache.put(samples)
         del samples  # its rows, curve and best rows gone before the next GPU's are read
-    for t in tables:
-        flush(t.name)
+    for g in groups.values():
+        g.finish()
     return rows

@@ -310,6 +310,41 @@ def test_a_day_with_no_data_through_the_job_gives_a_check_failure_not_a_crash(tm
     assert read_day(data_dir, "power_1s", empty_day).num_rows == 0
 
 
+def test_damaged_data_pages_met_by_a_python_tables_stream_are_quarantined_and_the_rows_computed_afresh(tmp_path):
+    """Fault: a file with a sound footer but damaged data pages first read by a Python table's
+    row stream, after the stream has handed out rows (fleet_power_grid at a 50 ms step reads the
+    raw samples host by host: infer-0's rows, then train-0's damaged file). Must survive: the
+    part, equal to that of the same day without the file: the writer quarantines it and writes
+    a stream computed anew (the first one is spent), not the rest of the first."""
+    import pyarrow.compute as pc
+
+    from collectors.settings import Settings
+
+    settings = Settings(grid_step_ms=50)
+    data_dir = tmp_path / "data"
+    write_square_fleet(data_dir, seconds=10)
+    # what the grid reads beside the raw samples (its GPUs: energy_curve's), built while every file is sound
+    assert run_day(data_dir, DATE, selection=["power_1s", "fleet_power_1s", "energy_curve", "power_100ms", "fleet_power_100ms"], settings=settings).success
+    reference = tmp_path / "reference"
+    shutil.copytree(data_dir, reference)
+    _file(reference, "train-0", 0).unlink()
+    damaged = _file(data_dir, "train-0", 0)
+    inject.damage_data_pages(damaged)
+
+    outcome = run_day(data_dir, DATE, selection=["fleet_power_grid"], settings=settings)
+    assert "fleet_power_grid" in outcome.materialized, outcome.error
+    assert not damaged.exists(), "moved to the quarantine"
+    [entry] = file_quarantine.entries(data_dir)
+    assert entry["kind"] == "unreadable" and entry["path"] == str(damaged)
+    assert run_day(reference, DATE, selection=["fleet_power_grid"], settings=settings).success
+    got, want = (read_day(d, "fleet_power_grid", DATE).sort_by([("level", "ascending"), ("entity", "ascending"), ("ts", "ascending")])
+                 for d in (data_dir, reference))
+    assert got.num_rows == want.num_rows > 0
+    assert got.equals(want)
+    hosts = {(r["entity"], r["gpus_reporting"]) for r in got.filter(pc.equal(got["level"], "host")).to_pylist()}
+    assert ("infer-0", 2) in hosts and ("train-0", 1) in hosts and ("train-0", 2) not in hosts
+
+
 def test_damaged_data_pages_are_found_when_read_and_the_day_computed(tmp_path):
     """Fault: a file with a sound footer but damaged data pages (passes the footer check, fails
     the query). Must survive: the rest of the day (the failing query finds the file by decoding
