@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from collectors.days import run_day_problem
+from collectors.days import run_day_problem, today_utc
 from collectors.inventory import InventoryError
 from collectors.printable import printable
 from pipeline.cli.common import UserError, data_dir_option, parse_date
@@ -137,9 +137,11 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, shape:
     from pipeline.runner import day_clusters, run_day
     from reports.daily import default_out_dir
 
-    day = parse_date(date) if date else (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
-    if run_day_problem(day):
-        raise UserError(run_day_problem(day))
+    today = today_utc()  # read once: the default day and its check agree across midnight
+    day = parse_date(date) if date else (today - dt.timedelta(days=1)).isoformat()
+    problem = run_day_problem(day, today)
+    if problem:
+        raise UserError(problem)
     try:
         gpus = sum(len(h.gpus) for _, _, h in resolve_fleet(fleet).iter_hosts())
     except InventoryError as exc:  # an unknown fleet name or a broken inventory file: one line
