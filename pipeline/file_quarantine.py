@@ -39,7 +39,6 @@ file is not read again and ``quarantined_files`` is the same on every machine.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import os
 import shutil
@@ -51,6 +50,7 @@ import pyarrow.parquet as pq
 
 from collectors.atomic import fsync_dir, write_parquet_atomic, write_parquet_stream_atomic
 from collectors.contract import DATASETS, QUARANTINE_DIR, Conversion, SchemaError, inspect_file, iter_converted, plan_conversion
+from collectors.days import now_utc
 from collectors.settings import load
 from pipeline.datadir import quarantine_lock, raw_files
 from pipeline.remote import root_for
@@ -165,7 +165,7 @@ def _convert(data_dir: Path, dataset: str, date: str, files: dict[Path, Conversi
     a crash leaves the original in place (converted again next run, a second copy kept). A
     logged row whose original copy was never made is not listed (``entries`` lists present copies)."""
     root = root_for(data_dir)
-    now = dt.datetime.now(dt.UTC)
+    now = now_utc()
     keep = {path: _destination(data_dir, path, root) for path in sorted(files)}
     name = (lambda p: root.location(_key(data_dir, p))) if root else str  # noqa: E731
     rows = [
@@ -238,7 +238,7 @@ def _quarantine(data_dir: Path, dataset: str, date: str, bad: dict[Path, tuple[s
     """Log first, then move: a crash in between leaves the file in place (validated again next
     run), never a moved file that no log row names."""
     root = root_for(data_dir)  # an S3 data dir whose work dir this is: move the objects too
-    now = dt.datetime.now(dt.UTC)
+    now = now_utc()
     moves = {path: _destination(data_dir, path, root) for path in bad}
     name = (lambda p: root.location(_key(data_dir, p))) if root else str  # noqa: E731
     rows = [

@@ -30,21 +30,22 @@ FROM_DATA = "data"
 """``WATTLINE_FIRST_DAY=data``: the partitions start at the data dir's first day with raw files."""
 
 
-def first_data_day(data_dir: Path) -> str | None:
-    """The earliest ``date=`` folder of a raw dataset that holds a file (None: no raw data)."""
+def first_data_day(data_dir: Path, today: dt.date) -> str | None:
+    """The earliest ``date=`` folder of a raw dataset that holds a file, on a day that has a
+    partition on ``today`` (None: no raw data)."""
     days = []
     for name in DATASETS:
         for folder in sorted((data_dir / name).glob("date=*")):
             day = folder.name.split("=", 1)[1]
-            if run_day_problem(day) is None and any(p.is_file() and not p.name.startswith(TMP_PREFIX) for p in folder.rglob("*")):
+            if run_day_problem(day, today) is None and any(p.is_file() and not p.name.startswith(TMP_PREFIX) for p in folder.rglob("*")):
                 days.append(day)
                 break
     return min(days) if days else None
 
 
-def partitions_start() -> str:
+def partitions_start(today: dt.date) -> str:
     """First day of the daily partitions, from ``WATTLINE_FIRST_DAY``: a day, ``data`` (the data
-    dir's first day with raw files, today if it has none; an S3 data dir: the whole range), or
+    dir's first day with raw files, ``today`` if it has none; an S3 data dir: the whole range), or
     unset: the whole range ``wattline run`` accepts (collectors/days.py)."""
     settings = load()
     value = settings.first_day
@@ -53,9 +54,9 @@ def partitions_start() -> str:
     if value == FROM_DATA:
         if "://" in settings.data_dir:
             return START_DATE
-        return first_data_day(Path(settings.data_dir)) or today_utc().isoformat()
+        return first_data_day(Path(settings.data_dir), today) or today.isoformat()
     try:
-        problem = run_day_problem(value)
+        problem = run_day_problem(value, today)
     except ValueError:
         problem = f"{value!r} is not a day (YYYY-MM-DD) or {FROM_DATA!r}"
     if problem:
@@ -63,19 +64,21 @@ def partitions_start() -> str:
     return dt.date.fromisoformat(value).isoformat()
 
 
-def partitions_end_offset(start: str) -> int:
+def partitions_end_offset(start: str, today: dt.date) -> int:
     """1 (the last partition is today, the day being collected) when the partitions span every
     day ``wattline run`` accepts; 0 (the last is yesterday, the last completed day) when they start
     from ``WATTLINE_FIRST_DAY`` as in ``wattline ui``, so "Latest", "All" and the partitions page
     (what the lineage page's "Materialize all" offers) are the data's completed days, not a day
     still being collected. A start of today keeps today, so there is a partition."""
-    if not load().first_day or start >= today_utc().isoformat():
+    if not load().first_day or start >= today.isoformat():
         return 1
     return 0
 
 
-_START = partitions_start()
-daily_partitions = DailyPartitionsDefinition(start_date=_START, end_offset=partitions_end_offset(_START))
+_TODAY = today_utc()
+"""Read once when the code location loads, so the first day and the end offset agree about the day."""
+_START = partitions_start(_TODAY)
+daily_partitions = DailyPartitionsDefinition(start_date=_START, end_offset=partitions_end_offset(_START, _TODAY))
 cluster_partitions = DynamicPartitionsDefinition(name=CLUSTER_DIM)
 day_cluster_partitions = MultiPartitionsDefinition({DATE_DIM: daily_partitions, CLUSTER_DIM: cluster_partitions})
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance, DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
+from collectors.days import today_utc
 from pipeline.built_days import RAW_FILES_TAG, built_from, day_signatures
 from pipeline.datadir import clusters, day_clusters
 from pipeline.jobs import CLUSTER_JOB
@@ -24,12 +25,12 @@ from pipeline.resources import WarehouseResource
 from pipeline.schedules import AUTOMATION_ON
 
 
-def cluster_days_to_build(instance: DagsterInstance, data_dir, seen: dict[str, str]) -> tuple[dict[str, str], list[str], list[tuple[str, str]]]:
-    """What the sensor would do now: (every day's signature, the completed days whose files are
-    new or changed since ``seen``, their cluster-days not yet built from exactly these files)."""
-    today = dt.datetime.now(dt.UTC).date().isoformat()
+def cluster_days_to_build(instance: DagsterInstance, data_dir, seen: dict[str, str], today: dt.date) -> tuple[dict[str, str], list[str], list[tuple[str, str]]]:
+    """What the sensor would do on ``today`` (UTC; every earlier day is completed): (every day's
+    signature, the completed days whose files are new or changed since ``seen``, their
+    cluster-days not yet built from exactly these files)."""
     current = day_signatures(data_dir)
-    changed = sorted(day for day, sig in current.items() if day < today and seen.get(day) != sig)
+    changed = sorted(day for day, sig in current.items() if day < today.isoformat() and seen.get(day) != sig)
     todo = [(day, c) for day in changed for c in day_clusters(Path(data_dir), day) if not built_from(instance, day, c, current[day])]
     return current, changed, todo
 
@@ -37,7 +38,7 @@ def cluster_days_to_build(instance: DagsterInstance, data_dir, seen: dict[str, s
 @sensor(job_name=CLUSTER_JOB, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING if AUTOMATION_ON else DefaultSensorStatus.STOPPED)
 def new_parquet_sensor(context: SensorEvaluationContext, warehouse: WarehouseResource):
     seen = json.loads(context.cursor) if context.cursor else {}
-    current, changed, todo = cluster_days_to_build(context.instance, warehouse.path, seen)
+    current, changed, todo = cluster_days_to_build(context.instance, warehouse.path, seen, today_utc())
     first = daily_partitions.start.date().isoformat()
     early = sorted({day for day, _ in todo if day < first})
     # a day before the partitions' first day cannot be launched until the code location reloads

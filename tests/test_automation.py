@@ -25,6 +25,7 @@ from pipeline.partitions import partitions_end_offset, partitions_start
 from pipeline.resources import WarehouseResource
 from pipeline.runner import dagster_home, run_day
 from tests.builders import DAY, day_start_ns, power_table, square_wave, write_square_fleet
+from tests.clock import before_midnight, midnight_after, pin, schedule_hour_after
 
 
 def _evaluate(data_dir, cursor=None, instance=None):
@@ -61,12 +62,15 @@ def test_sensor_runs_a_day_when_its_parquet_lands_and_again_when_late_data_arriv
     assert DAY.isoformat() in json.loads(cursor2)
 
 
-def test_sensor_skips_today(data_dir):
-    today = dt.datetime.now(dt.UTC)
-    start = int(today.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()) * 10**9
-    t, p = square_wave(5, 1, 100, 200, start_ns=start)
+@pytest.mark.parametrize("instant, built", [(before_midnight(DAY), False), (midnight_after(DAY), True), (schedule_hour_after(DAY), True)],
+                         ids=["23:59:59.9", "00:00:00", "01:15"])
+def test_sensor_skips_today_and_builds_the_day_once_it_is_over(data_dir, monkeypatch, instant, built):
+    """A day's files at 23:59:59.9 UTC of that day: today, still being collected, skipped; from
+    00:00:00 the next day on (the schedule's 01:15 included) a completed day, built."""
+    t, p = square_wave(5, 1, 100, 200, start_ns=day_start_ns(DAY) + 86_390 * 10**9)  # its last seconds
     write_dataset(power_table("h", 0, t, p), data_dir, "power")
-    assert _evaluate(data_dir)[0] == []
+    pin(monkeypatch, instant)
+    assert _days(_evaluate(data_dir)[0]) == ([(DAY.isoformat(), "_unassigned")] if built else [])
 
 
 def test_sensor_registers_the_inventorys_clusters(data_dir):
@@ -192,37 +196,44 @@ def test_partitions_start_where_the_data_starts(data_dir, monkeypatch, setting, 
         monkeypatch.delenv("WATTLINE_FIRST_DAY", raising=False)
     else:
         monkeypatch.setenv("WATTLINE_FIRST_DAY", setting)
-    assert partitions_start() == want
+    assert partitions_start(DAY + dt.timedelta(days=3)) == want
 
 
-def test_the_uis_partitions_end_at_the_last_completed_day(data_dir, monkeypatch):
+@pytest.mark.parametrize("instant", [before_midnight(DAY + dt.timedelta(days=3)), midnight_after(DAY + dt.timedelta(days=3))],
+                         ids=["23:59:59.9", "00:00:00"])
+def test_the_uis_partitions_end_at_the_last_completed_day(data_dir, monkeypatch, instant):
     """In ``wattline ui`` (partitions from WATTLINE_FIRST_DAY) the last partition, the dialog's
     "Latest", is yesterday: a completed day, not today's, still being collected. ``wattline run``
-    keeps every day up to today."""
-    today = dt.datetime.now(dt.UTC).date()
+    keeps every day up to today. The day is read once, when the code location loads, and Dagster
+    counts the partitions at the instant it is asked: here both are the same instant."""
+    today = instant.date()
     yesterday = (today - dt.timedelta(days=1)).isoformat()
     monkeypatch.setenv("WATTLINE_DATA_DIR", str(data_dir))
     monkeypatch.delenv("WATTLINE_FIRST_DAY", raising=False)
-    assert partitions_end_offset("2020-01-01") == 1
+    assert partitions_end_offset("2020-01-01", today) == 1
     monkeypatch.setenv("WATTLINE_FIRST_DAY", "data")
-    offset = partitions_end_offset(DAY.isoformat())
-    keys = DailyPartitionsDefinition(start_date=DAY.isoformat(), end_offset=offset).get_partition_keys()
+    offset = partitions_end_offset(DAY.isoformat(), today)
+    keys = DailyPartitionsDefinition(start_date=DAY.isoformat(), end_offset=offset).get_partition_keys(current_time=instant)
     assert keys[0] == DAY.isoformat() and keys[-1] == yesterday
-    assert partitions_end_offset(today.isoformat()) == 1  # data only from today: today's partition, so there is one
+    assert partitions_end_offset(today.isoformat(), today) == 1  # data only from today: today's partition, so there is one
     monkeypatch.setenv("WATTLINE_FIRST_DAY", "2026-11-01")
-    assert partitions_end_offset("2026-11-01") == 0
+    assert partitions_end_offset("2026-11-01", today) == 0
 
 
 def test_partitions_of_an_empty_data_dir_start_today_and_a_bad_setting_is_named(data_dir, monkeypatch):
     monkeypatch.setenv("WATTLINE_DATA_DIR", str(data_dir))
     monkeypatch.setenv("WATTLINE_FIRST_DAY", "data")
-    assert partitions_start() == dt.datetime.now(dt.UTC).date().isoformat()
+    today = DAY + dt.timedelta(days=3)
+    assert partitions_start(today) == today.isoformat()
     monkeypatch.setenv("WATTLINE_FIRST_DAY", "1999-01-01")
     with pytest.raises(ValueError, match="WATTLINE_FIRST_DAY: day 1999-01-01 is outside"):
-        partitions_start()
+        partitions_start(today)
+    monkeypatch.setenv("WATTLINE_FIRST_DAY", (today + dt.timedelta(days=1)).isoformat())  # tomorrow: no partition yet
+    with pytest.raises(ValueError, match=f"outside the days the pipeline can run \\(2020-01-01..{today.isoformat()} "):
+        partitions_start(today)
     monkeypatch.setenv("WATTLINE_FIRST_DAY", "yesterday")
     with pytest.raises(ValueError, match="not a day"):
-        partitions_start()
+        partitions_start(today)
 
 
 def test_jobs_run_in_process_and_the_instance_is_quiet(tmp_path):

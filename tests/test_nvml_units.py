@@ -138,12 +138,13 @@ def _write_hour_files(tmp_path, hour_index, n_files, rows_per_file=5):
 
 
 def test_compaction_merges_closed_hours_only(tmp_path):
-    closed = int(time.time() // 3600) - 3
-    current = int(time.time() // 3600)
+    now = time.time()  # one reading, passed to the compaction: the current hour stays open however long this takes
+    closed = int(now // 3600) - 3
+    current = int(now // 3600)
     _write_hour_files(tmp_path, closed, 4)
     _write_hour_files(tmp_path, current, 3)
     before = sorted(r["ts"] for p in (tmp_path / "power").rglob("*.parquet") for r in pq.read_table(p).to_pylist())
-    res = compact_power(tmp_path, "h")
+    res = compact_power(tmp_path, "h", now_unix_s=now)
     assert res.hours == 1 and res.files_in == 4 and res.rows == 20
     files = sorted((tmp_path / "power").rglob("*.parquet"))
     assert len(files) == 1 + 3
@@ -151,7 +152,7 @@ def test_compaction_merges_closed_hours_only(tmp_path):
         check_file_schema(p, POWER)
     after = sorted(r["ts"] for p in files for r in pq.read_table(p).to_pylist())
     assert after == before  # nothing lost, nothing duplicated
-    assert compact_power(tmp_path, "h").hours == 0  # idempotent
+    assert compact_power(tmp_path, "h", now_unix_s=now).hours == 0  # idempotent
     merged = next(p for p in files if "-compacted-" in p.name)
     column = {pq.ParquetFile(merged).metadata.row_group(0).column(i).path_in_schema: i for i in range(len(POWER))}
     encodings = lambda name: pq.ParquetFile(merged).metadata.row_group(0).column(column[name]).encodings  # noqa: E731

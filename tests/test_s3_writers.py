@@ -157,7 +157,8 @@ def test_collector_compaction_and_resume_on_s3(s3):
 
     url = s3.url("hosts")
     root = DataRoot.open(url)
-    closed, current = int(time.time() // 3600) - 3, int(time.time() // 3600)
+    now = time.time()  # one reading, passed to the compaction: the current hour stays open however long this takes
+    closed, current = int(now // 3600) - 3, int(now // 3600)
     f = Flusher(url, "h", Counters())
     for k in range(3):
         f.add(_table([closed * HOUR_NS + (k * 5 + i) * 10**8 for i in range(5)]))
@@ -169,12 +170,12 @@ def test_collector_compaction_and_resume_on_s3(s3):
     sources = root.list("power/date=*/host=h/*.parquet")
     before = sorted(root.read_parquet(sources).column("ts").cast("int64").to_pylist())
 
-    res = compact_power(url, "h")
+    res = compact_power(url, "h", now_unix_s=now)
     assert (res.hours, res.files_in, res.rows) == (1, 3, 15) and str(res.paths[0]).startswith(url)
     after_keys = root.list("power/date=*/host=h/*.parquet")
     assert len(after_keys) == 1 + 2 and sum("-compacted-" in k for k in after_keys) == 1
     assert sorted(root.read_parquet(after_keys).column("ts").cast("int64").to_pylist()) == before
-    assert compact_power(url, "h").hours == 0
+    assert compact_power(url, "h", now_unix_s=now).hours == 0
 
     # a merge interrupted between the upload and the deletes: a source is still there, rolled forward
     merged = next(k for k in after_keys if "-compacted-" in k)

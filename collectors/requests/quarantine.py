@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.contract import QUARANTINE_DIR, TS
+from collectors.days import EPOCH, now_utc
 from collectors.storage import DataRoot
 
 QUARANTINE = pa.schema(
@@ -57,10 +57,6 @@ def quarantine_root(data_dir: Path) -> Path:
     return Path(data_dir) / PREFIX
 
 
-def today_utc() -> str:
-    return dt.datetime.now(dt.UTC).date().isoformat()
-
-
 def _stored_keys(root: DataRoot, folder: str) -> set[tuple]:
     files = root.list(f"{folder}/*.parquet")
     if not files:
@@ -84,10 +80,12 @@ def write_quarantine(rejects: list[Reject], data_dir: Path | str | DataRoot, fmt
     if not rejects:
         return 0
     root = DataRoot.open(data_dir)
-    now_ns = time.time_ns() // 1000 * 1000  # µs: readable as datetime anywhere
+    now = now_utc()  # one reading: a line without a day of its own is filed under the day its ingested_ts is in
+    now_ns = (now - EPOCH) // dt.timedelta(microseconds=1) * 1000  # µs: readable as datetime anywhere
+    today = now.date().isoformat()
     by_day: dict[str, list[Reject]] = {}
     for r in rejects:
-        by_day.setdefault(r.day or today_utc(), []).append(r)
+        by_day.setdefault(r.day or today, []).append(r)
     written = 0
     for day, items in sorted(by_day.items()):
         folder = f"{PREFIX}/date={day}"

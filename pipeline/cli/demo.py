@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from collectors.days import run_day_problem
+from collectors.days import run_day_problem, today_utc
 from collectors.inventory import InventoryError
 from collectors.printable import printable
 from collectors.settings import load
@@ -142,9 +142,11 @@ def command(date: str | None, seed: int, fleet: str, hours: float | None, shape:
         settings = load()
     except ValueError as exc:
         raise UserError(printable(str(exc))) from None
-    day = parse_date(date) if date else (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
-    if run_day_problem(day):
-        raise UserError(run_day_problem(day))
+    today = today_utc()  # read once: the default day and its check agree across midnight
+    day = parse_date(date) if date else (today - dt.timedelta(days=1)).isoformat()
+    problem = run_day_problem(day, today)
+    if problem:
+        raise UserError(problem)
     try:
         gpus = sum(len(h.gpus) for _, _, h in resolve_fleet(fleet).iter_hosts())
     except InventoryError as exc:  # an unknown fleet name or a broken inventory file: one line

@@ -6,14 +6,10 @@ import datetime as dt
 
 import click
 
-from collectors.days import write_day_problem
+from collectors.days import today_utc, write_day_problem
 from collectors.printable import printable
 from collectors.requests.replay import load_replay_arrivals, replay_arrivals_option
 from pipeline.cli.common import UserError, data_dir_option, parse_date, refresh_stale_catalog
-
-
-def _yesterday_utc() -> str:
-    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
 
 
 @click.command("simulate")
@@ -32,10 +28,11 @@ def command(days: int, seed: int, start: str | None, fleet: str, hours: float | 
     from collectors.simulate import simulate
     from collectors.simulate.fleets import resolve_fleet
 
-    first = dt.date.fromisoformat(parse_date(start or _yesterday_utc()))
+    today = today_utc()  # read once: the default start and the range check agree across midnight
+    first = dt.date.fromisoformat(parse_date(start)) if start else today - dt.timedelta(days=1)
     if hours is not None and not 0 < hours <= 24:
         raise UserError(f"--hours must be in (0, 24], got {hours}")
-    problem = write_day_problem(first) or write_day_problem(first + dt.timedelta(days=days - 1))
+    problem = write_day_problem(first, today) or write_day_problem(first + dt.timedelta(days=days - 1), today)
     if problem:
         raise UserError(f"--start {first} --days {days}: {problem}")
     try:

@@ -63,6 +63,7 @@ def automation_line(data_dir, env: dict[str, str]) -> str:
                 "nothing runs until you launch a run or start them (Automation tab)")
     from dagster import DagsterInstance
 
+    from collectors.days import today_utc
     from pipeline.remote import is_s3
     from pipeline.sensors import cluster_days_to_build
 
@@ -75,7 +76,7 @@ def automation_line(data_dir, env: dict[str, str]) -> str:
     os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
     try:
         with DagsterInstance.get() as instance:
-            _, changed, todo = cluster_days_to_build(instance, data_dir, {})
+            _, changed, todo = cluster_days_to_build(instance, data_dir, {}, today_utc())
     finally:
         if previous is None:
             os.environ.pop("DAGSTER_HOME", None)

@@ -13,9 +13,11 @@ serial session's process) is gone, or after ``LIFETIME_S``, whichever comes firs
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -30,12 +32,18 @@ LIFETIME_S = 3 * 3600
 """The longest the UI lives: a bound on the watch loop should neither a stop nor the run's end come."""
 ATTACH_TIMEOUT_S = 600
 """How long the test module waits for the demo and the UI (both start on a busy 2-core machine)."""
+DAYS_AGO_ENV = "WATTLINE_TEST_DEMO_DAYS_AGO"
+"""The demo's day in days before today, UTC (unset: the day `wattline demo` picks, yesterday); 2
+runs the tests as if a midnight had passed since the demo was built, as in a session that crosses
+midnight UTC between building the demo (at collection) and the tests."""
 
 
 @dataclass(frozen=True)
 class FirstStartUi:
     url: str
     data_dir: Path
+    day: str
+    """The demo's day, chosen once when it was built (the tests never read it from the clock again)."""
     built: list[str]
     """The demo's Dagster runs, listed before the UI started."""
     ready_at: float
@@ -104,7 +112,7 @@ def attach(tmp_path_factory) -> tuple[Path, FirstStartUi]:
         time.sleep(1)
     got = json.loads(handle.read_text())
     assert "error" not in got, got.get("error")
-    return root, FirstStartUi(got["url"], Path(got["data_dir"]), got["built"], got["ready_at"], Path(got["log"]))
+    return root, FirstStartUi(got["url"], Path(got["data_dir"]), got["day"], got["built"], got["ready_at"], Path(got["log"]))
 
 
 def stop(root: Path, timeout_s: float = 120) -> None:
@@ -133,6 +141,7 @@ def _write(path: Path, value: dict) -> None:
 
 
 def main(root: Path, watch: int) -> None:
+    from collectors.days import today_utc
     from tests.browser.conftest import ARTIFACTS
     from tests.browser.test_ui import UiServer
 
@@ -142,14 +151,19 @@ def main(root: Path, watch: int) -> None:
         # the demo's report and any the UI writes go to a temp folder, never into the repo's reports/out
         os.environ.update(WATTLINE_REPORT_PNG="off", WATTLINE_REPORTS_DIR=str(root / "reports"))
         wattline = Path(sys.executable).parent / "wattline"
-        subprocess.run([str(wattline), "demo", "--fleet", "tiny", "--hours", "0.1", "--data-dir", str(data_dir)],
-                       check=True, stdout=subprocess.DEVNULL)
+        days_ago = os.environ.get(DAYS_AGO_ENV)
+        date = ["--date", (today_utc() - dt.timedelta(days=int(days_ago))).isoformat()] if days_ago else []
+        out = subprocess.run([str(wattline), "demo", "--fleet", "tiny", "--hours", "0.1", *date, "--data-dir", str(data_dir)],
+                             check=True, stdout=subprocess.PIPE, text=True).stdout
+        said = re.match(r"wattline demo: (\d{4}-\d\d-\d\d),", out)  # the day it chose, on its first line
+        assert said, out
+        day = said[1]
         built = runs(data_dir)
         ARTIFACTS.mkdir(exist_ok=True)
         log = ARTIFACTS / "wattline-ui-first-start.log"
         server = UiServer(data_dir, log, automation=True)
         server.wait_ready()
-        _write(root / "handle.json", {"url": server.url, "data_dir": str(data_dir), "built": built,
+        _write(root / "handle.json", {"url": server.url, "data_dir": str(data_dir), "day": day, "built": built,
                                       "ready_at": time.monotonic(), "log": str(log)})
     except BaseException:
         _write(root / "handle.json", {"error": traceback.format_exc()})

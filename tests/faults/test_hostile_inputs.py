@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.days import FIRST_DAY, last_writable_day
+from collectors.days import FIRST_DAY
 from collectors.requests.ingestor import Ingestor
 from collectors.requests.quarantine import read_quarantine
 from collectors.requests.tail import Follower
@@ -33,10 +33,13 @@ from collectors.simulate import writer
 from pipeline import warehouse
 from tests.builders import write_square_fleet
 from tests.cli_util import invoke, one_line_error
+from tests.clock import before_midnight, midnight_after, pin
 
 WATTLINE = Path(sys.executable).with_name("wattline")
 SMI = Path(__file__).resolve().parent.parent / "data" / "nvidia-smi" / "a100-smoke-run-1784415083.csv"
 RANGE = f"outside the days the pipeline can run ({FIRST_DAY}.."
+TODAY = dt.date(2026, 11, 30)
+"""The day the clock is pinned to where a test is about today's range."""
 
 
 def _request(i: int, day: str = "2026-12-01", **extra) -> dict:
@@ -160,15 +163,24 @@ def test_run_select_of_an_unknown_asset(tmp_path):
     assert not (tmp_path / "derived").exists()
 
 
-@pytest.mark.parametrize("start, days", [("2031-01-01", 1), ("1960-01-01", 1), (None, 3)])
-def test_simulate_outside_the_partitions(tmp_path, start, days):
+@pytest.mark.parametrize("start, days", [("2031-01-01", 1), ("1960-01-01", 1), (TODAY.isoformat(), 3)])
+def test_simulate_outside_the_partitions(tmp_path, monkeypatch, start, days):
     """Today: simulate writes a 2031 (or 1960) day that no run can reach. Must: one line, nothing written.
-    (None, 3): from today, so the last day is past today + the one day of slack."""
-    start = start or dt.datetime.now(dt.UTC).date().isoformat()
+    (today, 3) at 23:59:59.9 UTC: the last day is past today + the one day of slack."""
+    pin(monkeypatch, before_midnight(TODAY))
     data_dir = tmp_path / "d"
     result = invoke("simulate", "--fleet", "tiny", "--hours", "0.01", "--start", start, "--days", str(days), "--data-dir", str(data_dir))
-    one_line_error(result, RANGE)
+    one_line_error(result, RANGE, f"{FIRST_DAY}..{(TODAY + dt.timedelta(days=1)).isoformat()} (UTC)")
     assert not data_dir.exists() or not any(data_dir.rglob("*.parquet"))
+
+
+def test_simulate_of_the_slack_day_is_written_once_midnight_has_passed(tmp_path, monkeypatch):
+    """The same three days from 00:00:00 UTC the next day: yesterday, today and the day of slack, written."""
+    pin(monkeypatch, midnight_after(TODAY))
+    data_dir = tmp_path / "d"
+    result = invoke("simulate", "--fleet", "tiny", "--hours", "0.01", "--start", TODAY.isoformat(), "--days", "3", "--data-dir", str(data_dir))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (data_dir / "power").iterdir()) == [f"date={TODAY + dt.timedelta(days=k)}" for k in range(3)]
 
 
 def test_simulate_failing_midway_keeps_the_old_inventory(tmp_path, monkeypatch):
@@ -201,11 +213,15 @@ def test_simulate_failing_midway_keeps_the_old_inventory(tmp_path, monkeypatch):
     assert again.exit_code == 0 and (data_dir / "inventory.yaml").read_text() == other_fleet.read_text()
 
 
-def test_request_rows_outside_the_partitions_are_quarantined_per_line(tmp_path):
+@pytest.mark.parametrize("instant", [before_midnight(dt.date(2026, 12, 1)), midnight_after(dt.date(2026, 12, 1))],
+                         ids=["23:59:59.9", "00:00:00"])
+def test_request_rows_outside_the_partitions_are_quarantined_per_line(tmp_path, monkeypatch, instant):
     """Fault: request lines dated 2200, 2019 and 2255 (epoch ns) among good ones, in JSONL and in a
     vLLM bench file. Today: stored under date=2200-... where no run reaches. Must: each such line
-    quarantined with the range in its reason, under the day of ingestion; the others stored."""
-    too_late = (last_writable_day() + dt.timedelta(days=1)).isoformat()
+    quarantined with the range in its reason, under the day of ingestion (the day its ingested_ts
+    is in, also at midnight); the others stored."""
+    pin(monkeypatch, instant)
+    too_late = (instant.date() + dt.timedelta(days=2)).isoformat()  # past the one day of slack
     log = _jsonl(tmp_path / "mixed.jsonl", [
         _request(1), _request(2, day="2200-01-01"), _request(3), _request(4, day="2019-12-31"),
         dict(_request(5), arrival_ts=9_000_000_000_000_000_000, end_ts=9_000_000_000_000_000_001),
@@ -218,8 +234,8 @@ def test_request_rows_outside_the_partitions_are_quarantined_per_line(tmp_path):
     q = read_quarantine(tmp_path / "d").to_pylist()
     assert sorted(r["line_no"] for r in q) == [2, 4, 5, 6]
     assert all(RANGE in r["reason"] and r["raw"] == log.read_bytes().split(b"\n")[r["line_no"] - 1] for r in q)
-    today = dt.datetime.now(dt.UTC).date().isoformat()
-    assert [p.name for p in (tmp_path / "d" / "quarantine" / "requests").iterdir()] == [f"date={today}"]
+    assert {r["ingested_ts"] for r in q} == {instant}
+    assert [p.name for p in (tmp_path / "d" / "quarantine" / "requests").iterdir()] == [f"date={instant.date().isoformat()}"]
     assert sorted(p.name for p in (tmp_path / "d" / "requests").iterdir()) == ["date=2020-01-01", "date=2026-12-01"]
 
 
