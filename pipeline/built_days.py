@@ -10,7 +10,7 @@ same files, whoever built it, and build it again when a file lands or changes.
 import hashlib
 from pathlib import Path
 
-from dagster import DagsterInstance, RunsFilter
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from collectors.contract import DATASETS
 from pipeline.constants import CLUSTER_DIM, DATE_DIM
@@ -50,7 +50,17 @@ def day_signature(data_dir, day: str) -> str | None:
     return _signature(entries) if entries else None
 
 
+BUILT_OR_BUILDING = [
+    DagsterRunStatus.SUCCESS, DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+]
+"""A run in one of these states has built, or is building, its cluster-day; a failed or canceled one
+has not, so the sensor's first tick and the schedule build the day again."""
+
+
 def built_from(instance: DagsterInstance, day: str, cluster: str, signature: str) -> bool:
-    """Whether a cluster-day run already read exactly these files (a run tagged with the signature)."""
+    """Whether a cluster-day run read, or is reading, exactly these files (a run tagged with the
+    signature that did not fail and was not canceled)."""
     tags = {RAW_FILES_TAG: signature, PARTITION_TAG + DATE_DIM: day, PARTITION_TAG + CLUSTER_DIM: cluster}
-    return bool(instance.get_run_ids(RunsFilter(job_name=CLUSTER_JOB, tags=tags), limit=1))
+    runs = RunsFilter(job_name=CLUSTER_JOB, tags=tags, statuses=BUILT_OR_BUILDING)
+    return bool(instance.get_run_ids(runs, limit=1))

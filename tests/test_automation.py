@@ -10,6 +10,7 @@ import pytest
 from dagster import (
     DagsterInstance,
     DailyPartitionsDefinition,
+    RunsFilter,
     build_schedule_context,
     build_sensor_context,
     in_process_executor,
@@ -143,6 +144,20 @@ def test_schedule_skips_a_day_wattline_run_built_then_builds_it_when_its_files_c
         requests = _schedule(instance, data_dir, when).run_requests
     assert _days(requests) == [(DAY.isoformat(), "c0")]
     assert requests[0].tags[RAW_FILES_TAG] == day_signature(data_dir, DAY.isoformat())
+
+
+def test_a_failed_cluster_day_run_does_not_count_as_the_day_built(built_day, tmp_path):
+    """A run that read the day's files and failed (killed, out of memory) leaves the day to build:
+    the UI's first tick and the schedule request it again."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(built_day, data_dir)
+    when = dt.datetime.combine(DAY + dt.timedelta(days=1), dt.time(1, 15), tzinfo=dt.UTC)
+    with _instance(data_dir) as instance:
+        (run,) = instance.get_runs(RunsFilter(job_name=CLUSTER_JOB))
+        assert run.tags[RAW_FILES_TAG] == day_signature(data_dir, DAY.isoformat())
+        instance.report_run_failed(run)
+        assert _days(_evaluate(data_dir, instance=instance)[0]) == [(DAY.isoformat(), "c0")]
+        assert _days(_schedule(instance, data_dir, when).run_requests) == [(DAY.isoformat(), "c0")]
 
 
 @pytest.mark.slow  # runs the daily job on a day of its own
