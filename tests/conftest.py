@@ -61,6 +61,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+# pytest-xdist's --dist loadfile hands out whole files, by default the files with the most tests
+# first: the long files of a few tests (a day built and checked in one or two) came last, and one
+# worker ran them while the other had finished. Here the files that hold a `slow` test come first,
+# the rest after them (each group in collection order, each file's tests in theirs), and the
+# scheduler keeps that order; the UI's first-start tests, which wait for the quiet time of a UI
+# started at collection, stay in the second group.
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)  # after every marker is set
+def pytest_collection_modifyitems_long_files_first(items):
+    long_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in long_files)  # stable
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)
+
+
 # `make test-fast` skips the `slow` tests; one that takes longer than this without the marker is
 # named at the end of the run, so the inner loop stays short as tests are added (wall seconds: on a
 # busy 2-core machine a test of ~5 s of its own takes about this long).
