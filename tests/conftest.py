@@ -54,10 +54,10 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` / `-k` deselect anything
 def pytest_collection_modifyitems(config, items):
-    from tests.days import takes_a_day_of_its_own
+    from tests.days import takes_a_slow_fixture
 
     for item in items:
-        if takes_a_day_of_its_own(item):
+        if takes_a_slow_fixture(item):
             item.add_marker(pytest.mark.slow)
 
 
