@@ -82,9 +82,10 @@ def builds_a_day(fixture_function):
 
 
 def slow_setup(fixture_function):
-    """Says that a fixture takes more than ~10 s by itself without building a day (a real
-    Prometheus that scrapes its series in real time): as with ``builds_a_day``, every test that
-    takes it is marked ``slow``. Put it under ``@pytest.fixture``."""
+    """Says that a fixture, or the tests that read it, take more than ~10 s without building a day
+    (a real Prometheus that scrapes its series in real time, a live collector whose scripted
+    signals the tests watch for seconds): as with ``builds_a_day``, every test that takes it is
+    marked ``slow``. Put it under ``@pytest.fixture``."""
     fixture_function.slow_setup = True
     return fixture_function
 
