@@ -300,9 +300,20 @@ def window_extremes(values: np.ndarray, ok: np.ndarray, carried: np.ndarray, n: 
     s + d unless its value was carried from before s (``carried[s + d] > d``) or leans on a sample
     after its end (``ahead[s + d] > n − 1 − d``). Exact, one pass per offset d within the largest
     reach of either (a few for 250 ms and 1 s sources); the middle of the window, which no value
-    reaches out of, by polars rolling max/min."""
+    reaches out of, by polars rolling max/min. Only the windows holding an ``ok`` bin are worked
+    out (the others use nothing: −inf/+inf, not full): a host on a 20 ms grid that reported for an
+    hour of its day costs that hour's bins, not the day's 4.3 M per pass."""
     bins = len(values)
     starts = bins - n + 1
+    held = np.flatnonzero(ok)
+    if len(held) and (held[0] >= n or held[-1] < starts - 1):
+        first, end = max(0, int(held[0]) - n + 1), min(bins, int(held[-1]) + n)  # bins of the windows that start in [first, end - n]
+        part = window_extremes(values[first:end], ok[first:end], carried[first:end], n,
+                               None if ahead is None else ahead[first:end])
+        hi, lo, full = np.full(starts, -np.inf), np.full(starts, np.inf), np.zeros(starts, bool)
+        for whole, sub in ((hi, part[0]), (lo, part[1]), (full, part[2])):
+            whole[first: first + len(sub)] = sub
+        return hi, lo, full
     if ahead is None:
         ahead = np.zeros(bins, np.int64)
     reach = int(min(n, carried[ok].max(initial=0)))

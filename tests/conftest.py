@@ -1,7 +1,19 @@
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
+# Where the environment says not to write bytecode (PYTHONDONTWRITEBYTECODE, python -B), each
+# pytest worker would rewrite every test module's asserts and every Python the tests start would
+# compile the project, again on every run (about 6 s of CPU per worker before its first test).
+# The session writes them under build/pycache (gitignored) instead: the source tree stays as
+# clean as the setting keeps it, and the processes the tests start inherit the same.
+if sys.dont_write_bytecode:
+    PYCACHE = Path(__file__).resolve().parents[1] / "build" / "pycache"
+    sys.pycache_prefix, sys.dont_write_bytecode = str(PYCACHE), False
+    os.environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("WATTLINE_DUCKDB_THREADS", "2")
 # The daily report is part of every `run_day`: in tests it skips the PNGs (the report tests
 # turn them on) and writes under a temporary folder, never into the repo's reports/out.
@@ -42,11 +54,33 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` / `-k` deselect anything
 def pytest_collection_modifyitems(config, items):
-    from tests.days import takes_a_day_of_its_own
+    from tests.days import takes_a_slow_fixture
 
     for item in items:
-        if takes_a_day_of_its_own(item):
+        if takes_a_slow_fixture(item):
             item.add_marker(pytest.mark.slow)
+
+
+# pytest-xdist's --dist loadfile hands out whole files, by default the files with the most tests
+# first: the long files of a few tests (a day built and checked in one or two) came last, and one
+# worker ran them while the other had finished. Here the files that hold a `slow` test come first,
+# the rest after them (each group in collection order, each file's tests in theirs), and the
+# scheduler keeps that order; the UI's first-start tests, which wait for the quiet time of a UI
+# started at collection, stay in the second group.
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)  # after every marker is set
+def pytest_collection_modifyitems_long_files_first(items):
+    long_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in long_files)  # stable
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)
 
 
 # `make test-fast` skips the `slow` tests; one that takes longer than this without the marker is

@@ -81,12 +81,23 @@ def builds_a_day(fixture_function):
     return fixture_function
 
 
-def takes_a_day_of_its_own(item) -> bool:
-    """Whether a collected test takes, anywhere in its fixture closure, a fixture marked ``builds_a_day``."""
+def slow_setup(fixture_function):
+    """Says that a fixture, or the tests that read it, take more than ~10 s without building a day
+    (a real Prometheus that scrapes its series in real time, a live collector whose scripted
+    signals the tests watch for seconds): as with ``builds_a_day``, every test that takes it is
+    marked ``slow``. Put it under ``@pytest.fixture``."""
+    fixture_function.slow_setup = True
+    return fixture_function
+
+
+def takes_a_slow_fixture(item) -> bool:
+    """Whether a collected test takes, anywhere in its fixture closure, a fixture marked
+    ``builds_a_day`` or ``slow_setup``."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
-    return any(getattr(fd.func, "builds_a_day", False) for name in info.names_closure for fd in info.name2fixturedefs.get(name, ()))
+    return any(getattr(fd.func, "builds_a_day", False) or getattr(fd.func, "slow_setup", False)
+               for name in info.names_closure for fd in info.name2fixturedefs.get(name, ()))
 
 
 def _unchanged(day: BuiltDay):
@@ -182,4 +193,4 @@ def demo_fleet_day(tmp_path_factory) -> BuiltDay:
                                        lambda root: build(root, write_demo_fleet, TINY_DATE, DEMO_FLEET_TABLES)))
 
 __all__ = ["BuiltDay", "build", "builds_a_day", "capture_2_day", "capture_4_day", "copy_of", "demo_fleet_day", "once_per_run", "report_day",
-           "takes_a_day_of_its_own", "tiny_collector_day"]
+           "slow_setup", "takes_a_slow_fixture", "tiny_collector_day"]

@@ -20,6 +20,7 @@ import pytest
 from pipeline.runner import run_day
 from tests.builders import DAY
 from tests.cli_util import invoke, one_line_error
+from tests.days import slow_setup
 from tests.noon_split import (
     ASSETS,
     NOON_NS,
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason=f"{PROMET
 
 
 @pytest.fixture(scope="module")
+@slow_setup  # a real Prometheus that scrapes its series in real time (~12 s)
 def prometheus(tmp_path_factory):
     """A real Prometheus on 127.0.0.1 that scraped the whole 20 minutes; yields its URL."""
     yield from scraped(tmp_path_factory.mktemp("prom"), PodExporter())

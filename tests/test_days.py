@@ -6,7 +6,7 @@ import os
 import pytest
 
 from pipeline.runner import RunOutcome
-from tests.days import BuiltDay, _fingerprint, builds_a_day
+from tests.days import BuiltDay, _fingerprint, builds_a_day, slow_setup
 
 
 def _day(tmp_path) -> BuiltDay:
@@ -44,6 +44,16 @@ def _through_another(_own_day):
 
 
 def test_a_test_taking_a_day_building_fixture_is_slow(request, _through_another):
+    assert request.node.get_closest_marker("slow") is not None
+
+
+@pytest.fixture
+@slow_setup
+def _slow_server():
+    return "a server"
+
+
+def test_a_test_taking_a_slow_setup_fixture_is_slow(request, _slow_server):
     assert request.node.get_closest_marker("slow") is not None
 
 

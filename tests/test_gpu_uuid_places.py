@@ -21,6 +21,7 @@ from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.builders import DAY
 from tests.cli_util import invoke, one_line_error
+from tests.days import slow_setup
 from tests.noon_split import (
     ASSETS,
     NOON_NS,
@@ -41,6 +42,7 @@ NODE = "node-17"
 
 
 @pytest.fixture(scope="module")
+@slow_setup  # a real Prometheus that scrapes its series in real time (~12 s)
 def node_prometheus(tmp_path_factory):
     """A real Prometheus that scraped dcgm-exporter on Kubernetes node node-17, the board at index 3."""
     if not os.path.exists(PROMETHEUS):

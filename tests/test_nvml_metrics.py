@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.cli_util import invoke
+from tests.days import slow_setup
 from tests.live_helpers import PrometheusServer, free_port, grid_window, host_window, pick, scrape, wait_for_endpoint
 from tests.nvml_helpers import collector_process
 
@@ -18,6 +19,7 @@ RUN_S = 8.5
 
 
 @pytest.fixture(scope="module")
+@slow_setup  # its tests read the live endpoint and Prometheus for the signals' 8.5 s, in real time (~12 s)
 def live_run(tmp_path_factory):
     """Four GPUs: a 1 s square wave 100 ↔ 700 W and its mirror image (on sample grids offset by 5 and 12 ms,
     so their sum is a flat 800 W), a 10 W/s ramp from T0 + 2 s, and a single 60 ms spike to 700 W at

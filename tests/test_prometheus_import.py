@@ -22,6 +22,7 @@ from collectors.prometheus import PrometheusError, chunks, import_prometheus
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.cli_util import invoke, one_line_error
+from tests.days import slow_setup
 from tests.prometheus_harness import PROMETHEUS, ScrapedExporter, free_port
 from tests.prometheus_harness import running_prometheus as scraping
 from tests.test_power_swings import assert_kernels_match_sql
@@ -77,6 +78,7 @@ class Exporter(ScrapedExporter):
 
 
 @pytest.fixture(scope="module")
+@slow_setup  # a real Prometheus that scrapes its series in real time (~12 s)
 def prometheus(tmp_path_factory):
     """A real Prometheus on 127.0.0.1 that has scraped the whole recorded series; yields (url, base_s, exporter)."""
     with running_prometheus(tmp_path_factory.mktemp("prom"), Exporter) as got:

@@ -15,6 +15,7 @@ from collectors.prometheus import LIMIT_METRIC, ImportResult, Series, import_pro
 from pipeline.runner import run_day
 from pipeline.warehouse import read_day
 from tests.cli_util import invoke
+from tests.days import slow_setup
 from tests.test_prometheus_import import COUNT, HOST, LABELS, Exporter, inventory, running_prometheus, stored
 
 CHANGE_AT = 80  # GPU 0's limit goes 700 → 500 W here
@@ -41,6 +42,7 @@ class LimitExporter(Exporter):
 
 
 @pytest.fixture(scope="module")
+@slow_setup  # a real Prometheus that scrapes its series in real time (~12 s)
 def prometheus(tmp_path_factory):
     with running_prometheus(tmp_path_factory.mktemp("prom"), LimitExporter) as got:
         yield got
