@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser.conftest import PNG
-from tests.browser.test_ui import UiServer, visit
+from tests.browser.test_ui import UiServer, settled_text, visit
 
 ROOT = Path(__file__).resolve().parents[2]
 UI_PATH = re.compile(r"`(/(?:assets|asset-groups|locations|runs|jobs|automation|overview|deployment)[^`\s]*)`|http://127\.0\.0\.1:3000(/[^\s)`]*)?")
@@ -63,7 +63,8 @@ def test_the_lineage_and_an_asset_page_with_its_columns(browser, demo_day, tmp_p
         assert (docs_img / "ui-lineage.png").read_bytes().startswith(PNG)
         visit(page, f"{server.url}/assets/power_1s")
         page.get_by_text("mean_w", exact=True).first.wait_for()
-        text = page.locator("body").inner_text()
+        # the columns' descriptions come with the asset's definition, after the schema's names
+        text = settled_text(page, "mean of the GPU's best-source samples in the second", "warehouse view", "docs/columns.md#power_1s")
         assert "mean of the GPU's best-source samples in the second" in text, text[:3000]
         assert "warehouse view" in text and "docs/columns.md#power_1s" in text, text[:3000]
         page.screenshot(path=str(docs_img / "ui-asset-power_1s.png"), full_page=False)

@@ -119,6 +119,18 @@ def visit(page, url: str) -> None:
     page.goto(url)
 
 
+def settled_text(page, *needles: str, timeout_s: float = 30) -> str:
+    """The page's text once it holds every one of ``needles``, or as it is after ``timeout_s``: a
+    page fills its panels from separate queries, so one element having appeared says nothing of
+    the others (the caller asserts on the text, which still fails if one never comes)."""
+    deadline = time.monotonic() + timeout_s
+    text = page.locator("body").inner_text()
+    while not all(n in text for n in needles) and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+        text = page.locator("body").inner_text()
+    return text
+
+
 def test_asset_graph_shows_assets_latest_materialization_and_checks(page, ui, artifacts):
     server, _ = ui
     # Every group of the code location, then the power group's graph (all its asset names).
@@ -148,9 +160,8 @@ def test_partition_page_shows_the_materialization(page, ui, artifacts):
     # power_1s is partitioned by cluster × date: its key is "<cluster>|<date>" (dimensions by name)
     visit(page, f"{server.url}/assets/power_1s?view=partitions&partition=c0%7C{DATE}")
     page.get_by_text("Latest materialization").first.wait_for()
-    body = page.locator("body")
     page.get_by_text(outcome.run_id[:8]).first.wait_for()
-    text = body.inner_text()
+    text = settled_text(page, DATE, "Materialized")
     assert DATE in text and "Materialized" in text
     assert "2400" in text.replace(",", "")  # the rows metadata: 600 s × 4 GPUs
     page.screenshot(path=str(artifacts / "ui-partition.png"))
@@ -164,7 +175,7 @@ def test_checks_page_shows_each_result(page, ui, artifacts):
     visit(page, f"{server.url}/assets/power_1s?view=checks")
     for check in ("files_follow_contract", "no_duplicate_samples", "timestamps_inside_partition", "power_within_bounds", "gpu_coverage", "gpus_in_inventory"):
         page.get_by_text(check, exact=True).first.wait_for()
-    text = page.locator("body").inner_text()
+    text = settled_text(page, "Failed")
     assert "Failed" in text and ("Succeeded" in text or "Passed" in text)
     page.screenshot(path=str(artifacts / "ui-checks.png"))
 

@@ -13,7 +13,7 @@ from tests.browser import first_start_ui
 from tests.browser.conftest import PNG
 from tests.browser.first_start_ui import runs as _runs
 from tests.browser.first_start_ui import ticks as _ticks
-from tests.browser.test_ui import visit
+from tests.browser.test_ui import settled_text, visit
 
 QUIET_S = 120
 """How long the UI runs with its sensors on, from its start, before the test counts the runs."""
@@ -74,7 +74,7 @@ def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_
     page.get_by_text("Latest execution").wait_for()
     page.get_by_text(f"c0|{day}").first.wait_for()  # the partition the result belongs to
     page.get_by_text("Show schema").first.wait_for()  # the examples: a table, not a Python repr
-    text = page.locator("body").inner_text()
+    text = settled_text(page, "non-blocking")
     assert "non-blocking" in text  # a WARN
     assert re.search(r"gpu\s+coverage", text) and "[(" not in text
     page.screenshot(path=str(artifacts / "ui-first-start-check.png"))
@@ -87,7 +87,7 @@ def test_a_check_shows_its_partitions_result_and_a_table_of_examples(page, demo_
     assert (docs_img / "ui-check-partitions.png").read_bytes().startswith(PNG)
     visit(page, f"{server.url}/assets/power_1s?view=checks&checkDetail=power_within_bounds")
     page.get_by_text("Latest execution").wait_for()
-    assert "This is a blocking asset check" in page.locator("body").inner_text()  # an ERROR
+    assert "This is a blocking asset check" in settled_text(page, "This is a blocking asset check")  # an ERROR
 
 
 def test_materialize_all_on_the_lineage_page_offers_the_datas_completed_days(page, demo_ui, artifacts):
