@@ -75,7 +75,7 @@ def write_day_problem(day: dt.date | str, today: dt.date | None = None) -> str |
 
 def writable_ns_bounds(today: dt.date | None = None) -> tuple[int, int]:
     """[first, end) in epoch ns of the days writers accept (the same range as :func:`write_day_problem`)."""
-    epoch = dt.date(1970, 1, 1)
+    epoch = EPOCH.date()
     first = (dt.date.fromisoformat(FIRST_DAY) - epoch).days * 86_400 * 10**9
     end = (last_writable_day(today) + dt.timedelta(days=1) - epoch).days * 86_400 * 10**9
     return first, end

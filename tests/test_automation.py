@@ -134,7 +134,7 @@ def test_schedule_skips_a_day_wattline_run_built_then_builds_it_when_its_files_c
     nothing; a late file makes it build the cluster-day again, tagged with the files it reads."""
     data_dir = tmp_path / "data"
     shutil.copytree(built_day, data_dir)
-    when = dt.datetime.combine(DAY + dt.timedelta(days=1), dt.time(1, 15), tzinfo=dt.UTC)
+    when = schedule_hour_after(DAY)
     with _instance(data_dir) as instance:
         assert instance.get_dynamic_partitions("cluster") == ["c0"]
         result = _schedule(instance, data_dir, when)
@@ -151,7 +151,7 @@ def test_a_failed_cluster_day_run_does_not_count_as_the_day_built(built_day, tmp
     the UI's first tick and the schedule request it again."""
     data_dir = tmp_path / "data"
     shutil.copytree(built_day, data_dir)
-    when = dt.datetime.combine(DAY + dt.timedelta(days=1), dt.time(1, 15), tzinfo=dt.UTC)
+    when = schedule_hour_after(DAY)
     with _instance(data_dir) as instance:
         (run,) = instance.get_runs(RunsFilter(job_name=CLUSTER_JOB))
         assert run.tags[RAW_FILES_TAG] == day_signature(data_dir, DAY.isoformat())

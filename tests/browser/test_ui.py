@@ -119,13 +119,17 @@ def visit(page, url: str) -> None:
     page.goto(url)
 
 
-def settled_text(page, *needles: str, timeout_s: float = 30) -> str:
-    """The page's text once it holds every one of ``needles``, or as it is after ``timeout_s``: a
-    page fills its panels from separate queries, so one element having appeared says nothing of
-    the others (the caller asserts on the text, which still fails if one never comes)."""
+def settled_text(page, *needles: str | re.Pattern, timeout_s: float = 30) -> str:
+    """The page's text once it holds every one of ``needles`` (a substring, or a pattern it matches),
+    or as it is after ``timeout_s``: a page fills its panels from separate queries, so one element
+    having appeared says nothing of the others (the caller asserts on the text, which still fails
+    if one never comes)."""
+    def holds(text: str) -> bool:
+        return all(n.search(text) if isinstance(n, re.Pattern) else n in text for n in needles)
+
     deadline = time.monotonic() + timeout_s
     text = page.locator("body").inner_text()
-    while not all(n in text for n in needles) and time.monotonic() < deadline:
+    while not holds(text) and time.monotonic() < deadline:
         page.wait_for_timeout(500)
         text = page.locator("body").inner_text()
     return text

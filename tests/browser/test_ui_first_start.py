@@ -39,24 +39,13 @@ def demo_ui(tmp_path_factory):
         first_start_ui.stop(root)
 
 
-def _settled(page, pattern: str, timeout_s: float = 60) -> str:
-    """The page's text once it matches ``pattern`` (its counts load after the headings), or as it
-    is after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    text = page.locator("body").inner_text()
-    while not re.search(pattern, text) and time.monotonic() < deadline:
-        page.wait_for_timeout(1000)
-        text = page.locator("body").inner_text()
-    return text
-
-
 def test_partitions_page_shows_only_the_datas_days(page, demo_ui, artifacts, docs_img):
     server, _, _, day = demo_ui
     before = today_utc()
     n = len(_completed_days(day, before))
     visit(page, f"{server.url}/locations/pipeline.definitions/jobs/cluster_day_job/partitions")
     page.get_by_text("Total partitions").wait_for()
-    text = _settled(page, rf"\b({n}|{n + 1})\s+Total partitions")
+    text = settled_text(page, re.compile(rf"\b({n}|{n + 1})\s+Total partitions"), timeout_s=60)
     after = today_utc()
     # the demo's day, built (today's, still being collected, is no partition of the UI's): one
     # cluster; every completed day since the demo (none unless a midnight passed) is missing
